@@ -1,0 +1,31 @@
+# kernelscope: `make demo` runs the main job on bundled real data; `make test` runs the suite.
+# Both work on a fresh machine with only python3: they create .venv when it is missing.
+PY      ?= python3
+VENV    := .venv
+VPY     := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+TORCH_WHEEL_SPEC ?= torch==2.13.0
+
+.PHONY: demo test install clean bench
+
+$(STAMP): pyproject.toml
+	test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -e '.[dev]'
+	# CPU torch (the wheel on disk where present) for the Triton-interpreter tests; optional.
+	$(VPY) -m pip install -q '$(TORCH_WHEEL_SPEC)' || echo "torch not installed: torch-dependent tests will skip"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VPY) -m mcp_server.demo
+
+test: $(STAMP)
+	$(VPY) -m pytest -q
+
+bench: $(STAMP)
+	$(VPY) bench/bench_trace.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,177 @@
+"""The ``kernelscope`` command: argparse and rich faces over the engines.
+
+Every verb calls one engine function; ``--json`` prints exactly the MCP tool's
+structured result (``model_dump(mode="json")``). Errors print one line to
+stderr and exit with status 2. Progress goes to stderr, so stdout stays clean
+for ``--json``.
+
+Sections are grouped by engine; a verb adds ``_add_<verb>(sub)`` to its section
+and one entry to ``VERBS``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from typing import Any, Callable, Iterator
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from mcp_server import __version__
+from mcp_server.errors import KernelscopeError, redact
+
+out = Console(highlight=False, soft_wrap=False)
+err = Console(stderr=True, highlight=False)
+
+ProgressFn = Callable[[float, "float | None", "str | None"], None]
+
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+def emit_json(model: Any) -> None:
+    """Print the tool-identical JSON of a result model."""
+    data = model.model_dump(mode="json") if hasattr(model, "model_dump") else model
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+@contextlib.contextmanager
+def progress_bar(description: str) -> Iterator[ProgressFn]:
+    """A rich progress bar on stderr; yields the engine's ``progress`` callback."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if not err.is_terminal:
+        yield lambda done, total=None, message=None: None
+        return
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[msg]}"),
+        TimeElapsedColumn(), console=err, transient=True,
+    ) as prog:
+        task = prog.add_task(description, total=None, msg="")
+
+        def cb(done: float, total: float | None = None, message: str | None = None) -> None:
+            prog.update(task, completed=done, total=total, msg=message or "")
+
+        yield cb
+
+
+def fmt_us(us: float) -> str:
+    if us >= 1e6:
+        return f"{us / 1e6:,.2f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:,.2f} ms"
+    return f"{us:,.1f} us"
+
+
+def simple_table(title: str, columns: list[str], rows: list[list[Any]], *, right: set[int] | None = None) -> Table:
+    t = Table(title=title, title_justify="left", show_lines=False)
+    right = right if right is not None else set(range(1, len(columns)))
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="right" if i in right else "left")
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    return t
+
+
+# --------------------------------------------------------------------------- serve
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="run the MCP server on stdio")
+    p.set_defaults(func=lambda a: _serve())
+
+
+def _serve() -> int:
+    from mcp_server.server import main as serve_main
+
+    serve_main()
+    return 0
+
+
+# --------------------------------------------------------------------------- traces
+
+
+def _add_analyze(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "analyze", help="attribute a trace's GPU kernels to nn.Modules; summary, --json or an xlsx report",
+        description="Analyze a PyTorch-profiler (Kineto) trace: every GPU kernel attributed to its nn.Module, "
+        "category and phase; CUDA-graph replays attributed from eager kernels.",
+    )
+    p.add_argument("trace", help="Kineto trace (.json or .json.gz)")
+    p.add_argument("-o", "--output", dest="output_xlsx", help="write the xlsx report here")
+    p.add_argument("--categories", help="categories CSV (default _shared/kernel_categories.csv)")
+    p.add_argument("--reference-trace", help="eager trace of the same model, to attribute CUDA-graph replays")
+    p.add_argument("--json", action="store_true", help="print the typed result as JSON")
+    p.set_defaults(func=_run_analyze)
+
+
+def _run_analyze(a: argparse.Namespace) -> int:
+    from mcp_server.traces import analyze_trace
+    from mcp_server.traces.render import render_analysis
+
+    with progress_bar("analyze") as cb:
+        res = analyze_trace(
+            a.trace, output_xlsx=a.output_xlsx, categories=a.categories,
+            reference_trace=a.reference_trace, progress=cb,
+        )
+    if a.json:
+        emit_json(res)
+    else:
+        render_analysis(res, out)
+    return 0
+
+
+# --------------------------------------------------------------------------- compare
+
+
+# --------------------------------------------------------------------------- refs
+
+
+# --------------------------------------------------------------------------- timeline
+
+
+# --------------------------------------------------------------------------- main
+
+VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _add_serve,
+    _add_analyze,
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kernelscope",
+        description="GPU kernel performance tooling for LLM inference (MCP server, CLI, skills).",
+    )
+    p.add_argument("--version", action="version", version=f"kernelscope {__version__}")
+    sub = p.add_subparsers(dest="verb", metavar="VERB")
+    sub.required = True
+    for add in VERBS:
+        add(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KernelscopeError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def entry() -> None:  # pragma: no cover - console script shim
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

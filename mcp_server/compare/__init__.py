@@ -1,0 +1,1 @@
+"""compare-kernels engines: categories, recategorize, budget, diff_modules, matching."""

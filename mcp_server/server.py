@@ -1,0 +1,116 @@
+"""MCP server: tool registrations only.
+
+Each tool is a thin wrapper: it runs the engine function in a worker thread
+(so the server keeps serving), bridges engine progress to
+``ctx.report_progress``, and maps ``KernelscopeError`` to ``ToolError``. Nothing
+here writes to stdout: on stdio that is the protocol channel.
+
+Sections are grouped by engine; add a tool to its section.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any, Callable, Literal, Optional, TypeVar
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+from mcp_server import __version__
+from mcp_server.errors import KernelscopeError, redact
+# Result models (pydantic only, cheap to import): they are the tools' output schemas.
+from mcp_server.traces.models import TraceAnalysis
+
+log = logging.getLogger("kernelscope.server")
+
+mcp = MCPServer(
+    "kernelscope",
+    version=__version__,
+    instructions=(
+        "GPU kernel performance tools for LLM inference: analyze and compare PyTorch-profiler "
+        "traces module by module, decode in-kernel probe timelines, profile with Nsight Compute. "
+        "Paths are local file paths on the server's machine."
+    ),
+)
+
+T = TypeVar("T")
+
+READ_ONLY = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+WRITES_FILES = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+OPEN_WORLD_READ = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=True)
+
+
+async def run_engine(ctx: Context | None, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a synchronous engine call off the event loop.
+
+    If ``fn`` accepts ``progress=``, the caller passes ``progress=True`` in kwargs and
+    it is replaced by a callback ``(done, total, message)`` forwarded to the client.
+    Any ``KernelscopeError`` becomes a ``ToolError`` with the same (redacted) text;
+    any other exception becomes a ``ToolError`` naming its type, never a traceback.
+    """
+    if kwargs.get("progress") is True:
+        if ctx is not None:
+            def _progress(done: float, total: float | None = None, message: str | None = None) -> None:
+                try:
+                    anyio.from_thread.run(ctx.report_progress, done, total, message)
+                except Exception:  # progress is best effort: never fail the work for it
+                    pass
+
+            kwargs["progress"] = _progress
+        else:
+            kwargs["progress"] = None
+    try:
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+    except KernelscopeError as exc:
+        raise ToolError(str(exc)) from None
+    except ToolError:
+        raise
+    except Exception as exc:  # keep serving; report the failure without a traceback
+        log.exception("internal error in %s", getattr(fn, "__name__", fn))
+        raise ToolError(redact(f"internal error ({type(exc).__name__}): {exc}")) from None
+
+
+# --------------------------------------------------------------------------- traces
+
+
+@mcp.tool(
+    name="analyze_trace",
+    title="Analyze a PyTorch-profiler trace",
+    description=(
+        "Attribute every GPU kernel of a PyTorch-profiler (Kineto) trace (.json/.json.gz, NVIDIA or AMD, "
+        "eager or CUDA-graph) to its nn.Module, category and phase; return module and category totals. "
+        "Optionally write the report workbook (upstream trace_module_analyzer layout plus full kernel table)."
+    ),
+    annotations=WRITES_FILES,
+)
+async def analyze_trace(
+    trace_path: Annotated[str, Field(description="Path to a Kineto trace (.json or .json.gz)")],
+    output_xlsx: Annotated[Optional[str], Field(description="Write the xlsx report here")] = None,
+    categories: Annotated[Optional[str], Field(description="Categories CSV (category,pattern); default _shared/kernel_categories.csv")] = None,
+    reference_trace: Annotated[Optional[str], Field(description="Eager trace of the same model used to attribute CUDA-graph replays")] = None,
+    ctx: Context = None,  # type: ignore[assignment]
+) -> TraceAnalysis:
+    from mcp_server.traces import analyze_trace as engine
+
+    return await run_engine(
+        ctx, engine, trace_path, output_xlsx=output_xlsx, categories=categories,
+        reference_trace=reference_trace, progress=True,
+    )
+
+
+# --------------------------------------------------------------------------- compare
+
+
+# --------------------------------------------------------------------------- refs
+
+
+# --------------------------------------------------------------------------- timeline
+
+
+def main() -> None:
+    """Run on stdio (``python -m mcp_server`` / ``kernelscope serve``)."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    mcp.run("stdio")
+
