@@ -130,6 +130,40 @@ def _run_analyze(a: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- refs
 
 
+def _add_refs(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "refs", help="find prior art for a kernel/op keyword: upstream PRs, local checkouts, Jira",
+        description="Search the sources of _shared/data-sources.md (GitHub PRs via gh or REST, local git "
+        "checkouts, Jira) for a kernel or op keyword, all at once within one time bound. Each section says "
+        "how it was obtained (live:gh, live:rest, live:jira, local:git, url-only) and why when degraded.",
+    )
+    p.add_argument("keyword", help="kernel or op keyword, e.g. moe_sorting, ck_gemm, rmsnorm, mla")
+    p.add_argument("--category", help="kernel category (hits mentioning it first); default: classified from the keyword")
+    p.add_argument("--sources", nargs="+", metavar="KEY", help="registry keys to search (default: every enabled source)")
+    p.add_argument("--max", dest="max_results", type=int, default=10, help="hits per source (1-100, default 10)")
+    p.add_argument("--days", type=int, help="only work updated in the last N days")
+    p.add_argument("--timeout", type=float, default=20.0, help="bound on the whole call in seconds (default 20)")
+    p.add_argument("--no-cache", action="store_true", help="ignore and do not write the on-disk cache")
+    p.add_argument("--registry", help="reference-source registry (default _shared/data-sources.md)")
+    p.add_argument("--json", action="store_true", help="print the typed result as JSON")
+    p.set_defaults(func=_run_refs)
+
+
+def _run_refs(a: argparse.Namespace) -> int:
+    from mcp_server.refs import find_references
+    from mcp_server.refs.render import render_references
+
+    res = find_references(
+        a.keyword, category=a.category, sources=a.sources, max_results=a.max_results, days=a.days,
+        timeout_s=a.timeout, no_cache=a.no_cache, registry=a.registry,
+    )
+    if a.json:
+        emit_json(res)
+    else:
+        render_references(res, out)
+    return 0
+
+
 # --------------------------------------------------------------------------- timeline
 
 
@@ -138,6 +172,7 @@ def _run_analyze(a: argparse.Namespace) -> int:
 VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_serve,
     _add_analyze,
+    _add_refs,
 ]
 
 

@@ -22,6 +22,7 @@ from mcp_server import __version__
 from mcp_server.errors import KernelscopeError, redact
 # Result models (pydantic only, cheap to import): they are the tools' output schemas.
 from mcp_server.traces.models import TraceAnalysis
+from mcp_server.refs.models import ReferenceResult
 
 log = logging.getLogger("kernelscope.server")
 
@@ -104,6 +105,34 @@ async def analyze_trace(
 
 
 # --------------------------------------------------------------------------- refs
+
+
+@mcp.tool(
+    name="find_references",
+    title="Find prior art for a kernel/op",
+    description=(
+        "Has someone already done this? Search upstream PRs (ROCm/aiter, sgl-project/sglang via gh or the GitHub "
+        "REST API), local git checkouts (AITER_ROOT, SGLANG_ROOT, detected) and Jira for a kernel or op keyword, "
+        "concurrently within a time bound. Sources come from _shared/data-sources.md. Each section says how it "
+        "was obtained (live:gh, live:rest, live:jira, local:git, url-only) and why when degraded; `outcomes` "
+        "reads as upstream_pr -> cherry-pick, local_hit -> dispatch/wiring, jira_ticket -> coordinate, "
+        "nothing_found -> new work, unknown -> inconclusive."
+    ),
+    annotations=OPEN_WORLD_READ,
+)
+async def find_references(
+    keyword: Annotated[str, Field(description="Kernel or op keyword, e.g. moe_sorting, ck_gemm, fused_moe, rmsnorm, mla")],
+    category: Annotated[Optional[str], Field(description="Kernel category (e.g. moe, gemm); hits mentioning it come first. Default: classified from the keyword")] = None,
+    sources: Annotated[Optional[list[str]], Field(description="Registry keys to search (default: every enabled source in _shared/data-sources.md)")] = None,
+    max_results: Annotated[int, Field(ge=1, le=100, description="Hits per source")] = 10,
+    days: Annotated[Optional[int], Field(ge=1, description="Only work updated in the last N days")] = None,
+    ctx: Context = None,  # type: ignore[assignment]
+) -> ReferenceResult:
+    from mcp_server.refs import find_references as engine
+
+    return await run_engine(
+        ctx, engine, keyword, category=category, sources=sources, max_results=max_results, days=days,
+    )
 
 
 # --------------------------------------------------------------------------- timeline

@@ -1,0 +1,170 @@
+"""``find_references``: ask every registered source at once, within one time bound."""
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Callable
+
+import httpx
+
+from mcp_server.errors import InputError
+from mcp_server.models import Warning_
+from mcp_server.refs.cache import DEFAULT_TTL_S, RefCache
+from mcp_server.refs.common import SearchParams
+from mcp_server.refs.github import search_github, search_url
+from mcp_server.refs.jira_src import browse_url, build_jql, search_jira
+from mcp_server.refs.localgit import code_search_url, search_local
+from mcp_server.refs.models import RefItem, RefSection, ReferenceResult
+from mcp_server.refs.registry import SourceSpec, load_registry
+
+DEFAULT_TIMEOUT_S = 20.0
+DEFAULT_SOURCE_TIMEOUT_S = 15.0
+KEYWORD_MAX = 128
+
+_ENGINES: dict[str, Callable[[SourceSpec, SearchParams], RefSection]] = {
+    "github-prs": search_github,
+    "local-git": search_local,
+    "jira": search_jira,
+}
+_LIVE = {"live:gh", "live:rest", "live:jira", "local:git"}
+
+
+def _fallback(spec: SourceSpec, p: SearchParams, why: str) -> RefSection:
+    url: str | None = None
+    query: str | None = None
+    if spec.kind == "github-prs":
+        url = search_url(spec, p)
+    elif spec.kind == "local-git":
+        url = code_search_url(spec, p.keyword)
+    elif spec.kind == "jira":
+        query = build_jql(spec, p.keyword, p.days)
+        server = (os.environ.get(spec.env or "JIRA_SERVER") or "").strip()
+        url = browse_url(server, query) if server.startswith(("http://", "https://")) else None
+    return RefSection(source=spec.key, kind=spec.kind, method="url-only" if url else "unavailable",
+                      degraded=True, reason=why, url=url, query=query)
+
+
+def _mentions(item: RefItem, word: str) -> bool:
+    text = " ".join(x for x in (item.title, item.subject, item.snippet, item.file) if x).lower()
+    return word in text
+
+
+def find_references(
+    keyword: str,
+    *,
+    category: str | None = None,
+    sources: list[str] | None = None,
+    max_results: int = 10,
+    days: int | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    source_timeout_s: float | None = None,
+    no_cache: bool = False,
+    cache_dir: str | os.PathLike | None = None,
+    cache_ttl_s: float = DEFAULT_TTL_S,
+    registry: str | os.PathLike | None = None,
+    transport: httpx.BaseTransport | None = None,
+    gh_path: str | None = None,
+) -> ReferenceResult:
+    """Find prior art for a kernel/op keyword in the sources of ``_shared/data-sources.md``.
+
+    Sources run concurrently, each within ``source_timeout_s`` (default: the lesser of 15 s and
+    ``timeout_s``); the call returns after at most ``timeout_s`` with whatever arrived. Each
+    section says how it was obtained and, when degraded, why. ``category`` (given, or derived
+    from the keyword with ``_shared/kernel_categories.csv``) lists hits that mention it first.
+    """
+    t0 = time.monotonic()
+    kw = " ".join(str(keyword or "").split())
+    if not kw:
+        raise InputError("keyword is empty", hint="give a kernel or op name such as fused_moe or rmsnorm")
+    if len(kw) > KEYWORD_MAX:
+        raise InputError(f"keyword is {len(kw)} characters (at most {KEYWORD_MAX})",
+                         hint="search for the op name (e.g. moe_sorting), not a full mangled kernel name")
+    if any(ord(c) < 32 for c in kw):
+        raise InputError("keyword contains control characters")
+    if not 1 <= int(max_results) <= 100:
+        raise InputError(f"max_results must be 1..100, got {max_results}")
+    if days is not None and int(days) < 1:
+        raise InputError(f"days must be at least 1, got {days}")
+    if not 0 < float(timeout_s) <= 300:
+        raise InputError(f"timeout must be in (0, 300] seconds, got {timeout_s}")
+
+    reg = load_registry(registry)
+    specs = reg.select(sources)
+    warnings: list[Warning_] = []
+    if not specs:
+        raise InputError("no enabled sources", path=reg.path, hint="enable a row or name sources with --sources")
+
+    cat_source = None
+    if category:
+        category = category.strip().lower()
+        cat_source = "given"
+    else:
+        try:
+            from mcp_server.compare.categories import load_categories
+
+            derived = load_categories(None).classify(kw)
+            if derived and derived != "other":
+                category, cat_source = derived, "classified"
+        except Exception:  # categories are a ranking aid only; never fail the search for them
+            category = None
+
+    per_source = min(float(source_timeout_s or DEFAULT_SOURCE_TIMEOUT_S), float(timeout_s))
+    cache = RefCache(Path(cache_dir) / "refs" if cache_dir else None, ttl_s=cache_ttl_s, enabled=not no_cache)
+    params = SearchParams(keyword=kw, max_results=int(max_results), days=int(days) if days else None,
+                          timeout_s=per_source, cache=cache, transport=transport, gh_path=gh_path)
+
+    pool = ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="refs")
+    futures: dict[Future, SourceSpec] = {pool.submit(_ENGINES[s.kind], s, params): s for s in specs}
+    results: dict[str, RefSection] = {}
+    pending = set(futures)
+    try:
+        while pending:
+            left = float(timeout_s) - (time.monotonic() - t0)
+            if left <= 0:
+                break
+            done, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
+            for fut in done:
+                spec = futures[fut]
+                try:
+                    results[spec.key] = fut.result()
+                except Exception as exc:  # a bug in one source must not lose the others
+                    results[spec.key] = _fallback(spec, params, f"internal error ({type(exc).__name__})")
+                    warnings.append(Warning_(code="source_error", message=f"{spec.key}: {type(exc).__name__}"))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    for fut in pending:
+        spec = futures[fut]
+        results[spec.key] = _fallback(spec, params, f"timeout: no answer within the {float(timeout_s):g}s bound")
+        warnings.append(Warning_(code="timeout", message=f"{spec.key} gave no answer within {float(timeout_s):g}s"))
+
+    sections = []
+    for spec in specs:
+        sec = results[spec.key]
+        if category and sec.items:
+            word = category.lower()
+            ranked = sorted(sec.items, key=lambda it: not _mentions(it, word))  # stable
+            sec = sec.model_copy(update={"items": ranked})
+        sections.append(sec)
+        if sec.incomplete:
+            warnings.append(Warning_(code="incomplete", message=f"{spec.key}: results may be partial ({sec.reason})"))
+        if sec.rate_limit_reset:
+            warnings.append(Warning_(code="rate_limited", message=f"{spec.key}: search limit resets at {sec.rate_limit_reset}"))
+
+    outcomes: list = []
+    if any(s.items for s in sections if s.kind == "github-prs"):
+        outcomes.append("upstream_pr")
+    if any(s.items for s in sections if s.kind == "local-git"):
+        outcomes.append("local_hit")
+    if any(s.items for s in sections if s.kind == "jira"):
+        outcomes.append("jira_ticket")
+    if not outcomes:
+        all_live = all(s.method in _LIVE and not s.incomplete for s in sections)
+        outcomes.append("nothing_found" if all_live else "unknown")
+
+    return ReferenceResult(
+        keyword=kw, category=category, category_source=cat_source, outcomes=outcomes, sections=sections,
+        registry=reg.path, elapsed_s=round(time.monotonic() - t0, 3), timeout_s=float(timeout_s),
+        warnings=warnings,
+    )

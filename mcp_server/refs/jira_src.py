@@ -1,0 +1,132 @@
+"""Jira tickets mentioning a keyword, through the ``jira`` library.
+
+Credentials: ``JIRA_EMAIL`` + ``JIRA_API_TOKEN`` (Jira Cloud, basic auth) or ``JIRA_PAT``
+(Server / Data Center, bearer token); the site URL comes from the registry row's ``env``
+(default ``JIRA_SERVER``). The client gets a timeout, no retries and no update check. The
+library's own error text carries request headers, so it is never shown: only the status code
+and the server's error messages are.
+"""
+from __future__ import annotations
+
+import os
+from urllib.parse import quote
+
+from mcp_server.refs.common import SearchParams, Stopwatch, short
+from mcp_server.refs.models import RefItem, RefSection
+from mcp_server.refs.registry import SourceSpec
+
+FIELDS = ["summary", "status", "updated", "issuetype"]
+
+
+def jql_escape(text: str) -> str:
+    """A JQL string literal body: backslashes and double quotes escaped, whitespace collapsed."""
+    t = " ".join(str(text).split())
+    return t.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def build_jql(spec: SourceSpec, keyword: str, days: int | None) -> str:
+    parts = []
+    if spec.jql_project:
+        parts.append(f'project = "{jql_escape(spec.jql_project)}"')
+    parts.append(f'text ~ "{jql_escape(keyword)}"')
+    if days:
+        parts.append(f"updated >= -{int(days)}d")
+    return " AND ".join(parts) + " ORDER BY updated DESC"
+
+
+def browse_url(server: str, jql: str) -> str:
+    return f"{server.rstrip('/')}/issues/?jql={quote(jql, safe='')}"
+
+
+def search_jira(spec: SourceSpec, p: SearchParams) -> RefSection:
+    sw = Stopwatch()
+    env_name = spec.env or "JIRA_SERVER"
+    server = (os.environ.get(env_name) or "").strip().rstrip("/")
+    jql = build_jql(spec, p.keyword, p.days)
+    if not server:
+        return RefSection(source=spec.key, kind=spec.kind, method="unavailable", degraded=True, query=jql,
+                          reason=f"{env_name} not set (the Jira site URL)", elapsed_s=sw.elapsed())
+    if not server.startswith(("http://", "https://")):
+        return RefSection(source=spec.key, kind=spec.kind, method="unavailable", degraded=True, query=jql,
+                          reason=f"{env_name} is not an http(s) URL", elapsed_s=sw.elapsed())
+    url = browse_url(server, jql)
+    base = dict(source=spec.key, kind=spec.kind, query=jql, url=url)
+    n = max(1, min(int(p.max_results), 100))
+    email, api_token, pat = (os.environ.get(k) or "" for k in ("JIRA_EMAIL", "JIRA_API_TOKEN", "JIRA_PAT"))
+    if pat:
+        auth: dict = {"token_auth": pat}
+        auth_kind = "JIRA_PAT"
+    elif email and api_token:
+        auth = {"basic_auth": (email, api_token)}
+        auth_kind = "JIRA_EMAIL/JIRA_API_TOKEN"
+    else:
+        why = "no credentials (set JIRA_EMAIL and JIRA_API_TOKEN for Jira Cloud, or JIRA_PAT for Server/Data Center)"
+        if api_token and not email:
+            why = "JIRA_API_TOKEN is set but JIRA_EMAIL is not (Cloud basic auth needs both)"
+        return RefSection(**base, method="url-only", degraded=True, reason=why, elapsed_s=sw.elapsed())
+
+    cache_parts = ("jira", server, jql, n, auth_kind)
+    hit = p.cache.get(spec.key, *cache_parts)
+    if hit is not None:
+        try:
+            return RefSection.model_validate(hit).model_copy(update={"cached": True, "elapsed_s": sw.elapsed()})
+        except ValueError:
+            pass
+
+    try:
+        import requests
+        from jira import JIRA, JIRAError
+    except ImportError:
+        return RefSection(**base, method="url-only", degraded=True, reason="the jira library is not installed",
+                          elapsed_s=sw.elapsed())
+
+    def degraded(why: str) -> RefSection:
+        return RefSection(**base, method="url-only", degraded=True, reason=why, elapsed_s=sw.elapsed())
+
+    left = sw.left(p.timeout_s)
+    if left <= 0.1:
+        return degraded("no time left")
+    client = None
+    try:
+        client = JIRA(server=server, **auth, timeout=left, max_retries=0, logging=False,
+                      get_server_info=True, options={"check_update": False, "verify": True})
+        data = client.search_issues(jql, maxResults=n, fields=list(FIELDS), json_result=True)
+    except JIRAError as exc:
+        code = getattr(exc, "status_code", None)
+        if code in (401, 403):
+            return degraded(f"auth failed (HTTP {code}: the site rejected {auth_kind})")
+        if code == 400:
+            return degraded(f"JQL rejected (HTTP 400: {short(getattr(exc, 'text', '') or '', 200)})")
+        if code == 429:
+            return degraded("rate limited by the Jira site (HTTP 429)")
+        return degraded(f"Jira error HTTP {code}" + (f": {short(getattr(exc, 'text', ''), 160)}" if getattr(exc, "text", None) else ""))
+    except requests.exceptions.Timeout:
+        return degraded(f"timeout after {p.timeout_s:.1f}s")
+    except requests.exceptions.ConnectionError:
+        return degraded(f"offline (cannot reach {server})")
+    except requests.exceptions.RequestException as exc:
+        return degraded(f"request failed ({type(exc).__name__})")
+    except (ValueError, KeyError, TypeError) as exc:
+        return degraded(f"malformed answer from the Jira site ({type(exc).__name__})")
+    finally:
+        if client is not None:
+            try:
+                client.close()
+            except Exception:
+                pass
+
+    if not isinstance(data, dict) or not isinstance(data.get("issues"), list):
+        return degraded("malformed answer from the Jira site (no issues list)")
+    items = []
+    for it in data["issues"][:n]:
+        if not isinstance(it, dict) or not it.get("key"):
+            continue
+        f = it.get("fields") or {}
+        status = (f.get("status") or {}).get("name") if isinstance(f.get("status"), dict) else None
+        items.append(RefItem(kind="ticket", id=str(it["key"]), title=short(f.get("summary"), 300),
+                             url=f"{server}/browse/{it['key']}", state=status, updated=f.get("updated")))
+    total = data.get("total")
+    sec = RefSection(**base, method="live:jira", degraded=False, items=items,
+                     total=total if isinstance(total, int) else None, elapsed_s=sw.elapsed())
+    p.cache.put(spec.key, *cache_parts, value=sec.model_dump(mode="json"))
+    return sec
