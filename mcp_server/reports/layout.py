@@ -1,0 +1,130 @@
+"""The report workbook layout: sheet names, headers and naming rules.
+
+One place for the facts of the upstream (torch-profiler-parser
+trace_module_analyzer) layout that kernelscope both writes and reads, plus the
+names of kernelscope's own extra sheets. Readers locate columns by these
+header texts, never by position.
+"""
+from __future__ import annotations
+
+import re
+
+SUMMARY = "Summary"
+OVERVIEW = "Overview"
+MODULE_TREE = "Module Tree"
+GPU_KERNELS = "GPU Kernels"
+#: kernelscope extras
+FULL_KERNELS = "Kernels (full)"
+METADATA = "Metadata"
+#: sheets that are never detail sheets (upstream also writes "Model Info" in some versions)
+NON_DETAIL_SHEETS = frozenset({SUMMARY, OVERVIEW, MODULE_TREE, GPU_KERNELS, FULL_KERNELS, METADATA, "Model Info"})
+
+#: upstream caps GPU Kernels and each detail kernel table at this many rows
+MAX_ROWS = 1000
+TRUNCATED_PREFIX = "... truncated"
+
+
+def truncated_line(n: int = MAX_ROWS) -> str:
+    return f"{TRUNCATED_PREFIX} at {n} rows"
+
+
+SUMMARY_HEADERS = ["Metric", "Value (us)", "Percentage", "Detail Tab"]
+SUMMARY_TOTAL_LABEL = "Total Kernel Time"
+SUMMARY_CATEGORY_HEADERS = ["Category", "Count", "Total (us)", "Avg (us)", "Percentage"]
+OVERVIEW_HEADERS = ["Module Type", "Depth", "Count", "Mean (us)", "Std (us)", "Min (us)", "Max (us)",
+                    "Total (us)", "% of Parent", "Top Kernel"]
+#: kernelscope appends "Path" (the node's instance path) after the upstream columns
+TREE_HEADERS = ["Module", "Total Time (us)", "Kernels/Ops", "Breakdown", "Phase"]
+TREE_PATH_HEADER = "Path"
+GPU_KERNEL_HEADERS = ["Kernel Name", "Category", "Total Duration (us)", "Count", "Avg (us)", "% of Total",
+                      "Module Types"]
+DETAIL_CATEGORY_HEADERS = ["Category", "Percentage (%)", "Total Duration (us)"]
+DETAIL_KERNEL_HEADERS = ["Module", "Input Dims", "Kernel Name", "Duration (us)", "% of wall time", "Category",
+                         "Formula", "TFLOP", "TFLOPs", "Source"]
+#: the columns a reader needs in a detail kernel table
+DETAIL_REQUIRED = ["Module", "Kernel Name", "Duration (us)", "Category"]
+GPU_KERNELS_REQUIRED = ["Kernel Name", "Category", "Total Duration (us)", "Count"]
+
+#: detail-sheet phase suffixes: phase[:3]
+PHASE_ABBREV = {"pre": "prefill", "dec": "decode", "ext": "extend"}
+
+_DETAIL_NAME_RE = re.compile(r"^(?P<base>.*?)(?: \((?P<phase>[a-z]{3})?(?:,?(?P<variant>[A-Z]))?\))?$")
+#: older layout title "{name} [phase] — N kernels"
+OLD_TITLE_RE = re.compile(r"^(?P<name>.*?)(?: \[(?P<phase>[^\]]+)\])? — (?P<count>\d+) kernels?\s*$")
+KERNEL_SUM_RE = re.compile(r"Kernel sum:\s*(-?[\d,.]+)\s*us")
+WALL_RE = re.compile(r"Wall time:\s*(-?[\d,.]+)\s*us")
+OVERLAP_RE = re.compile(r"Overlap:\s*(-?[\d,.]+)\s*us")
+
+_BREAKDOWN_ITEM_RE = re.compile(r"(?:^|, )(?P<cat>[^:]+?): (?P<us>-?[\d,]+(?:\.\d+)?) us \((?P<pct>-?[\d.]+)%\)")
+_SUFFIX_NUM_RE = re.compile(r"_\d+$")
+
+
+def detail_sheet_name(module_type: str, phase: str = "", variant: str = "") -> str:
+    """Upstream naming: ``Type[:28]`` plus `` (pre|dec[,A])`` within Excel's 31 characters."""
+    parts = []
+    if phase:
+        parts.append(phase[:3])
+    if variant:
+        parts.append(variant)
+    if parts:
+        suffix = f" ({','.join(parts)})"
+        return f"{module_type[:28 - len(suffix)]}{suffix}"
+    return module_type[:28]
+
+
+def parse_detail_sheet_name(sheet: str) -> tuple[str, str, str]:
+    """(type prefix, phase ('prefill'|'decode'|...|''), variant) from a detail sheet name."""
+    m = _DETAIL_NAME_RE.match(sheet)
+    if not m:
+        return sheet, "", ""
+    ph = m.group("phase") or ""
+    return m.group("base"), PHASE_ABBREV.get(ph, ph), m.group("variant") or ""
+
+
+def module_type_of(instance: str) -> str:
+    """Instance name without its numeric suffix (``Linear_3`` -> ``Linear``)."""
+    return _SUFFIX_NUM_RE.sub("", instance or "")
+
+
+def format_breakdown(by_cat: dict[str, float], total: float) -> str:
+    """Upstream Module Tree breakdown: ``cat: X us (p%), ...`` sorted by time, zero entries dropped."""
+    parts = []
+    for cat, us in sorted(by_cat.items(), key=lambda kv: -kv[1]):
+        if us <= 0:
+            continue
+        pct = us / total * 100 if total > 0 else 0.0
+        parts.append(f"{cat}: {us:,.0f} us ({pct:.1f}%)")
+    return ", ".join(parts)
+
+
+def parse_breakdown(text: str) -> dict[str, float]:
+    """Inverse of ``format_breakdown`` (values as written, i.e. rounded to 1 us)."""
+    out: dict[str, float] = {}
+    if not text:
+        return out
+    for m in _BREAKDOWN_ITEM_RE.finditer(str(text)):
+        out[m.group("cat")] = out.get(m.group("cat"), 0.0) + float(m.group("us").replace(",", ""))
+    return out
+
+
+def pct_text(value: float, decimals: int = 1) -> str:
+    return f"{value:.{decimals}f}%"
+
+
+def parse_number(v) -> float | None:
+    """A cell value as float: numbers, ``"12.5%"``, ``"1,234.5"``; None when empty/unparseable."""
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    s = str(v).strip().replace(",", "")
+    if s.endswith("%"):
+        s = s[:-1]
+    if not s:
+        return None
+    try:
+        return float(s)
+    except ValueError:
+        return None

@@ -1,0 +1,551 @@
+"""Read report workbooks: kernelscope's own and torch-profiler-parser's (both layouts).
+
+Reads with python-calamine (values only, fast). Columns are found by their
+header text, never by position. What the compare engines need:
+
+* ``Report.kernels``: the per-kernel table. From ``Kernels (full)`` when the
+  workbook has it (kernelscope reports: exact, every kernel); otherwise
+  assembled from the detail sheets (upstream reports: one representative
+  instance per sheet, at most 1000 rows each; ``kernels_truncated`` says when
+  a cap was hit). For detail rows, ``module_type`` is the sheet's module type,
+  ``module`` the instance in the Module column and ``phase`` comes from the
+  sheet name's ``(pre|dec)`` suffix.
+* ``Report.gpu_kernels``: the ``GPU Kernels`` sheet (one row per kernel name),
+  with ``gpu_kernels_truncated``.
+* ``Report.summary_categories``: the ``Summary`` category table.
+* ``Report.stored_categories()``: kernel name -> category as stored.
+* ``kernel_table(report)``: the kernel table in the ``KERNEL_COLUMNS`` shape.
+
+A sheet or column an operation needs that is missing raises
+``ReportFormatError`` naming the file, the sheet and what is missing.
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Literal, Optional
+
+import pandas as pd
+
+from mcp_server.errors import FileMissingError, ReportFormatError
+from mcp_server.reports import layout as L
+
+Source = Literal["kernelscope", "upstream-old", "upstream-new"]
+ALL_PARTS = ("kernels", "gpu_kernels", "summary", "tree", "overview", "details", "metadata")
+
+
+@dataclass
+class DetailSheet:
+    """One detail sheet's title facts and category table."""
+
+    sheet: str
+    layout: Literal["old", "new"]
+    module: str = ""
+    module_type: str = ""
+    phase: str = ""
+    variant: str = ""
+    parent_path: str = ""
+    title_count: Optional[int] = None
+    kernel_sum_us: Optional[float] = None
+    wall_us: Optional[float] = None
+    overlap_us: Optional[float] = None
+    categories: dict[str, float] = field(default_factory=dict)
+    rows: int = 0
+    truncated: bool = False
+
+
+@dataclass
+class Report:
+    path: str
+    source: Source
+    sheets: list[str]
+    kernels: Optional[pd.DataFrame] = None
+    kernels_from: Optional[Literal["full", "detail"]] = None
+    kernels_truncated: bool = False
+    gpu_kernels: Optional[pd.DataFrame] = None
+    gpu_kernels_truncated: bool = False
+    summary_categories: Optional[pd.DataFrame] = None
+    summary_modules: Optional[pd.DataFrame] = None
+    total_kernel_us: Optional[float] = None
+    tree: Optional[pd.DataFrame] = None
+    overview: Optional[pd.DataFrame] = None
+    detail_sheets: list[DetailSheet] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def has_full_table(self) -> bool:
+        return any(s.startswith(L.FULL_KERNELS[:-1]) for s in self.sheets)
+
+    def stored_categories(self) -> dict[str, str]:
+        """Kernel name -> category as stored in the report (full table, else GPU Kernels, else details)."""
+        out: dict[str, str] = {}
+        for df, ncol in ((self.kernels, "name"), (self.gpu_kernels, "name")):
+            if df is not None and len(df):
+                for n, c in zip(df[ncol].tolist(), df["category"].tolist()):
+                    out.setdefault(str(n), str(c))
+        return out
+
+
+# --------------------------------------------------------------------------- low level
+
+
+class _Book:
+    """A calamine workbook with per-sheet row caching and file-named errors."""
+
+    def __init__(self, path: str):
+        from python_calamine import CalamineWorkbook
+
+        self.path = path
+        try:
+            self.wb = CalamineWorkbook.from_path(path)
+        except Exception as exc:  # calamine raises several types for bad files
+            raise ReportFormatError(f"not a readable xlsx workbook ({type(exc).__name__}: {exc})", path=path) from None
+        self.names = list(self.wb.sheet_names)
+        self._cache: dict[str, list[list[Any]]] = {}
+
+    def rows(self, sheet: str) -> list[list[Any]]:
+        if sheet not in self._cache:
+            if sheet not in self.names:
+                raise ReportFormatError(f"sheet '{sheet}' is missing (sheets: {', '.join(self.names)})", path=self.path)
+            try:
+                self._cache[sheet] = self.wb.get_sheet_by_name(sheet).to_python(skip_empty_area=False)
+            except Exception as exc:
+                raise ReportFormatError(f"sheet '{sheet}' cannot be read ({exc})", path=self.path) from None
+        return self._cache[sheet]
+
+    def missing(self, sheet: str, what: str) -> ReportFormatError:
+        return ReportFormatError(f"sheet '{sheet}': {what}", path=self.path)
+
+
+def _s(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v).strip()
+
+
+def _cell(row: list[Any], i: Optional[int]) -> Any:
+    if i is None or i >= len(row):
+        return ""
+    return row[i]
+
+
+def _header_index(row: list[Any]) -> dict[str, int]:
+    idx: dict[str, int] = {}
+    for i, v in enumerate(row):
+        t = _s(v)
+        if t and t not in idx:
+            idx[t] = i
+    return idx
+
+
+def _require(book: _Book, sheet: str, idx: dict[str, int], cols: Iterable[str], row_no: int) -> None:
+    miss = [c for c in cols if c not in idx]
+    if miss:
+        raise book.missing(sheet, f"missing column(s) {', '.join(repr(c) for c in miss)} in the header row {row_no}"
+                           f" (found: {', '.join(repr(k) for k in idx) or 'nothing'})")
+
+
+def _find_header(rows: list[list[Any]], first: str, must: str, start: int = 0) -> Optional[int]:
+    for i in range(start, len(rows)):
+        r = rows[i]
+        if r and _s(r[0]) == first and any(_s(v) == must for v in r):
+            return i
+    return None
+
+
+def _is_blank(row: list[Any]) -> bool:
+    return all(v in ("", None) for v in row)
+
+
+def _num(v: Any, default: float = 0.0) -> float:
+    x = L.parse_number(v)
+    return default if x is None else x
+
+
+# --------------------------------------------------------------------------- sheets
+
+
+def _read_gpu_kernels(book: _Book) -> tuple[pd.DataFrame, bool]:
+    sheet = L.GPU_KERNELS
+    rows = book.rows(sheet)
+    if not rows:
+        raise book.missing(sheet, "empty sheet (expected the header row 'Kernel Name, Category, ...')")
+    idx = _header_index(rows[0])
+    _require(book, sheet, idx, L.GPU_KERNELS_REQUIRED, 1)
+    ni, ci, ti, ki = (idx[c] for c in L.GPU_KERNELS_REQUIRED)
+    ai, pi, mi = idx.get("Avg (us)"), idx.get("% of Total"), idx.get("Module Types")
+    out: dict[str, list] = {k: [] for k in ("name", "category", "total_us", "count", "avg_us", "pct_total",
+                                            "module_types", "row")}
+    truncated = False
+    for rn, r in enumerate(rows[1:], start=2):
+        name = _s(_cell(r, ni))
+        if not name:
+            continue
+        if name.startswith(L.TRUNCATED_PREFIX):
+            truncated = True
+            break
+        total = _num(_cell(r, ti))
+        cnt = int(_num(_cell(r, ki)))
+        out["name"].append(name)
+        out["category"].append(_s(_cell(r, ci)))
+        out["total_us"].append(total)
+        out["count"].append(cnt)
+        out["avg_us"].append(_num(_cell(r, ai), total / cnt if cnt else 0.0))
+        out["pct_total"].append(_num(_cell(r, pi)))
+        out["module_types"].append(_s(_cell(r, mi)))
+        out["row"].append(rn)
+    return pd.DataFrame(out), truncated
+
+
+def _read_summary(book: _Book) -> tuple[pd.DataFrame, pd.DataFrame, Optional[float]]:
+    sheet = L.SUMMARY
+    rows = book.rows(sheet)
+    h = _find_header(rows, "Metric", "Value (us)")
+    total: Optional[float] = None
+    mods: dict[str, list] = {"label": [], "total_us": [], "pct": [], "detail_tab": [], "row": []}
+    if h is not None:
+        idx = _header_index(rows[h])
+        vi, pi, di = idx.get("Value (us)"), idx.get("Percentage"), idx.get("Detail Tab")
+        for rn in range(h + 1, len(rows)):
+            r = rows[rn]
+            label = _s(_cell(r, 0))
+            if not label:
+                break
+            if label == L.SUMMARY_TOTAL_LABEL:
+                total = L.parse_number(_cell(r, vi))
+                continue
+            mods["label"].append(str(_cell(r, 0)))
+            mods["total_us"].append(_num(_cell(r, vi)))
+            mods["pct"].append(_num(_cell(r, pi)))
+            mods["detail_tab"].append(_s(_cell(r, di)))
+            mods["row"].append(rn + 1)
+    c = _find_header(rows, "Category", "Total (us)", 0 if h is None else h + 1)
+    if c is None:
+        raise book.missing(sheet, "category table header 'Category, Count, Total (us), Avg (us), Percentage' not found")
+    idx = _header_index(rows[c])
+    _require(book, sheet, idx, ["Category", "Total (us)"], c + 1)
+    ki, ti, ai, pi = idx.get("Count"), idx["Total (us)"], idx.get("Avg (us)"), idx.get("Percentage")
+    cats: dict[str, list] = {"category": [], "count": [], "total_us": [], "avg_us": [], "pct": [], "row": []}
+    for rn in range(c + 1, len(rows)):
+        r = rows[rn]
+        name = _s(_cell(r, idx["Category"]))
+        if not name:
+            break
+        cats["category"].append(name)
+        cats["count"].append(int(_num(_cell(r, ki))))
+        cats["total_us"].append(_num(_cell(r, ti)))
+        cats["avg_us"].append(_num(_cell(r, ai)))
+        cats["pct"].append(_num(_cell(r, pi)))
+        cats["row"].append(rn + 1)
+    return pd.DataFrame(cats), pd.DataFrame(mods), total
+
+
+def _split_label(label: str) -> tuple[int, str]:
+    """Depth and name from an indented ``    ├── Name`` label."""
+    for glyph in ("├── ", "└── "):
+        pos = label.find(glyph)
+        if pos >= 0:
+            return pos // 4, label[pos + len(glyph):].strip()
+    return 0, label.strip()
+
+
+def _read_tree(book: _Book) -> pd.DataFrame:
+    sheet = L.MODULE_TREE
+    rows = book.rows(sheet)
+    if not rows:
+        raise book.missing(sheet, "empty sheet")
+    idx = _header_index(rows[0])
+    _require(book, sheet, idx, ["Module", "Total Time (us)", "Breakdown"], 1)
+    mi, ti, ki, bi = idx["Module"], idx["Total Time (us)"], idx.get("Kernels/Ops"), idx["Breakdown"]
+    phi, pai = idx.get("Phase"), idx.get(L.TREE_PATH_HEADER)
+    out: dict[str, list] = {k: [] for k in ("module", "module_type", "depth", "total_us", "kernel_count",
+                                            "breakdown", "phase", "path", "row")}
+    stack: list[str] = []
+    for rn, r in enumerate(rows[1:], start=2):
+        label = str(_cell(r, mi) or "")
+        if not label.strip() or label.startswith(L.TRUNCATED_PREFIX):
+            continue
+        depth, name = _split_label(label)
+        stack = stack[:depth] + [name]
+        path = _s(_cell(r, pai)) or "/".join(stack)
+        out["module"].append(name)
+        out["module_type"].append(L.module_type_of(name))
+        out["depth"].append(depth)
+        out["total_us"].append(_num(_cell(r, ti)))
+        out["kernel_count"].append(int(_num(_cell(r, ki))))
+        out["breakdown"].append(_s(_cell(r, bi)))
+        out["phase"].append(_s(_cell(r, phi)))
+        out["path"].append(path)
+        out["row"].append(rn)
+    return pd.DataFrame(out)
+
+
+def _read_overview(book: _Book) -> pd.DataFrame:
+    sheet = L.OVERVIEW
+    rows = book.rows(sheet)
+    if not rows:
+        raise book.missing(sheet, "empty sheet")
+    idx = _header_index(rows[0])
+    _require(book, sheet, idx, ["Module Type", "Total (us)"], 1)
+    cols = {"Module Type": "label", "Depth": "depth", "Count": "count", "Mean (us)": "mean_us", "Std (us)": "std_us",
+            "Min (us)": "min_us", "Max (us)": "max_us", "Total (us)": "total_us", "% of Parent": "pct_of_parent",
+            "Top Kernel": "top_kernel"}
+    out: dict[str, list] = {v: [] for v in cols.values()}
+    out["module_type"] = []
+    for r in rows[1:]:
+        label = str(_cell(r, idx["Module Type"]) or "")
+        if not label.strip():
+            continue
+        for h, k in cols.items():
+            v = _cell(r, idx.get(h))
+            out[k].append(label if k == "label" else (_s(v) if k == "top_kernel" else _num(v)))
+        out["module_type"].append(_split_label(label)[1])
+    return pd.DataFrame(out)
+
+
+def _read_metadata(book: _Book) -> dict[str, str]:
+    if L.METADATA not in book.names:
+        return {}
+    rows = book.rows(L.METADATA)
+    out: dict[str, str] = {}
+    for r in rows[1:]:
+        k = _s(_cell(r, 0))
+        if k:
+            out[k] = _s(_cell(r, 1))
+    return out
+
+
+def _detail_title(rows: list[list[Any]]) -> Optional[tuple[str, str, str, Optional[int], str]]:
+    """(layout, instance name, phase from title, count, parent path) or None if not a detail title."""
+    if not rows:
+        return None
+    r0 = rows[0]
+    a1 = _s(_cell(r0, 0))
+    b1 = _cell(r0, 1)
+    b1_is_count = (isinstance(b1, (int, float)) and not isinstance(b1, bool)) or (
+        isinstance(b1, str) and b1.strip().isdigit())
+    if a1 and b1_is_count:
+        return "new", a1, "", int(_num(b1)), _s(_cell(r0, 2))
+    m = L.OLD_TITLE_RE.match(a1)
+    if m:
+        return "old", m.group("name").strip(), m.group("phase") or "", int(m.group("count")), ""
+    return None
+
+
+def _is_detail(book: _Book, sheet: str) -> bool:
+    if sheet in L.NON_DETAIL_SHEETS or sheet.startswith(L.FULL_KERNELS[:-1]):
+        return False
+    rows = book.rows(sheet)
+    if _detail_title(rows) is not None:
+        return True
+    return len(rows) > 1 and _s(_cell(rows[1], 0)).startswith("Kernel sum:")
+
+
+def _read_detail(book: _Book, sheet: str, want_rows: bool) -> tuple[DetailSheet, Optional[dict[str, list]]]:
+    rows = book.rows(sheet)
+    t = _detail_title(rows)
+    if t is None:
+        raise book.missing(sheet, "row 1 is neither the older title '<name> [phase] — N kernels' nor the newer "
+                                  "'name | count | parent path'")
+    lay, inst, tphase, count, parent = t
+    base, sphase, variant = L.parse_detail_sheet_name(sheet)
+    phase = sphase or tphase
+    mtype = L.module_type_of(inst) or base
+    ds = DetailSheet(sheet=sheet, layout=lay, module=inst, module_type=mtype, phase=phase, variant=variant,
+                     parent_path=parent, title_count=count)
+    if len(rows) > 1:
+        info = _s(_cell(rows[1], 0))
+        for attr, rx in (("kernel_sum_us", L.KERNEL_SUM_RE), ("wall_us", L.WALL_RE), ("overlap_us", L.OVERLAP_RE)):
+            m = rx.search(info)
+            if m:
+                setattr(ds, attr, float(m.group(1).replace(",", "")))
+    ch = _find_header(rows, "Category", "Total Duration (us)", 1)
+    kh = _find_header(rows, "Module", "Kernel Name", 1)
+    if kh is None:
+        raise book.missing(sheet, "kernel table header row ('Module, Input Dims, Kernel Name, Duration (us), ...') "
+                                  "not found")
+    if ch is not None and ch < kh:
+        cidx = _header_index(rows[ch])
+        ti = cidx.get("Total Duration (us)")
+        for rn in range(ch + 1, kh):
+            r = rows[rn]
+            name = _s(_cell(r, 0))
+            if not name:
+                break
+            if name == "Total":
+                continue
+            ds.categories[name] = _num(_cell(r, ti))
+    idx = _header_index(rows[kh])
+    _require(book, sheet, idx, L.DETAIL_REQUIRED, kh + 1)
+    mi, ni, di, ci = (idx[c] for c in L.DETAIL_REQUIRED)
+    ii = idx.get("Input Dims")
+    si = idx.get("Source", idx.get("Path"))
+    out: Optional[dict[str, list]] = {k: [] for k in ("name", "category", "dur_us", "module", "input_dims",
+                                                      "source", "row")} if want_rows else None
+    n = 0
+    for rn in range(kh + 1, len(rows)):
+        r = rows[rn]
+        first = _s(_cell(r, 0))
+        if first.startswith(L.TRUNCATED_PREFIX):
+            ds.truncated = True
+            break
+        name = _s(_cell(r, ni))
+        if not name:
+            continue
+        n += 1
+        if out is not None:
+            out["name"].append(name)
+            out["category"].append(_s(_cell(r, ci)))
+            out["dur_us"].append(_num(_cell(r, di)))
+            out["module"].append(_s(_cell(r, mi)))
+            out["input_dims"].append(_s(_cell(r, ii)))
+            out["source"].append(_s(_cell(r, si)))
+            out["row"].append(rn + 1)
+    ds.rows = n
+    if count is not None and count > n and not ds.truncated and n >= L.MAX_ROWS:
+        ds.truncated = True
+    return ds, out
+
+
+def _read_full(book: _Book) -> pd.DataFrame:
+    from mcp_server.traces.models import KERNEL_COLUMNS
+
+    frames = []
+    for sheet in [s for s in book.names if s == L.FULL_KERNELS or (s.startswith(L.FULL_KERNELS[:-1]) and
+                                                                   s.endswith(")"))]:
+        rows = book.rows(sheet)
+        if not rows:
+            raise book.missing(sheet, "empty sheet (expected the kernel columns header)")
+        idx = _header_index(rows[0])
+        _require(book, sheet, idx, ["name", "category", "dur_us"], 1)
+        data = rows[1:]
+        cols = {}
+        for c, i in idx.items():
+            cols[c] = [r[i] if i < len(r) else "" for r in data]
+        frames.append(pd.DataFrame(cols))
+    df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    for c in KERNEL_COLUMNS:
+        if c not in df.columns:
+            df[c] = _UNKNOWN.get(c, "")
+    for c in ("ts_us", "dur_us", "confidence"):
+        df[c] = pd.to_numeric(df[c], errors="coerce").fillna(-1.0).astype(float)
+    for c in ("device", "stream", "correlation", "layer"):
+        df[c] = pd.to_numeric(df[c], errors="coerce").fillna(-1).astype("int64")
+    df["graph"] = df["graph"].map(lambda v: v is True or str(v).lower() == "true")
+    for c in KERNEL_COLUMNS:
+        if c not in ("ts_us", "dur_us", "confidence", "device", "stream", "correlation", "layer", "graph"):
+            df[c] = df[c].map(_s)
+    return df
+
+
+_UNKNOWN: dict[str, Any] = {"ts_us": -1.0, "dur_us": -1.0, "device": -1, "stream": -1, "correlation": -1,
+                            "graph": False, "confidence": -1.0, "layer": -1}
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def read_report(path: str | os.PathLike, *, need: Iterable[str] = ALL_PARTS) -> Report:
+    """Read the parts of a report workbook listed in ``need`` (see ``ALL_PARTS``).
+
+    ``need`` names parts that must be present: a missing sheet or column for one of
+    them raises ``ReportFormatError``. ``details`` (detail sheets' facts) is read
+    whenever ``kernels`` comes from detail sheets.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise FileMissingError("report not found", path=p)
+    if p.is_dir():
+        raise FileMissingError("report path is a directory, expected an .xlsx file", path=p)
+    if not zipfile.is_zipfile(p):
+        raise ReportFormatError("not an xlsx workbook (not a zip archive)", path=p)
+    need = set(need)
+    unknown = need - set(ALL_PARTS)
+    if unknown:
+        raise ValueError(f"unknown report parts {sorted(unknown)}; choose from {ALL_PARTS}")
+    book = _Book(str(p))
+    names = book.names
+    is_ks = L.FULL_KERNELS in names or L.METADATA in names
+    rep = Report(path=str(p), source="kernelscope" if is_ks else "upstream-old", sheets=list(names))
+    detail_names = [s for s in names if _is_detail(book, s)]
+    if not is_ks:
+        for s in detail_names:
+            t = _detail_title(book.rows(s))
+            if t is not None:
+                rep.source = "upstream-new" if t[0] == "new" else "upstream-old"
+                break
+
+    if "metadata" in need:
+        rep.metadata = _read_metadata(book)
+    if "summary" in need:
+        rep.summary_categories, rep.summary_modules, rep.total_kernel_us = _read_summary(book)
+    if "gpu_kernels" in need:
+        rep.gpu_kernels, rep.gpu_kernels_truncated = _read_gpu_kernels(book)
+    if "tree" in need:
+        rep.tree = _read_tree(book)
+    if "overview" in need:
+        rep.overview = _read_overview(book)
+    use_full = "kernels" in need and rep.has_full_table
+    want_detail_rows = "kernels" in need and not use_full
+    if "details" in need or want_detail_rows:
+        parts = []
+        for s in detail_names:
+            ds, rows = _read_detail(book, s, want_detail_rows)
+            rep.detail_sheets.append(ds)
+            if rows is not None:
+                df = pd.DataFrame(rows)
+                df["sheet"] = s
+                df["module_type"] = ds.module_type
+                df["phase"] = ds.phase
+                df["detail_module"] = ds.module
+                base = "/".join(x for x in (ds.parent_path, ds.module) if x)
+                df["module_path"] = [
+                    base if (not m or m == ds.module) else f"{base}/{m}" for m in df["module"].tolist()
+                ]
+                df["root_type"] = L.module_type_of(ds.parent_path.split("/")[0]) if ds.parent_path else ds.module_type
+                parts.append(df)
+        if want_detail_rows:
+            if not detail_names:
+                raise ReportFormatError("no kernel table: neither a 'Kernels (full)' sheet nor any detail sheet",
+                                        path=p)
+            rep.kernels = pd.concat(parts, ignore_index=True)
+            rep.kernels_from = "detail"
+            rep.kernels_truncated = any(d.truncated for d in rep.detail_sheets)
+    if use_full:
+        rep.kernels = _read_full(book)
+        rep.kernels_from = "full"
+    return rep
+
+
+def kernel_table(report: Report) -> pd.DataFrame:
+    """The report's kernels in the ``KERNEL_COLUMNS`` shape (unknown: '' for text, -1 for numbers).
+
+    Rows keep the report's order (execution order within each detail sheet).
+    Extra columns of detail-assembled tables (``sheet``, ``detail_module``) are kept.
+    """
+    from mcp_server.traces.models import KERNEL_COLUMNS
+
+    if report.kernels is None:
+        raise ReportFormatError("kernel table not read (call read_report with need including 'kernels')",
+                                path=report.path)
+    df = report.kernels.copy()
+    n = len(df)
+    for c in KERNEL_COLUMNS:
+        if c not in df.columns:
+            if c == "kind":
+                df[c] = ["memcpy" if "memcpy" in x.lower() else "memset" if "memset" in x.lower() else "kernel"
+                         for x in df["name"].astype(str)] if n else []
+            else:
+                df[c] = _UNKNOWN.get(c, "")
+    extra = [c for c in ("sheet", "detail_module") if c in df.columns]
+    return df[list(KERNEL_COLUMNS) + extra].reset_index(drop=True)
+
+
+def read_kernel_table(path: str | os.PathLike) -> tuple[pd.DataFrame, Report]:
+    """Read a report and return (``kernel_table``, report with ``gpu_kernels`` and ``summary``)."""
+    rep = read_report(path, need=("kernels", "gpu_kernels", "metadata"))
+    return kernel_table(rep), rep
