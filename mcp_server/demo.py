@@ -1,0 +1,53 @@
+"""``python -m mcp_server.demo`` (``make demo``): the main jobs on the bundled H200 traces.
+
+``main()`` runs the steps in ``STEPS`` in order; each step takes the rich
+Console and prints its own section. Later steps (e.g. a comparison) are
+appended to ``STEPS``.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+from rich.rule import Rule
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACES = ROOT / "tests" / "fixtures" / "traces"
+
+#: (file, reference trace or None, what it is)
+TRACE_FIXTURES: list[tuple[str, str | None, str]] = [
+    ("llama_prefill_eager.json.gz", None, "Llama-style prefill, eager attention"),
+    ("llama_prefill_sdpa.json.gz", None, "Llama-style prefill, sdpa attention"),
+    ("llama_decode_mixed.json.gz", None, "decode: 1 eager step + 3 CUDA-graph replays"),
+    ("llama_decode_graph.json.gz", "llama_decode_mixed.json.gz", "decode: CUDA-graph replays only, attributed from the mixed trace"),
+    ("dsv3_prefill.json.gz", None, "DeepSeek-V3-style prefill (MLA + MoE)"),
+]
+
+
+def step_analyze(console: Console) -> None:
+    """Analyze each bundled trace and print its summary."""
+    from mcp_server.traces import analyze_trace
+    from mcp_server.traces.render import render_analysis
+
+    for name, ref, what in TRACE_FIXTURES:
+        console.print(Rule(f"analyze {name}: {what}"))
+        res = analyze_trace(TRACES / name, reference_trace=(TRACES / ref) if ref else None)
+        render_analysis(res, console, max_modules=12, max_tree_depth=2)
+
+
+STEPS: list[Callable[[Console], None]] = [
+    step_analyze,
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    console = Console(highlight=False)
+    for step in STEPS:
+        step(console)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

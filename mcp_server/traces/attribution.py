@@ -1,0 +1,177 @@
+"""Kernel -> launch -> enclosing spans (module, cpu op, source line, phase).
+
+All lookups are vectorised: per thread, the spans of one kind are sorted by
+start; ``searchsorted`` finds the last span starting at or before the launch;
+if that span ended before the launch, the lookup walks to its parent (parents
+are computed per nesting depth, also with ``searchsorted``). The walk takes at
+most "nesting depth" numpy steps, never a Python loop per kernel.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from mcp_server.traces.loader import GRAPH_LAUNCH_NAMES, RawTrace
+
+MODULE_PREFIX = "nn.Module: "
+_SUFFIX = re.compile(r"_(\d+)$")
+
+
+def module_type(instance: str) -> str:
+    return _SUFFIX.sub("", instance)
+
+
+def is_source_frame(name: str) -> bool:
+    """A user-code frame: not a module marker, not a builtin/frozen frame, not inside torch/."""
+    if not name or name.startswith("<") or name.startswith(MODULE_PREFIX):
+        return False
+    if name.startswith("torch/") or "/torch/" in name:
+        return False
+    return "(" in name
+
+
+def phase_of_frame(name: str) -> str:
+    if "forward_extend" in name:
+        return "prefill"
+    if "forward_decode" in name:
+        return "decode"
+    return ""
+
+
+@dataclass
+class SpanSet:
+    """Spans of one kind, sorted by (thread, start, -end), with parent indices (-1 = none)."""
+
+    ts: np.ndarray
+    end: np.ndarray
+    thread: np.ndarray
+    name: np.ndarray
+    parent: np.ndarray
+    extra: np.ndarray | None = None
+
+    @classmethod
+    def build(cls, ts, end, thread, name, extra=None) -> "SpanSet":
+        order = np.lexsort((-end, ts, thread))
+        ts, end, thread, name = ts[order], end[order], thread[order], name[order]
+        extra = extra[order] if extra is not None else None
+        parent = np.full(len(ts), -1, dtype=np.int64)
+        for th in np.unique(thread):
+            lo, hi = np.searchsorted(thread, [th, th + 1])
+            s, e = ts[lo:hi], end[lo:hi]
+            n = hi - lo
+            ends_sorted = np.sort(e)
+            depth = np.arange(n) - np.searchsorted(ends_sorted, s, side="right")
+            depth = np.maximum(depth, 0)
+            for d in range(1, int(depth.max()) + 1 if n else 0):
+                kids = np.flatnonzero(depth == d)
+                if not len(kids):
+                    continue
+                ups = np.flatnonzero(depth == d - 1)
+                if not len(ups):
+                    continue
+                j = np.searchsorted(ups, kids) - 1
+                ok = j >= 0
+                parent[lo + kids[ok]] = lo + ups[j[ok]]
+        return cls(ts, end, thread, name, parent, extra)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def enclosing(self, q_thread: np.ndarray, q_ts: np.ndarray) -> np.ndarray:
+        """Index of the deepest span enclosing each query on its thread (-1 when none)."""
+        out = np.full(len(q_ts), -1, dtype=np.int64)
+        if not len(self.ts) or not len(q_ts):
+            return out
+        for th in np.unique(q_thread):
+            lo, hi = np.searchsorted(self.thread, [th, th + 1])
+            if lo == hi:
+                continue
+            qi = np.flatnonzero(q_thread == th)
+            t = q_ts[qi]
+            idx = np.searchsorted(self.ts[lo:hi], t, side="right") - 1 + lo
+            idx[idx < lo] = -1
+            for _ in range(512):
+                live = idx >= 0
+                bad = np.zeros(len(idx), dtype=bool)
+                bad[live] = self.end[idx[live]] < t[live]
+                if not bad.any():
+                    break
+                idx[bad] = self.parent[idx[bad]]
+            out[qi] = idx
+        return out
+
+
+@dataclass
+class Linked:
+    """Per-kernel results of the direct (eager) attribution."""
+
+    launch_idx: np.ndarray  # index into launches, -1 when no launch found
+    graph: np.ndarray  # bool: launched by a graph launch
+    graph_group: np.ndarray  # correlation of the graph launch (-1 when not a replay)
+    module_span: np.ndarray  # index into modules SpanSet (-1)
+    cpu_op: np.ndarray  # index into cpu SpanSet (-1)
+    source: np.ndarray  # index into source SpanSet (-1)
+    phase_span: np.ndarray  # index into phase SpanSet (-1)
+    modules: SpanSet
+    cpu: SpanSet
+    sources: SpanSet
+    phases: SpanSet
+    module_paths: list[str]  # per module span: instance path
+
+
+def link(rt: RawTrace) -> Linked:
+    names = rt.names
+    n = len(rt.k_name)
+    # 1. kernel -> launch by correlation (first launch per id)
+    order = np.argsort(rt.l_corr, kind="stable")
+    lc = rt.l_corr[order]
+    pos = np.searchsorted(lc, rt.k_corr)
+    pos_c = np.minimum(pos, max(len(lc) - 1, 0))
+    hit = (pos < len(lc)) & (lc[pos_c] == rt.k_corr) if len(lc) else np.zeros(n, dtype=bool)
+    launch_idx = np.where(hit, order[pos_c] if len(lc) else -1, -1)
+    graph_name_ids = np.array([i for i, s in enumerate(names) if s in GRAPH_LAUNCH_NAMES], dtype=np.int32)
+    is_graph_launch = np.isin(rt.l_name, graph_name_ids)
+    graph = np.zeros(n, dtype=bool)
+    graph[hit] = is_graph_launch[launch_idx[hit]]
+    graph_group = np.where(graph, rt.k_corr, -1)
+
+    # 2. span sets
+    pname = rt.p_name
+    uniq = np.unique(pname)
+    mod_ids = np.array([i for i in uniq if names[i].startswith(MODULE_PREFIX)], dtype=np.int32)
+    src_ids = np.array([i for i in uniq if is_source_frame(names[i])], dtype=np.int32)
+    ph_ids = np.array([i for i in uniq if phase_of_frame(names[i])], dtype=np.int32)
+
+    def subset(ids):
+        m = np.isin(pname, ids)
+        return SpanSet.build(rt.p_ts[m], rt.p_end[m], rt.p_thread[m], pname[m])
+
+    modules, sources, phases = subset(mod_ids), subset(src_ids), subset(ph_ids)
+    cpu = SpanSet.build(rt.c_ts, rt.c_end, rt.c_thread, rt.c_name, rt.c_dims)
+
+    # 3. queries at the launch time on the launch thread (eager kernels only)
+    q = np.flatnonzero(hit & ~graph)
+    qth = rt.l_thread[launch_idx[q]]
+    qts = rt.l_ts[launch_idx[q]]
+
+    def stab(ss: SpanSet) -> np.ndarray:
+        out = np.full(n, -1, dtype=np.int64)
+        out[q] = ss.enclosing(qth, qts)
+        return out
+
+    # graph launches: phase markers only (module spans do not exist inside a replay)
+    phase_span = stab(phases)
+    gq = np.flatnonzero(graph)
+    if len(gq):
+        phase_span[gq] = phases.enclosing(rt.l_thread[launch_idx[gq]], rt.l_ts[launch_idx[gq]])
+
+    # 4. module instance paths (parents precede children in start order)
+    paths: list[str] = []
+    for i in range(len(modules)):
+        inst = names[modules.name[i]][len(MODULE_PREFIX):].strip()
+        par = modules.parent[i]
+        paths.append(f"{paths[par]}/{inst}" if par >= 0 else inst)
+    return Linked(launch_idx, graph, graph_group, stab(modules), stab(cpu), stab(sources), phase_span,
+                  modules, cpu, sources, phases, paths)

@@ -1,0 +1,162 @@
+"""CUDA/HIP-graph replay attribution.
+
+A replay's kernels have no module spans. They are attributed from eager
+kernels of the same model (the same trace, or a reference trace):
+
+1. Sequence alignment. The eager step whose kernel-name sequence is most
+   similar to the replay's sequence is aligned with it (difflib matching
+   blocks). A replay kernel matched to an eager kernel takes that kernel's
+   module path (confidence 1.0). Kernels in a replaced/inserted stretch take
+   the common ancestor of the eager stretch they replace (or of the matched
+   neighbours around them), confidence 0.5. The same kernel name occurring in
+   several modules (a gemm in every Linear) is thus placed by position.
+2. Majority vote per name, when no eager step aligns well (ratio < 0.5): the
+   most frequent module path of that name among eager kernels; confidence =
+   the share of that path.
+3. Nothing learned: the bucket ``UNATTRIBUTED_GRAPH``.
+
+Layer cuts: inside each replay, at communication kernels when there are any,
+else at the repeat period of the kernel-name sequence (the longest run where
+``seq[i] == seq[i + p]``).
+"""
+from __future__ import annotations
+
+import difflib
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+UNATTRIBUTED_GRAPH = "graph replay, unattributed"
+MIN_RATIO = 0.5
+
+
+@dataclass
+class Reference:
+    """What eager kernels teach about replays."""
+
+    steps: list[tuple[list[str], list[str]]] = field(default_factory=list)  # (names, paths) per eager step
+    vote: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not self.steps and not self.vote
+
+
+def learn(names: Sequence[str], paths: Sequence[str], step_ids: Sequence[int]) -> Reference:
+    """``names/paths/step_ids``: attributed eager kernels in time order."""
+    by_step: dict[int, tuple[list[str], list[str]]] = defaultdict(lambda: ([], []))
+    votes: dict[str, Counter] = defaultdict(Counter)
+    for n, p, s in zip(names, paths, step_ids):
+        a, b = by_step[s]
+        a.append(n)
+        b.append(p)
+        votes[n][p] += 1
+    vote = {}
+    for n, c in votes.items():
+        p, k = c.most_common(1)[0]
+        vote[n] = (p, k / sum(c.values()))
+    # distinct step shapes only (identical steps align identically)
+    seen: set[tuple[str, ...]] = set()
+    steps = []
+    for a, b in by_step.values():
+        key = tuple(a)
+        if key in seen:
+            continue
+        seen.add(key)
+        steps.append((a, b))
+    return Reference(steps[:16], vote)
+
+
+def _lca(paths: Sequence[str]) -> str:
+    parts = [p.split("/") for p in paths if p]
+    if not parts:
+        return ""
+    common = parts[0]
+    for q in parts[1:]:
+        k = 0
+        while k < len(common) and k < len(q) and common[k] == q[k]:
+            k += 1
+        common = common[:k]
+    return "/".join(common)
+
+
+def attribute_sequence(seq: Sequence[str], ref: Reference) -> tuple[list[str], list[float], str]:
+    """Module path and confidence per replay kernel; method 'align' | 'vote' | 'none'."""
+    n = len(seq)
+    best = None
+    for names, paths in ref.steps:
+        sm = difflib.SequenceMatcher(None, names, list(seq), autojunk=False)
+        if sm.real_quick_ratio() < MIN_RATIO or sm.quick_ratio() < MIN_RATIO:
+            continue
+        r = sm.ratio()
+        if best is None or r > best[0]:
+            best = (r, sm, paths)
+    if best is not None and best[0] >= MIN_RATIO:
+        _, sm, epaths = best
+        out: list[str] = [""] * n
+        conf = [0.0] * n
+        ops = sm.get_opcodes()
+        for tag, i1, i2, j1, j2 in ops:
+            if tag == "equal":
+                for k in range(j2 - j1):
+                    out[j1 + k] = epaths[i1 + k]
+                    conf[j1 + k] = 1.0
+        for tag, i1, i2, j1, j2 in ops:
+            if tag in ("replace", "insert") and j2 > j1:
+                if tag == "replace":
+                    p = _lca(epaths[i1:i2])
+                else:
+                    around = [epaths[i1 - 1]] if i1 > 0 else []
+                    if i1 < len(epaths):
+                        around.append(epaths[i1])
+                    p = _lca(around)
+                for k in range(j1, j2):
+                    out[k] = p
+                    conf[k] = 0.5 if p else 0.0
+        for k in range(n):  # still empty: majority vote by name
+            if not out[k] and seq[k] in ref.vote:
+                out[k], conf[k] = ref.vote[seq[k]]
+        return out, conf, "align"
+    if ref.vote:
+        out = []
+        conf = []
+        for s in seq:
+            p, c = ref.vote.get(s, ("", 0.0))
+            out.append(p)
+            conf.append(c)
+        return out, conf, "vote"
+    return [""] * n, [0.0] * n, "none"
+
+
+def layer_cuts(seq_ids: np.ndarray, is_comm: np.ndarray) -> tuple[np.ndarray, str, int]:
+    """Layer index per kernel of one replay (-1 outside the repeated part)."""
+    n = len(seq_ids)
+    layer = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return layer, "none", 0
+    if is_comm.any():
+        # a new segment starts after each communication kernel
+        seg = np.concatenate([[0], np.cumsum(is_comm[:-1])])
+        return seg.astype(np.int64), "communication", int(seg.max()) + 1
+    best = (0, 0, 0)  # coverage, period, run start
+    for p in range(2, n // 2 + 1):
+        eq = seq_ids[:-p] == seq_ids[p:]
+        if not eq.any():
+            continue
+        # longest run of True
+        d = np.diff(np.concatenate([[0], eq.astype(np.int8), [0]]))
+        starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+        lens = ends - starts
+        j = int(np.argmax(lens))
+        run = int(lens[j])
+        if run >= p and run + p > best[0]:
+            best = (run + p, p, int(starts[j]))
+    cov, p, s = best
+    if p == 0 or cov < 4:
+        return layer, "none", 0
+    reps = cov // p
+    idx = np.arange(s, s + reps * p)
+    layer[idx] = (idx - s) // p
+    return layer, "period", reps
