@@ -1,0 +1,93 @@
+"""``budget``: per-category time of two runs side by side (works on CUDA-graph decode too).
+
+Built from each side's full kernel list (trace, kernelscope report); from an
+upstream report from its ``GPU Kernels`` sheet (and says when that sheet was
+truncated). Each side's shares sum to 100 %; rows are sorted by |gap|.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence, Union
+
+import pandas as pd
+
+from mcp_server.compare.inputs import Side, distinct_labels, filter_phase, load_side
+from mcp_server.compare.models import BudgetResult, BudgetRow, SideInfo
+from mcp_server.models import Warning_
+
+SideArg = Union[str, os.PathLike, Side]
+
+
+def _ratio(a: float, b: float) -> Optional[float]:
+    return (b / a) if a > 0 else None
+
+
+def category_totals(side: Side) -> tuple[pd.DataFrame, str]:
+    """(category, us, count) of one side and the name of the table used."""
+    if side.kernels is not None:
+        k = side.kernels
+        g = k.groupby("category", sort=False)["dur_us"].agg(["sum", "size"])
+        g.columns = ["us", "count"]
+        return g, "kernels"
+    gk = side.gpu_kernels
+    g = gk.groupby("category", sort=False).agg(us=("total_us", "sum"), count=("count", "sum"))
+    return g, "GPU Kernels"
+
+
+def side_info(side: Side, *, total_us: float, count: int, table: str, phase: Optional[str], phases: list[str]) -> SideInfo:
+    return SideInfo(
+        label=side.label, path=side.path, kind=side.kind, source_table=table,
+        truncated=bool(side.gpu_kernels_truncated if table == "GPU Kernels" else side.kernels_truncated),
+        phase=phase or None, phases_present=phases, kernel_count=int(count), total_us=float(total_us),
+        categories_sha256=side.categories_sha256,
+    )
+
+
+def _load(x: SideArg, categories, label: Optional[str]) -> Side:
+    if isinstance(x, Side):
+        return x
+    return load_side(x, categories=categories, label=label, purpose="budget")
+
+
+def budget(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = None, phase: Optional[str] = None,
+           categories: str | os.PathLike | None = None) -> BudgetResult:
+    """Per category: each side's us and share, gap (b - a) and ratio (b / a), sorted by |gap|."""
+    sa = _load(a, categories, None)
+    sb = _load(b, categories, None)
+    distinct_labels(sa, sb, list(labels) if labels else None)
+    warnings: list[Warning_] = []
+    phases = {id(s): s.phases for s in (sa, sb)}
+    if phase:
+        sa, sb = filter_phase(sa, phase), filter_phase(sb, phase)
+    else:
+        for s in (sa, sb):
+            if len(phases[id(s)]) > 1:
+                warnings.append(Warning_(code="mixed_phases", message=(
+                    f"{s.label} holds both prefill and decode kernels; the budget mixes them "
+                    "(pass phase='prefill' or 'decode')")))
+    warnings += sa.warnings + sb.warnings
+    ga, ta = category_totals(sa)
+    gb, tb = category_totals(sb)
+    tot_a, tot_b = float(ga["us"].sum()), float(gb["us"].sum())
+    for s, tot in ((sa, tot_a), (sb, tot_b)):
+        if tot <= 0:
+            warnings.append(Warning_(code="empty_side", message=f"{s.label}: no kernel time to budget"))
+    cats = list(dict.fromkeys(list(ga.index) + list(gb.index)))
+    rows = []
+    for c in cats:
+        a_us = float(ga["us"].get(c, 0.0))
+        b_us = float(gb["us"].get(c, 0.0))
+        rows.append(BudgetRow(
+            category=str(c), a_us=a_us, b_us=b_us,
+            a_pct=100.0 * a_us / tot_a if tot_a > 0 else 0.0,
+            b_pct=100.0 * b_us / tot_b if tot_b > 0 else 0.0,
+            a_count=int(ga["count"].get(c, 0)), b_count=int(gb["count"].get(c, 0)),
+            gap_us=b_us - a_us, ratio=_ratio(a_us, b_us),
+        ))
+    rows.sort(key=lambda r: (-abs(r.gap_us), r.category))
+    return BudgetResult(
+        a=side_info(sa, total_us=tot_a, count=int(ga["count"].sum()), table=ta, phase=phase, phases=phases[id(sa)]),
+        b=side_info(sb, total_us=tot_b, count=int(gb["count"].sum()), table=tb, phase=phase, phases=phases[id(sb)]),
+        rows=rows, total_a_us=tot_a, total_b_us=tot_b, gap_us=tot_b - tot_a, ratio=_ratio(tot_a, tot_b),
+        mismatches=sa.mismatches + sb.mismatches, warnings=warnings,
+    )

@@ -1,0 +1,206 @@
+"""``diff_modules``: the module-grouped side-by-side comparison of two runs.
+
+Each side's kernels (execution order) are grouped by module type and mapped to
+functional blocks (``blocks.py``, ``_shared/functional_blocks.csv``). Per block,
+both sides' kernels (unique names, launches summed, first-appearance order) are
+aligned (``matching.align``) and annotated:
+
+* FUSION: kernels of one side that the other side does with fewer launches:
+  a replacement segment where several kernels of one side face fewer on the
+  other, or one side covering the same categories with fewer launches;
+* IMPROVE: a kernel paired with a same-category kernel at least 1.5x faster on the
+  other side (and the difference is at least 1 % of the block's larger total);
+* MISSING: a category present in the block on one side only.
+
+Blocks are sorted by |gap| (b - a); the first is marked for optimisation.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence, Union
+
+import pandas as pd
+
+from mcp_server.compare.blocks import BlockRules, assign_blocks, load_blocks
+from mcp_server.compare.budget import side_info
+from mcp_server.compare.inputs import Side, distinct_labels, filter_phase, load_side
+from mcp_server.compare.matching import Item, align, segments
+from mcp_server.compare.models import Annotation, BlockDiff, DiffResult, KernelMatch, KernelRow
+from mcp_server.errors import InputError
+from mcp_server.models import Warning_
+
+SideArg = Union[str, os.PathLike, Side]
+IMPROVE_RATIO = 1.5
+IMPROVE_MIN_SHARE = 0.01
+
+
+def short_name(name: str, width: int = 72) -> str:
+    s = name[5:] if name.startswith("void ") else name
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def _block_tables(side: Side, rules: BlockRules) -> tuple[dict[str, list[Item]], dict[str, tuple[str, list[str]]]]:
+    k = side.kernels
+    if k is None or not len(k):
+        return {}, {}
+    kb = assign_blocks(k, rules)
+    items: dict[str, list[Item]] = {}
+    agg = kb.groupby(["block", "name"], sort=False).agg(category=("category", "first"), us=("dur_us", "sum"),
+                                                         count=("dur_us", "size"))
+    for (blk, name), r in agg.iterrows():
+        items.setdefault(str(blk), []).append(Item(str(name), str(r["category"]), float(r["us"]), int(r["count"])))
+    meta: dict[str, tuple[str, list[str]]] = {}
+    for blk, g in kb.groupby("block", sort=False):
+        keys = list(dict.fromkeys("/".join(str(x).split("/")[-2:]) for x in g["module_key"].unique()))
+        meta[str(blk)] = (str(g["role"].iloc[0]), keys[:8])
+    return items, meta
+
+
+def _ratio(a: float, b: float) -> Optional[float]:
+    return (b / a) if a > 0 else None
+
+
+def _annotate(a: list[Item], b: list[Item], pairs, la: str, lb: str) -> list[Annotation]:
+    notes: list[Annotation] = []
+    tot_a = sum(x.us for x in a)
+    tot_b = sum(x.us for x in b)
+    n_a = sum(x.count for x in a)
+    n_b = sum(x.count for x in b)
+    cats_a = {x.category for x in a}
+    cats_b = {x.category for x in b}
+    # MISSING
+    for cat in sorted(cats_a - cats_b):
+        ks = [x for x in a if x.category == cat]
+        notes.append(Annotation(kind="MISSING", side="b", category=cat, kernels=[x.name for x in ks], message=(
+            f"{cat} only on {la}: {sum(x.count for x in ks)} launches, {sum(x.us for x in ks):.1f} us "
+            f"({', '.join(short_name(x.name, 48) for x in ks[:3])})")))
+    for cat in sorted(cats_b - cats_a):
+        ks = [x for x in b if x.category == cat]
+        notes.append(Annotation(kind="MISSING", side="a", category=cat, kernels=[x.name for x in ks], message=(
+            f"{cat} only on {lb}: {sum(x.count for x in ks)} launches, {sum(x.us for x in ks):.1f} us "
+            f"({', '.join(short_name(x.name, 48) for x in ks[:3])})")))
+    # FUSION from replacement segments
+    fused_sides: set[str] = set()
+    for seg_a, seg_b in segments(pairs).values():
+        if not seg_a or not seg_b:
+            continue
+        ca = sum(a[i].count for i in seg_a)
+        cb = sum(b[j].count for j in seg_b)
+        if ca == cb or (len(seg_a) < 2 and len(seg_b) < 2):
+            continue
+        (many, few, ml, fl, side) = ((seg_a, seg_b, a, b, "a") if ca > cb else (seg_b, seg_a, b, a, "b"))
+        lm, lf = (la, lb) if side == "a" else (lb, la)
+        fused_sides.add(side)
+        notes.append(Annotation(kind="FUSION", side=side, kernels=[ml[i].name for i in many], message=(
+            f"{lm} runs {len(many)} kernels ({', '.join(short_name(ml[i].name, 40) for i in many)}) "
+            f"where {lf} runs {len(few)} ({', '.join(short_name(fl[j].name, 40) for j in few)}): "
+            f"they could merge into one fused kernel")))
+    # FUSION: one side covers the same categories with fewer launches
+    for (mine, other, cats_mine, cats_other, n_mine, n_other, lm, lo, side) in (
+        (a, b, cats_a, cats_b, n_a, n_b, la, lb, "a"), (b, a, cats_b, cats_a, n_b, n_a, lb, la, "b"),
+    ):
+        if side in fused_sides or not other or n_other >= n_mine or not cats_other >= cats_mine:
+            continue
+        idx_mine = {p.a if side == "a" else p.b for p in pairs if p.kind in ("gone", "new", "category", "time")}
+        cand = [mine[i] for i in sorted(i for i in idx_mine if i is not None)]
+        if not cand:  # same kernels, more launches on this side
+            by = {x.name: x.count for x in other}
+            cand = [x for x in mine if x.count > by.get(x.name, 0)]
+        if not cand:
+            continue
+        notes.append(Annotation(kind="FUSION", side=side, kernels=[x.name for x in cand], message=(
+            f"{lo} covers the same categories with {n_mine - n_other} fewer launches ({n_other} vs {n_mine}); "
+            f"{lm}'s {', '.join(short_name(x.name, 40) for x in cand[:4])} could merge")))
+    # IMPROVE
+    floor = IMPROVE_MIN_SHARE * max(tot_a, tot_b)
+    segs = segments(pairs)
+    for p in pairs:
+        if p.a is None or p.b is None:
+            continue
+        if p.segment >= 0 and (len(segs[p.segment][0]) != 1 or len(segs[p.segment][1]) != 1):
+            continue  # part of a many-to-many replacement: FUSION speaks for it
+        x, y = a[p.a], b[p.b]
+        if x.category != y.category or min(x.us, y.us) <= 0:
+            continue
+        hi, lo = max(x.us, y.us), min(x.us, y.us)
+        if hi / lo < IMPROVE_RATIO or hi - lo < floor:
+            continue
+        slow_is_b = y.us > x.us
+        s, f = (y, x) if slow_is_b else (x, y)
+        ls, lf = (lb, la) if slow_is_b else (la, lb)
+        notes.append(Annotation(kind="IMPROVE", side="b" if slow_is_b else "a", category=x.category,
+                                kernels=[s.name, f.name], message=(
+            f"{x.category}: {ls} {short_name(s.name, 48)} takes {s.us:.1f} us vs {lf} {short_name(f.name, 48)} "
+            f"{f.us:.1f} us ({hi / lo:.1f}x)")))
+    return notes
+
+
+def _load(x: SideArg, categories, phase) -> Side:
+    if isinstance(x, Side):
+        return filter_phase(x, phase) if phase else x
+    return load_side(x, categories=categories, phase=phase, purpose="diff")
+
+
+def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = None,
+                 categories: str | os.PathLike | None = None, blocks: str | os.PathLike | None = None,
+                 phase: Optional[str] = None, output_xlsx: str | os.PathLike | None = None,
+                 output_html: str | os.PathLike | None = None) -> DiffResult:
+    """Module-grouped comparison of two runs (see module doc)."""
+    rules = load_blocks(blocks)
+    sa = _load(a, categories, phase)
+    sb = _load(b, categories, phase)
+    distinct_labels(sa, sb, list(labels) if labels else None)
+    for s in (sa, sb):
+        if s.kernels is None:
+            raise InputError("no kernel table to group by module", path=s.path)
+    warnings: list[Warning_] = sa.warnings + sb.warnings
+    if not phase:
+        for s in (sa, sb):
+            if len(s.phases) > 1:
+                warnings.append(Warning_(code="mixed_phases", message=(
+                    f"{s.label} holds both prefill and decode kernels; blocks sum both (pass phase)")))
+    ia, ma = _block_tables(sa, rules)
+    ib, mb = _block_tables(sb, rules)
+    out: list[BlockDiff] = []
+    for blk in dict.fromkeys(list(ia) + list(ib)):
+        xa, xb = ia.get(blk, []), ib.get(blk, [])
+        pairs = align(xa, xb)
+        a_us, b_us = sum(x.us for x in xa), sum(x.us for x in xb)
+        role, keys = ma.get(blk) or mb.get(blk) or ("", [])
+        keys = list(dict.fromkeys(keys + (mb.get(blk, ("", []))[1])))[:8]
+        matches = [KernelMatch(
+            kind=p.kind,
+            a_name=xa[p.a].name if p.a is not None else None, b_name=xb[p.b].name if p.b is not None else None,
+            a_category=xa[p.a].category if p.a is not None else None,
+            b_category=xb[p.b].category if p.b is not None else None,
+            a_us=xa[p.a].us if p.a is not None else 0.0, b_us=xb[p.b].us if p.b is not None else 0.0,
+            segment=p.segment) for p in pairs]
+        out.append(BlockDiff(
+            block=blk, role=role, a_us=a_us, b_us=b_us, gap_us=b_us - a_us, ratio=_ratio(a_us, b_us),
+            a_count=sum(x.count for x in xa), b_count=sum(x.count for x in xb),
+            slower=("b" if b_us > a_us else "a" if a_us > b_us else None), module_types=keys,
+            a_kernels=[KernelRow(name=x.name, category=x.category, us=x.us, count=x.count) for x in xa],
+            b_kernels=[KernelRow(name=x.name, category=x.category, us=x.us, count=x.count) for x in xb],
+            matches=matches, annotations=_annotate(xa, xb, pairs, sa.label, sb.label),
+        ))
+    out.sort(key=lambda d: (-abs(d.gap_us), d.block))
+    if out and abs(out[0].gap_us) > 0:
+        out[0].optimize = True
+    tot_a = float(sa.kernels["dur_us"].sum()) if len(sa.kernels) else 0.0
+    tot_b = float(sb.kernels["dur_us"].sum()) if len(sb.kernels) else 0.0
+    res = DiffResult(
+        a=side_info(sa, total_us=tot_a, count=len(sa.kernels), table="kernels", phase=phase, phases=sa.phases),
+        b=side_info(sb, total_us=tot_b, count=len(sb.kernels), table="kernels", phase=phase, phases=sb.phases),
+        blocks=out, total_a_us=tot_a, total_b_us=tot_b, gap_us=tot_b - tot_a, ratio=_ratio(tot_a, tot_b),
+        top_block=out[0].block if out and out[0].optimize else None, blocks_source=rules.source,
+        mismatches=sa.mismatches + sb.mismatches, warnings=warnings,
+    )
+    if output_xlsx:
+        from mcp_server.compare.xlsx import write_diff_xlsx
+
+        res.output_xlsx = str(write_diff_xlsx(res, output_xlsx))
+    if output_html:
+        from mcp_server.compare.html import write_diff_html
+
+        res.output_html = str(write_diff_html(res, output_html))
+    return res

@@ -1,0 +1,213 @@
+"""One side of a comparison, from a trace or a report.
+
+``load_side`` accepts:
+
+* a PyTorch-profiler trace (``.json`` / ``.json.gz``): analysed on the fly
+  (``mcp_server.traces.analyze_trace``), categories from the current rules;
+* a kernelscope report (``.xlsx`` with the full kernel table);
+* a torch-profiler-parser report (``.xlsx``, either layout): kernels assembled
+  from the detail sheets (capped at 1000 rows each upstream), plus the
+  ``GPU Kernels`` sheet for the budget.
+
+Report categories are re-applied with the current rules (``categories`` or
+``_shared/kernel_categories.csv``); the stored ones are kept to list the kernels
+whose category changed (``Side.mismatches``). Upstream truncation is noted.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional
+
+import pandas as pd
+
+from mcp_server.compare.categories import CategoryRules, load_categories
+from mcp_server.compare.models import CategoryMismatch, SideKind
+from mcp_server.errors import FileMissingError, InputError, ToolMissingError
+from mcp_server.models import Warning_
+
+Purpose = Literal["budget", "diff"]
+TRACE_SUFFIXES = (".json", ".json.gz")
+REPORT_SUFFIXES = (".xlsx", ".xlsm")
+
+
+@dataclass
+class Side:
+    """Kernels of one run, with current categories, in execution order."""
+
+    label: str
+    path: str
+    kind: SideKind
+    kernels: Optional[pd.DataFrame]  # KERNEL_COLUMNS (+ stored_category for reports); None if not read
+    gpu_kernels: Optional[pd.DataFrame] = None  # upstream 'GPU Kernels': name, category, total_us, count
+    gpu_kernels_truncated: bool = False
+    kernels_truncated: bool = False
+    categories_sha256: str = ""
+    mismatches: list[CategoryMismatch] = field(default_factory=list)
+    warnings: list[Warning_] = field(default_factory=list)
+
+    @property
+    def phases(self) -> list[str]:
+        if self.kernels is None or "phase" not in self.kernels or not len(self.kernels):
+            return []
+        return sorted(p for p in self.kernels["phase"].astype(str).unique() if p in ("prefill", "decode"))
+
+
+def default_label(path: str | os.PathLike) -> str:
+    name = Path(path).name
+    for suf in (".json.gz", ".json", ".xlsx", ".xlsm"):
+        if name.lower().endswith(suf):
+            return name[: -len(suf)]
+    return name
+
+
+def _kind_of(path: Path) -> Literal["trace", "report"]:
+    low = path.name.lower()
+    if low.endswith(TRACE_SUFFIXES):
+        return "trace"
+    if low.endswith(REPORT_SUFFIXES):
+        return "report"
+    raise InputError(
+        "unknown input type; expected a trace (.json, .json.gz) or a report (.xlsx)", path=path,
+    )
+
+
+def _mismatches(label: str, names: pd.Series, stored: pd.Series, current: pd.Series, us: pd.Series) -> list[CategoryMismatch]:
+    diff = stored.astype(str).str.strip() != current.astype(str)
+    diff &= stored.astype(str).str.strip() != ""
+    if not diff.any():
+        return []
+    sub = pd.DataFrame({"kernel": names[diff], "stored": stored[diff], "current": current[diff], "us": us[diff]})
+    agg = sub.groupby(["kernel", "stored", "current"], sort=False, as_index=False)["us"].sum()
+    agg = agg.sort_values("us", ascending=False)
+    return [CategoryMismatch(side=label, kernel=str(r.kernel), stored=str(r.stored), current=str(r.current), us=float(r.us))
+            for r in agg.itertuples(index=False)]
+
+
+def _recategorize(df: pd.DataFrame, rules: CategoryRules) -> pd.DataFrame:
+    names = df["name"].astype(str)
+    uniq = names.unique()
+    mapping = {n: rules.classify(n) for n in uniq}
+    out = df.copy()
+    out["stored_category"] = out["category"].astype(str) if "category" in out else ""
+    out["category"] = names.map(mapping)
+    return out
+
+
+def side_from_frame(df: pd.DataFrame, *, label: str, path: str = "<table>", categories: str | os.PathLike | None = None,
+                    recategorize: bool = True) -> Side:
+    """A side from a kernel table already in the ``KERNEL_COLUMNS`` shape (Python use, tests)."""
+    rules = load_categories(categories)
+    k = df.reset_index(drop=True)
+    mism: list[CategoryMismatch] = []
+    if recategorize:
+        k = _recategorize(k, rules)
+        mism = _mismatches(label, k["name"], k["stored_category"], k["category"], k["dur_us"])
+    return Side(label=label, path=path, kind="table", kernels=k, categories_sha256=rules.sha256, mismatches=mism)
+
+
+def load_side(path: str | os.PathLike, *, categories: str | os.PathLike | None = None, phase: Optional[str] = None,
+              label: Optional[str] = None, purpose: Purpose = "diff") -> Side:
+    """Load one side of a comparison (see module doc).
+
+    ``phase`` (prefill | decode) keeps only that phase's kernels; it is an error when the
+    side has kernels but none in that phase. ``purpose='budget'`` reads only what the budget
+    needs (for an upstream report: the ``GPU Kernels`` sheet).
+    """
+    if phase not in (None, "", "prefill", "decode"):
+        raise InputError(f"phase must be 'prefill' or 'decode', got {phase!r}")
+    p = Path(path)
+    if not p.exists():
+        raise FileMissingError("input not found", path=p, hint="pass a trace (.json/.json.gz) or a report (.xlsx)")
+    if p.is_dir():
+        raise FileMissingError("input is a directory, expected a trace or report file", path=p)
+    lbl = label or default_label(p)
+    rules = load_categories(categories)
+    if _kind_of(p) == "trace":
+        side = _load_trace(p, lbl, categories, rules)
+    else:
+        side = _load_report(p, lbl, rules, purpose)
+    if phase:
+        side = filter_phase(side, phase)
+    return side
+
+
+def _load_trace(p: Path, label: str, categories, rules: CategoryRules) -> Side:
+    try:
+        from mcp_server.traces import analyze_trace
+    except ImportError:  # pragma: no cover - depends on the build
+        raise ToolMissingError("the trace analyzer is not available in this build; pass a report (.xlsx)", path=p) from None
+    res = analyze_trace(str(p), categories=str(categories) if categories else None)
+    df = res.kernels
+    if df is None:
+        raise InputError("the trace analysis returned no kernel table", path=p)
+    df = df.sort_values("ts_us", kind="stable").reset_index(drop=True) if "ts_us" in df and len(df) else df.reset_index(drop=True)
+    warnings = [Warning_(code=w.code, message=w.message, count=w.count) for w in getattr(res, "warnings", [])]
+    return Side(label=label, path=str(p), kind="trace", kernels=df, categories_sha256=rules.sha256, warnings=warnings)
+
+
+def _load_report(p: Path, label: str, rules: CategoryRules, purpose: Purpose) -> Side:
+    from mcp_server.reports.reader import kernel_table, read_report
+
+    probe = read_report(p, need=())
+    upstream = probe.source != "kernelscope"
+    if purpose == "budget" and upstream:
+        rep = read_report(p, need=("gpu_kernels",))
+        gk = _recategorize(rep.gpu_kernels.rename(columns={}), rules)
+        mism = _mismatches(label, gk["name"], gk["stored_category"], gk["category"], gk["total_us"])
+        side = Side(label=label, path=str(p), kind="upstream-report", kernels=None, gpu_kernels=gk,
+                    gpu_kernels_truncated=rep.gpu_kernels_truncated, categories_sha256=rules.sha256, mismatches=mism)
+        if rep.gpu_kernels_truncated:
+            side.warnings.append(Warning_(code="gpu_kernels_truncated", message=(
+                f"{p}: the upstream 'GPU Kernels' sheet was truncated at its row cap; "
+                f"{label}'s budget is a lower bound (the kernels past the cap are missing)")))
+        return side
+    rep = read_report(p, need=("kernels",))
+    k = _recategorize(kernel_table(rep), rules)
+    mism = _mismatches(label, k["name"], k["stored_category"], k["category"], k["dur_us"])
+    side = Side(label=label, path=str(p), kind="upstream-report" if upstream else "kernelscope-report", kernels=k,
+                kernels_truncated=rep.kernels_truncated, categories_sha256=rules.sha256, mismatches=mism)
+    if rep.kernels_truncated:
+        side.warnings.append(Warning_(code="detail_truncated", message=(
+            f"{p}: at least one upstream detail sheet was cut at 1000 rows; {label}'s module totals are lower bounds")))
+    if upstream:
+        side.warnings.append(Warning_(code="upstream_detail", message=(
+            f"{p}: upstream report: kernels come from the detail sheets (one representative instance per sheet)")))
+    return side
+
+
+def filter_phase(side: Side, phase: str) -> Side:
+    if phase not in ("prefill", "decode"):
+        raise InputError(f"phase must be 'prefill' or 'decode', got {phase!r}")
+    if side.kernels is None:
+        side.warnings.append(Warning_(code="phase_ignored", message=(
+            f"{side.path}: phase '{phase}' not applied: the 'GPU Kernels' table has no phase")))
+        return side
+    k = side.kernels
+    if "phase" not in k or not len(k):
+        return side
+    present = set(k["phase"].astype(str))
+    if phase not in present:
+        if present <= {""}:
+            side.warnings.append(Warning_(code="phase_unknown", message=(
+                f"{side.path}: the kernels carry no phase; phase '{phase}' not applied")))
+            return side
+        raise InputError(f"no {phase} kernels (phases present: {', '.join(sorted(x for x in present if x)) or 'none'})",
+                         path=side.path, hint="pick the phase the run holds, or leave phase out")
+    side.kernels = k[k["phase"].astype(str) == phase].reset_index(drop=True)
+    return side
+
+
+def distinct_labels(a: Side, b: Side, labels: Optional[list[str]] | Optional[tuple[str, str]]) -> None:
+    """Apply user labels (two strings) or make default labels distinct."""
+    if labels:
+        if len(labels) != 2 or not all(str(x).strip() for x in labels):
+            raise InputError(f"labels must be two non-empty strings, got {labels!r}")
+        a.label, b.label = str(labels[0]), str(labels[1])
+    elif a.label == b.label:
+        a.label, b.label = f"{a.label} (A)", f"{b.label} (B)"
+    for m in a.mismatches:
+        m.side = a.label
+    for m in b.mismatches:
+        m.side = b.label
