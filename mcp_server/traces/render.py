@@ -16,10 +16,14 @@ def _us(us: float) -> str:
     return f"{us:,.1f} us"
 
 
-def _table(title: str, cols: list[str]) -> Table:
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _table(title: str, cols: list[str], **_: object) -> Table:
     t = Table(title=title, title_justify="left")
     for i, c in enumerate(cols):
-        t.add_column(c, justify="left" if i == 0 else "right")
+        t.add_column(c, justify="left" if i == 0 or c.startswith("Top") else "right", no_wrap=True)
     return t
 
 
@@ -46,22 +50,22 @@ def render_analysis(res: TraceAnalysis, console: Console, *, max_modules: int = 
         t.add_row(escape(cat.category), f"{cat.count:,}", _us(cat.total_us), f"{cat.pct:.1f}")
     c.print(t)
 
-    t = _table("Module types", ["Type", "Depth", "Calls", "Mean", "Std", "Total", "% of parent", "Top kernel"])
+    t = _table("Module types", ["Type", "Calls", "Mean", "Total", "% parent", "Top kernel"], squeeze="Top kernel")
     for m in res.modules[:max_modules]:
-        top = m.top_kernel if len(m.top_kernel) <= 60 else m.top_kernel[:57] + "..."
-        t.add_row(escape(m.type), str(m.depth), f"{m.count:,}", _us(m.mean_us), _us(m.std_us), _us(m.total_us),
-                  f"{m.pct_of_parent:.1f}", escape(top))
+        t.add_row(escape(_cut(m.type, 24)), f"{m.count:,}", _us(m.mean_us), _us(m.total_us),
+                  f"{m.pct_of_parent:.1f}", escape(_cut(m.top_kernel, 18)))
     if len(res.modules) > max_modules:
         t.caption = f"{len(res.modules) - max_modules} more module types (use --json or -o)"
     c.print(t)
 
     shown = [n for n in res.tree if n.depth <= max_tree_depth][:40]
     if shown:
-        t = _table(f"Module tree (depth <= {max_tree_depth})", ["Module", "Total", "Self", "Kernels", "Phase", "Top category"])
+        t = _table(f"Module tree (depth <= {max_tree_depth})", ["Module", "Total", "Self", "Kernels", "Phase", "Top category"],
+                   squeeze="Top category")
         for n in shown:
             topcat = next(iter(n.breakdown.items()), ("", 0.0))
-            t.add_row("  " * n.depth + escape(n.name), _us(n.total_us), _us(n.self_us), f"{n.kernel_count:,}",
-                      n.phase, f"{escape(topcat[0])} {_us(topcat[1])}" if topcat[0] else "")
+            t.add_row(escape(_cut("  " * n.depth + n.name, 28)), _us(n.total_us), _us(n.self_us), f"{n.kernel_count:,}",
+                      n.phase, escape(topcat[0]))
         c.print(t)
     for w in res.warnings:
         c.print(f"[yellow]warning[/] {escape(w.code)}: {escape(w.message)}")

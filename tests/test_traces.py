@@ -1,0 +1,199 @@
+"""Facts of the real H200 trace fixtures, and the analyzer's invariants on each of them."""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+from mcp_server.traces import KERNEL_COLUMNS, analyze_trace
+from mcp_server.traces.graph import UNATTRIBUTED_GRAPH, layer_cuts
+
+from conftest import TRACES
+
+ALL = ["llama_prefill_eager", "llama_prefill_sdpa", "llama_decode_mixed", "llama_decode_graph", "dsv3_prefill"]
+
+
+@lru_cache(maxsize=None)
+def run(name: str, ref: str | None = None):
+    return analyze_trace(TRACES / f"{name}.json.gz", reference_trace=(TRACES / f"{ref}.json.gz") if ref else None)
+
+
+CASES = [(n, None) for n in ALL] + [("llama_decode_graph", "llama_decode_mixed")]
+
+
+@pytest.mark.parametrize("name,ref", CASES)
+def test_invariants(name, ref):
+    res = run(name, ref)
+    df = res.kernels
+    assert list(df.columns) == list(KERNEL_COLUMNS)
+    assert len(df) == res.kernel_count > 0
+    assert math.isclose(df["dur_us"].sum(), res.total_kernel_us, rel_tol=1e-9)
+    # categories add up to the kernel total, counts too
+    assert math.isclose(sum(c.total_us for c in res.categories), res.total_kernel_us, rel_tol=1e-9)
+    assert sum(c.count for c in res.categories) == res.kernel_count
+    assert sum(p.total_us for p in res.phases) == pytest.approx(res.total_kernel_us)
+    # attributed + unattributed = all; nothing dropped
+    assert res.attributed_count + res.unattributed_count == res.kernel_count
+    att = df[(df["module"] != "")]
+    assert len(att) == res.attributed_count
+    assert res.unattributed_us == pytest.approx(df.loc[df["module"] == "", "dur_us"].sum())
+    # every tree node total = sum of the kernels attributed at or below it; self = exactly it
+    paths = att["module_path"].astype(str)
+    for node in res.tree:
+        below = att[(paths == node.path) | paths.str.startswith(node.path + "/")]
+        assert node.total_us == pytest.approx(below["dur_us"].sum()), node.path
+        assert node.kernel_count == len(below)
+        assert node.self_us == pytest.approx(att.loc[paths == node.path, "dur_us"].sum())
+        assert sum(node.breakdown.values()) == pytest.approx(node.total_us)
+    # root nodes cover every attributed kernel
+    roots = [n for n in res.tree if n.depth == 0]
+    assert sum(n.total_us for n in roots) == pytest.approx(att["dur_us"].sum())
+    # per-type totals = sum of the kernels below calls of that type (no type nests in itself here)
+    types_of = paths.map(lambda p: {s.rsplit("_", 1)[0] for s in p.split("/")})
+    for m in res.modules:
+        mask = types_of.map(lambda s: m.type in s).astype(bool)
+        assert m.total_us == pytest.approx(att.loc[mask, "dur_us"].sum()), m.type
+        assert m.min_us <= m.mean_us <= m.max_us
+        assert m.mean_us * m.count == pytest.approx(m.total_us)
+    assert ((df["confidence"] >= 0) & (df["confidence"] <= 1)).all()
+    assert (df.loc[df["module"] == "", "confidence"] == 0).all()
+
+
+def _att(res, type_):
+    df = res.kernels
+    return df[df["module_path"].astype(str).str.contains(f"/{type_}_")]
+
+
+def test_eager_attention_has_softmax():
+    res = run("llama_prefill_eager")
+    a = _att(res, "LlamaAttention")
+    soft = a[a["name"].str.contains("softmax", case=False)]
+    assert len(soft) == 2  # one per layer
+    assert set(soft["category"]) == {"attention"}
+    assert set(soft["module_type"]) == {"LlamaAttention"}
+    assert set(res.kernels["phase"]) == {"prefill"}
+
+
+def test_sdpa_attention_has_fused_kernel():
+    res = run("llama_prefill_sdpa")
+    a = _att(res, "LlamaAttention")
+    fused = a[a["name"].str.contains("flash|cudnn|fmha|efficient", case=False)]
+    assert len(fused) == 2
+    assert set(fused["category"]) == {"attention"}
+    assert not a["name"].str.contains("softmax").any()
+    # the sdpa call is the cpu op enclosing the launch, with the shapes recorded
+    assert fused["cpu_op"].astype(str).str.contains("attention").all()
+    assert (fused["input_dims"].astype(str) != "").all()
+    assert fused["source"].astype(str).str.contains("sdpa_attention.py").all()
+
+
+def test_linear_gemms_and_sources():
+    res = run("llama_prefill_eager")
+    df = res.kernels
+    lin = df[df["module_type"] == "Linear"]
+    assert len(lin) >= 15 and set(lin["category"]) == {"gemm"}
+    assert {m.type: m.count for m in res.modules}["Linear"] == 15  # 7 per layer + lm_head
+    assert df["source"].astype(str).str.contains(r"modeling_llama\.py\(\d+\): forward").any()
+    assert not df["source"].astype(str).str.startswith("torch/").any()
+    assert res.device == "NVIDIA H200" and res.platform == "nvidia"
+    assert res.unattributed_count == 0
+
+
+def test_dsv3_moe_and_mla():
+    res = run("dsv3_prefill")
+    types = {m.type for m in res.modules}
+    assert {"DeepseekV3MoE", "DeepseekV3Experts", "DeepseekV3TopkRouter", "DeepseekV3Attention"} <= types
+    df = res.kernels
+    moe = _att(res, "DeepseekV3MoE")
+    assert moe["dur_us"].sum() > 0 and (moe["category"] == "moe").any()
+    # MLA: the attention module holds the low-rank projections and their norms
+    mla = _att(res, "DeepseekV3Attention")
+    assert (mla["module_type"] == "DeepseekV3RMSNorm").any()
+    assert (mla["module_type"] == "Linear").sum() >= 8
+    # first layer dense MLP, second MoE
+    paths = df["module_path"].astype(str)
+    assert paths.str.contains("DeepseekV3DecoderLayer_0/DeepseekV3MLP_0").any()
+    assert paths.str.contains("DeepseekV3DecoderLayer_1/DeepseekV3MoE_0").any()
+
+
+def test_decode_mixed_replays_attributed_to_layers():
+    res = run("llama_decode_mixed")
+    g = res.graph
+    assert g.graph_kernel_count == 399 and g.method == "same-trace"
+    assert g.attributed_count == 399 and g.mean_confidence > 0.8
+    df = res.kernels
+    rep = df[df["graph"]]
+    assert len(rep) == 399 and set(rep["phase"]) == {"decode"}
+    # each of the 3 replays puts kernels in both decoder layers, attention included
+    layers = rep[rep["module_path"].astype(str).str.contains("LlamaDecoderLayer_")]
+    assert layers["dur_us"].sum() / rep["dur_us"].sum() > 0.6
+    per_replay = layers.groupby("correlation")["module_path"].apply(
+        lambda s: {p.split("/")[2] for p in s.astype(str)})
+    assert len(per_replay) == 3
+    assert all(v == {"LlamaDecoderLayer_0", "LlamaDecoderLayer_1"} for v in per_replay)
+    attn = rep[rep["module_type"] == "LlamaAttention"]
+    assert attn["name"].str.contains("fmha|flash", case=False).any()
+    # gemms go to Linear modules by position: the replay has 15 gemm launches per step
+    assert (rep[rep["category"] == "gemm"]["module_type"] == "Linear").mean() > 0.9
+    # layer cut by the repeat period: 2 layers per replay
+    assert g.layer_cut == "period" and g.layers_found == 2
+    assert set(rep["layer"]) >= {0, 1}
+    # one decoder-layer call per layer per step: 1 eager + 3 replays, 2 layers
+    assert {m.type: m.count for m in res.modules}["LlamaDecoderLayer"] == 8
+    # the eager step's kernels outside any module (input sampling) stay unattributed
+    assert res.unattributed_count == len(df[(~df["graph"]) & (df["module"] == "")]) > 0
+
+
+def test_decode_graph_without_reference_is_bucketed():
+    res = run("llama_decode_graph")
+    assert res.graph.method == "unattributed" and res.attributed_count == 0
+    assert set(res.kernels["module_path"].astype(str)) == {UNATTRIBUTED_GRAPH}
+    assert res.unattributed_count == res.kernel_count == 399
+    assert res.tree == [] and res.modules == []
+
+
+def test_decode_graph_with_reference_trace():
+    res = run("llama_decode_graph", "llama_decode_mixed")
+    g = res.graph
+    assert g.method == "reference-trace" and g.attributed_count == 399 and g.mean_confidence > 0.8
+    types = {m.type: m for m in res.modules}
+    assert types["LlamaDecoderLayer"].count == 6  # 3 replays x 2 layers
+    assert types["LlamaAttention"].total_us > 0
+    mixed = run("llama_decode_mixed")
+    # same attribution of the replay part as learning in the same trace
+    a = mixed.kernels[mixed.kernels["graph"]].groupby("module_type", observed=True).size()
+    b = res.kernels.groupby("module_type", observed=True).size()
+    assert a[a > 0].to_dict() == b[b > 0].to_dict()
+
+
+def test_layer_cuts():
+    seq = np.array([7, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 9])
+    layer, how, n = layer_cuts(seq, np.zeros(len(seq), dtype=bool))
+    assert how == "period" and n == 3
+    assert layer.tolist() == [-1, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, -1]
+    comm = np.array([0, 0, 1, 0, 0, 1, 0], dtype=bool)
+    layer, how, n = layer_cuts(np.arange(7), comm)
+    assert how == "communication" and layer.tolist() == [0, 0, 0, 1, 1, 1, 2] and n == 3
+
+
+def test_progress_and_json_roundtrip():
+    seen = []
+    res = analyze_trace(TRACES / "llama_prefill_sdpa.json.gz", progress=lambda d, t, m: seen.append((d, t, m)))
+    assert seen and seen[-1][0] == seen[-1][1]
+    assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+    data = res.model_dump(mode="json")
+    for key in ("total_kernel_us", "kernel_count", "unattributed_count", "modules", "categories"):
+        assert key in data
+    assert {"type", "count", "total_us"} <= set(data["modules"][0])
+    assert {"category", "count", "total_us"} <= set(data["categories"][0])
+
+
+def test_custom_categories(tmp_path):
+    csv = tmp_path / "cats.csv"
+    csv.write_text("category,pattern\nmatmul,nvjet|gemm|cutlass\n")
+    res = analyze_trace(TRACES / "llama_prefill_eager.json.gz", categories=csv)
+    cats = {c.category: c for c in res.categories}
+    assert set(cats) == {"matmul", "other"}
+    assert res.categories_source == str(csv.resolve()) and len(res.categories_sha256) == 64
