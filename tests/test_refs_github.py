@@ -243,3 +243,14 @@ def test_gh_not_authenticated_falls_back_to_rest(reg, refs_env):
     sec = find_references("moe_sorting", registry=reg, transport=httpx.MockTransport(handler), gh_path=gh,
                           timeout_s=5).sections[0]
     assert sec.method == "live:rest" and "gh not authenticated" in sec.reason
+
+
+def test_qualifier_like_keyword_is_quoted(reg):
+    seen = []
+
+    def handler(req):
+        seen.append(req.url.params["q"])
+        return httpx.Response(200, json={"total_count": 0, "incomplete_results": False, "items": []})
+
+    find_references("repo:other/x", registry=reg, transport=httpx.MockTransport(handler), gh_path="", timeout_s=2)
+    assert seen == ['"repo:other/x" repo:ROCm/aiter is:pr']

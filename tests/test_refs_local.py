@@ -87,3 +87,30 @@ def test_keyword_is_literal_not_regex_or_option(refs_env, reg, monkeypatch):
     for kw in ("moe.sorting", "--all", "-v"):
         sec = find_references(kw, registry=reg, timeout_s=10).sections[0]
         assert sec.method == "local:git" and sec.items == [], kw
+
+
+def test_importable_package_clone_is_detected_but_installed_copy_is_not(refs_env, monkeypatch):
+    import importlib
+
+    reg = write_registry(refs_env / "reg2.md", ["| x-local | local-git | ROCm/kstestpkg | KSTEST_ROOT | kstestpkg | | yes |"])
+    # an installed copy inside some other repository's site-packages: must not be taken for the clone
+    other = refs_env / "venvrepo"
+    other.mkdir()
+    git(other, "init", "-q")
+    site = other / "lib" / "site-packages"
+    (site / "kstestpkg").mkdir(parents=True)
+    (site / "kstestpkg" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    sec = find_references("moe_sorting", registry=reg, timeout_s=5).sections[0]
+    assert sec.method == "url-only" and "no checkout" in sec.reason
+    # an editable install from a clone: the package's git root is the checkout
+    clone = refs_env / "clone"
+    make_repo(clone)
+    (clone / "kstestpkg").mkdir()
+    (clone / "kstestpkg" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(clone))
+    importlib.invalidate_caches()
+    sec = find_references("moe_sorting", registry=reg, timeout_s=5).sections[0]
+    assert sec.method == "local:git" and sec.root == str(clone)
+    assert "importable package kstestpkg" in sec.reason

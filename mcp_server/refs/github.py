@@ -40,7 +40,8 @@ def _token() -> str | None:
 def search_terms(keyword: str) -> str:
     """The keyword as GitHub search terms: quotes removed, a phrase quoted."""
     kw = " ".join(keyword.replace('"', " ").split())
-    return f'"{kw}"' if " " in kw else kw
+    # a phrase, or a word that GitHub would read as a qualifier (repo:x), is searched as quoted text
+    return f'"{kw}"' if (" " in kw or ":" in kw) else kw
 
 
 def build_query(spec: SourceSpec, p: SearchParams) -> str:

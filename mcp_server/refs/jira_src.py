@@ -88,7 +88,8 @@ def search_jira(spec: SourceSpec, p: SearchParams) -> RefSection:
         return degraded("no time left")
     client = None
     try:
-        client = JIRA(server=server, **auth, timeout=left, max_retries=0, logging=False,
+        # up to three requests (serverInfo, field, search) share the budget; the search gets most of it
+        client = JIRA(server=server, **auth, timeout=max(left / 2, 0.2), max_retries=0, logging=False,
                       get_server_info=True, options={"check_update": False, "verify": True})
         data = client.search_issues(jql, maxResults=n, fields=list(FIELDS), json_result=True)
     except JIRAError as exc:

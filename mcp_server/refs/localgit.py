@@ -62,6 +62,8 @@ def find_checkout(spec: SourceSpec, git: str, timeout: float = 3.0) -> tuple[str
                 locs.append(Path(found.origin).parent)
             locs.extend(Path(x) for x in (found.submodule_search_locations or []))
         for loc in locs:
+            if {"site-packages", "dist-packages"} & set(loc.parts):
+                continue  # an installed copy, not a clone: its git root would be the wrong repository
             root = _toplevel(git, loc, timeout)
             if root:
                 return root, f"from the importable package {spec.package}"
