@@ -71,6 +71,7 @@ def test_offline_no_tokens_no_checkouts_returns_url_only_within_bound(refs_env, 
     assert "no credentials" in by["jira"].reason
     assert by["jira"].url == jira_site + "/issues/?jql=text%20~%20%22fused_moe%22%20ORDER%20BY%20updated%20DESC"
     assert res.outcomes == ["unknown"]  # nothing found, but nothing answered: not "new work"
+    assert res.unanswered == [s.source for s in res.sections]
     assert res.category == "moe" and res.category_source == "classified"
 
 

@@ -77,7 +77,7 @@ def test_no_hits_is_nothing_found(refs_env, reg, monkeypatch):
     monkeypatch.setenv("AITER_ROOT", str(repo))
     res = find_references("paged_attention_v9", registry=reg, timeout_s=10)
     assert res.sections[0].items == [] and res.sections[0].method == "local:git"
-    assert res.outcomes == ["nothing_found"]
+    assert res.outcomes == ["nothing_found"] and res.unanswered == []
 
 
 def test_keyword_is_literal_not_regex_or_option(refs_env, reg, monkeypatch):

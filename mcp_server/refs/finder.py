@@ -163,8 +163,11 @@ def find_references(
         all_live = all(s.method in _LIVE and not s.incomplete for s in sections)
         outcomes.append("nothing_found" if all_live else "unknown")
 
+
+    unanswered = [s.source for s in sections if s.method not in _LIVE or s.incomplete]
     return ReferenceResult(
-        keyword=kw, category=category, category_source=cat_source, outcomes=outcomes, sections=sections,
+        keyword=kw, category=category, category_source=cat_source, outcomes=outcomes, unanswered=unanswered,
+        sections=sections,
         registry=reg.path, elapsed_s=round(time.monotonic() - t0, 3), timeout_s=float(timeout_s),
         warnings=warnings,
     )

@@ -59,6 +59,9 @@ class ReferenceResult(Model):
     outcomes: list[Outcome] = Field(
         description="upstream_pr (cherry-pick candidate), local_hit (dispatch/wiring), jira_ticket (coordinate), "
         "nothing_found (every source answered live with no hit: new work), unknown (no hit but some source was degraded)")
+    unanswered: list[str] = Field(
+        default_factory=list,
+        description="keys of sources that gave no live answer (url-only / unavailable / incomplete): their silence is not a 'no'")
     sections: list[RefSection]
     registry: str = Field(description="the data-sources registry used")
     elapsed_s: float

@@ -21,6 +21,8 @@ def render_references(res: ReferenceResult, console: Console) -> None:
     console.print(f"[bold]references for[/] {escape(res.keyword)}{escape(cat)}  [dim]{res.elapsed_s:.2f}s[/]")
     for o in res.outcomes:
         console.print(f"  -> {escape(_READING.get(o, o))}")
+    if res.unanswered:
+        console.print(f"  [yellow]no live answer from[/] {escape(', '.join(res.unanswered))}")
     for sec in res.sections:
         tag = "green" if not sec.degraded else ("yellow" if sec.method not in ("url-only", "unavailable") else "red")
         head = f"\n[bold]{escape(sec.source)}[/] [{tag}]{sec.method}[/]"
