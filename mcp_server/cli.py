@@ -127,6 +127,61 @@ def _run_analyze(a: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- compare
 
 
+def _add_budget(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "budget", help="per-category time of two runs side by side (works on CUDA-graph decode)",
+        description="Per kernel category: each side's time and share, gap (B - A) and ratio, sorted by |gap|. "
+        "Inputs: traces (.json/.json.gz) or reports (.xlsx, kernelscope or torch-profiler-parser).",
+    )
+    p.add_argument("a", help="side A: trace or report")
+    p.add_argument("b", help="side B: trace or report")
+    p.add_argument("--labels", nargs=2, metavar=("LA", "LB"), help="labels for A and B (default: file names)")
+    p.add_argument("--phase", choices=["prefill", "decode"], help="keep only this phase's kernels")
+    p.add_argument("--categories", help="categories CSV (default _shared/kernel_categories.csv)")
+    p.add_argument("--json", action="store_true", help="print the typed result as JSON")
+    p.set_defaults(func=_run_budget)
+
+
+def _run_budget(a: argparse.Namespace) -> int:
+    from mcp_server.compare.budget import budget
+    from mcp_server.compare.render import render_budget
+
+    with progress_bar("budget") as _cb:
+        res = budget(a.a, a.b, labels=a.labels, phase=a.phase, categories=a.categories)
+    emit_json(res) if a.json else render_budget(res, out)
+    return 0
+
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare", help="module-by-module comparison of two runs (diff_modules): panels, --json, xlsx, HTML",
+        description="Group each run's kernels into functional blocks (_shared/functional_blocks.csv), align the "
+        "kernels of each block across the runs and annotate FUSION / IMPROVE / MISSING; blocks sorted by |gap|.",
+    )
+    p.add_argument("a", help="side A: trace or report")
+    p.add_argument("b", help="side B: trace or report")
+    p.add_argument("--labels", nargs=2, metavar=("LA", "LB"), help="labels for A and B (default: file names)")
+    p.add_argument("--phase", choices=["prefill", "decode"], help="keep only this phase's kernels")
+    p.add_argument("--categories", help="categories CSV (default _shared/kernel_categories.csv)")
+    p.add_argument("--blocks", help="functional blocks CSV (default _shared/functional_blocks.csv)")
+    p.add_argument("-o", "--output", dest="output_xlsx", help="write the diff workbook (.xlsx) here")
+    p.add_argument("--html", dest="output_html", help="write a self-contained HTML report here")
+    p.add_argument("--panels", type=int, default=6, help="block panels to print (default 6)")
+    p.add_argument("--json", action="store_true", help="print the typed result as JSON")
+    p.set_defaults(func=_run_compare)
+
+
+def _run_compare(a: argparse.Namespace) -> int:
+    from mcp_server.compare.diff import diff_modules
+    from mcp_server.compare.render import render_diff
+
+    with progress_bar("compare") as _cb:
+        res = diff_modules(a.a, a.b, labels=a.labels, phase=a.phase, categories=a.categories, blocks=a.blocks,
+                           output_xlsx=a.output_xlsx, output_html=a.output_html)
+    emit_json(res) if a.json else render_diff(res, out, panels=a.panels)
+    return 0
+
+
 # --------------------------------------------------------------------------- refs
 
 
@@ -172,6 +227,8 @@ def _run_refs(a: argparse.Namespace) -> int:
 VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_serve,
     _add_analyze,
+    _add_budget,
+    _add_compare,
     _add_refs,
 ]
 

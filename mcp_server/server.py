@@ -22,6 +22,7 @@ from mcp_server import __version__
 from mcp_server.errors import KernelscopeError, redact
 # Result models (pydantic only, cheap to import): they are the tools' output schemas.
 from mcp_server.traces.models import TraceAnalysis
+from mcp_server.compare.models import BudgetResult, DiffResult
 from mcp_server.refs.models import ReferenceResult
 
 log = logging.getLogger("kernelscope.server")
@@ -102,6 +103,49 @@ async def analyze_trace(
 
 
 # --------------------------------------------------------------------------- compare
+
+
+@mcp.tool(
+    name="budget",
+    title="Per-category time budget of two runs",
+    description=(
+        "Compare two runs (traces .json/.json.gz, kernelscope or upstream xlsx reports) per kernel category: "
+        "each side's us and share, gap (b - a) and ratio, sorted by |gap|. Works on CUDA-graph decode traces; "
+        "upstream reports use 'GPU Kernels' and say when it was truncated."
+    ),
+    annotations=READ_ONLY,
+)
+async def budget(
+    a: Annotated[str, Field(description="Side A: trace (.json/.json.gz) or report (.xlsx)")],
+    b: Annotated[str, Field(description="Side B: trace (.json/.json.gz) or report (.xlsx)")],
+    labels: Annotated[Optional[list[str]], Field(description="Two labels for A and B (default: file names)")] = None,
+    phase: Annotated[Optional[Literal["prefill", "decode"]], Field(description="Keep only this phase's kernels")] = None,
+    ctx: Context = None,  # type: ignore[assignment]
+) -> BudgetResult:
+    from mcp_server.compare.budget import budget as engine
+
+    return await run_engine(ctx, engine, a, b, labels=labels, phase=phase)
+
+
+@mcp.tool(
+    name="diff_modules",
+    title="Module-by-module comparison of two runs",
+    description=(
+        "Group each run's kernels by module type into functional blocks (_shared/functional_blocks.csv), align "
+        "the kernels of each block across the runs and annotate FUSION / IMPROVE / MISSING; blocks sorted by "
+        "|gap| (b - a) with the largest marked for optimisation. Inputs: traces or xlsx reports."
+    ),
+    annotations=READ_ONLY,
+)
+async def diff_modules(
+    a: Annotated[str, Field(description="Side A: trace (.json/.json.gz) or report (.xlsx)")],
+    b: Annotated[str, Field(description="Side B: trace (.json/.json.gz) or report (.xlsx)")],
+    labels: Annotated[Optional[list[str]], Field(description="Two labels for A and B (default: file names)")] = None,
+    ctx: Context = None,  # type: ignore[assignment]
+) -> DiffResult:
+    from mcp_server.compare.diff import diff_modules as engine
+
+    return await run_engine(ctx, engine, a, b, labels=labels)
 
 
 # --------------------------------------------------------------------------- refs

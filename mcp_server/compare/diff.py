@@ -24,7 +24,7 @@ import pandas as pd
 from mcp_server.compare.blocks import BlockRules, assign_blocks, load_blocks
 from mcp_server.compare.budget import side_info
 from mcp_server.compare.inputs import Side, distinct_labels, filter_phase, load_side
-from mcp_server.compare.matching import Item, align, segments
+from mcp_server.compare.matching import Item, align, display_kernel_name, segments
 from mcp_server.compare.models import Annotation, BlockDiff, DiffResult, KernelMatch, KernelRow
 from mcp_server.errors import InputError
 from mcp_server.models import Warning_
@@ -35,8 +35,7 @@ IMPROVE_MIN_SHARE = 0.01
 
 
 def short_name(name: str, width: int = 72) -> str:
-    s = name[5:] if name.startswith("void ") else name
-    return s if len(s) <= width else s[: width - 1] + "…"
+    return display_kernel_name(name, width)
 
 
 def _block_tables(side: Side, rules: BlockRules) -> tuple[dict[str, list[Item]], dict[str, tuple[str, list[str]]]]:

@@ -258,3 +258,16 @@ def segments(pairs: Sequence[Pair]) -> dict[int, tuple[list[int], list[int]]]:
         sa.sort()
         sb.sort()
     return out
+
+
+def display_kernel_name(name: str | None, width: int = 60) -> str:
+    """A short readable name: the raw name when it fits, else its normalised form (``elementwise[mulfunctor]``)."""
+    if not name:
+        return ""
+    s = name[5:] if name.startswith("void ") else name
+    if len(s) <= width:
+        return s
+    n = normalize_kernel_name(name)
+    if n and len(n) <= width:
+        return n + "…"
+    return s[: width - 1] + "…"

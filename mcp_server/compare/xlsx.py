@@ -1,0 +1,113 @@
+"""xlsx export of a ``diff_modules`` result (``kernelscope compare -o diff.xlsx``), written atomically."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mcp_server.compare.models import DiffResult
+from mcp_server.errors import WriteError
+
+
+def category_budget(res: DiffResult) -> list[tuple[str, float, float]]:
+    """(category, a_us, b_us) summed over the blocks' kernels, sorted by |gap|."""
+    acc: dict[str, list[float]] = {}
+    for b in res.blocks:
+        for k in b.a_kernels:
+            acc.setdefault(k.category, [0.0, 0.0])[0] += k.us
+        for k in b.b_kernels:
+            acc.setdefault(k.category, [0.0, 0.0])[1] += k.us
+    rows = [(c, v[0], v[1]) for c, v in acc.items()]
+    rows.sort(key=lambda r: (-abs(r[2] - r[1]), r[0]))
+    return rows
+
+
+def write_diff_xlsx(res: DiffResult, path: str | os.PathLike) -> Path:
+    from openpyxl import Workbook
+    from openpyxl.cell import WriteOnlyCell
+    from openpyxl.styles import Font, PatternFill
+
+    from mcp_server.reports.xlsx_writer import atomic_save
+
+    out = Path(path)
+    if out.is_dir():
+        raise WriteError("output path is a directory, expected an .xlsx file name", path=out)
+    if not out.parent.exists():
+        raise WriteError("output directory does not exist", path=out.parent)
+    la, lb = res.a.label, res.b.label
+    wb = Workbook(write_only=True)
+    bold = Font(bold=True)
+    fill = PatternFill(start_color="CCE5FF", end_color="CCE5FF", fill_type="solid")
+    star = PatternFill(start_color="FFD7D7", end_color="FFD7D7", fill_type="solid")
+
+    def header(ws, cols):
+        row = []
+        for c in cols:
+            cell = WriteOnlyCell(ws, value=c)
+            cell.font, cell.fill = bold, fill
+            row.append(cell)
+        ws.append(row)
+
+    ws = wb.create_sheet("Blocks")
+    header(ws, ["Optimize", "Block", "Role", f"{la} (us)", f"{lb} (us)", "Gap (us, B-A)", "Ratio B/A",
+                f"{la} kernels", f"{lb} kernels", "Annotations", "Module keys"])
+    for b in res.blocks:
+        vals = ["★" if b.optimize else "", b.block, b.role, round(b.a_us, 3), round(b.b_us, 3), round(b.gap_us, 3),
+                None if b.ratio is None else round(b.ratio, 4), b.a_count, b.b_count,
+                "; ".join(f"{a.kind}: {a.message}" for a in b.annotations), ", ".join(b.module_types)]
+        if b.optimize:
+            row = []
+            for v in vals:
+                c = WriteOnlyCell(ws, value=v)
+                c.fill = star
+                row.append(c)
+            ws.append(row)
+        else:
+            ws.append(vals)
+    ws.append(["", "Total", "", round(res.total_a_us, 3), round(res.total_b_us, 3), round(res.gap_us, 3),
+               None if res.ratio is None else round(res.ratio, 4)])
+
+    ws = wb.create_sheet("Kernel Matches")
+    header(ws, ["Block", "Match", "Segment", f"{la} kernel", f"{la} category", f"{la} (us)",
+                f"{lb} kernel", f"{lb} category", f"{lb} (us)"])
+    for b in res.blocks:
+        for m in b.matches:
+            ws.append([b.block, m.kind, m.segment, m.a_name or "", m.a_category or "", round(m.a_us, 3),
+                       m.b_name or "", m.b_category or "", round(m.b_us, 3)])
+
+    ws = wb.create_sheet("Annotations")
+    header(ws, ["Block", "Kind", "Side", "Category", "Message", "Kernels"])
+    for b in res.blocks:
+        for a in b.annotations:
+            ws.append([b.block, a.kind, la if a.side == "a" else lb, a.category or "", a.message, " | ".join(a.kernels)])
+
+    ws = wb.create_sheet("Budget")
+    header(ws, ["Category", f"{la} (us)", f"{la} %", f"{lb} (us)", f"{lb} %", "Gap (us, B-A)", "Ratio B/A"])
+    ta = sum(r[1] for r in category_budget(res)) or 1.0
+    tb = sum(r[2] for r in category_budget(res)) or 1.0
+    for c, a, b in category_budget(res):
+        ws.append([c, round(a, 3), round(100 * a / ta, 2), round(b, 3), round(100 * b / tb, 2), round(b - a, 3),
+                   round(b / a, 4) if a > 0 else None])
+
+    ws = wb.create_sheet("Category Mismatches")
+    header(ws, ["Side", "Kernel", "Stored", "Current", "Total (us)"])
+    for m in res.mismatches:
+        ws.append([m.side, m.kernel, m.stored, m.current, round(m.us, 3)])
+
+    ws = wb.create_sheet("Sides")
+    header(ws, ["Side", "Label", "Path", "Kind", "Table", "Truncated", "Phase", "Kernels", "Total (us)",
+                "Categories sha256"])
+    for key, s in (("A", res.a), ("B", res.b)):
+        ws.append([key, s.label, s.path, s.kind, s.source_table, s.truncated, s.phase or "", s.kernel_count,
+                   round(s.total_us, 3), s.categories_sha256])
+    ws.append([])
+    ws.append(["Blocks file", res.blocks_source])
+    for w in res.warnings:
+        ws.append(["Warning", w.code, w.message])
+    atomic_save(wb, out)
+    from mcp_server.compare.html import default_file_mode
+
+    try:
+        os.chmod(out, default_file_mode())
+    except OSError:
+        pass
+    return out

@@ -1,0 +1,186 @@
+"""diff_modules on the real H200 fixtures (Llama eager/sdpa prefill, DeepSeek-V3 MLA+MoE prefill)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from mcp_server.compare.blocks import assign_blocks, load_blocks, parse_blocks
+from mcp_server.compare.diff import diff_modules
+from mcp_server.compare.inputs import load_side
+from mcp_server.errors import CategoriesError
+from upstream_layout import UDetail, UKernel, UpstreamSpec, build_upstream_report
+
+TRACES = Path(__file__).parent / "fixtures" / "traces"
+EAGER = TRACES / "llama_prefill_eager.json.gz"
+SDPA = TRACES / "llama_prefill_sdpa.json.gz"
+DSV3 = TRACES / "dsv3_prefill.json.gz"
+
+
+@pytest.fixture(scope="module")
+def eager_vs_sdpa():
+    return diff_modules(EAGER, SDPA, labels=["eager", "sdpa"])
+
+
+def _block(res, name):
+    return next(b for b in res.blocks if b.block == name)
+
+
+def test_blocks_of_a_two_layer_llama():
+    k = assign_blocks(load_side(EAGER).kernels, load_blocks())
+    counts = k.groupby("block").size()
+    # q, k, v (three Linear_N inside LlamaAttention) per layer: one group each layer
+    assert counts["attn_qkv_proj"] == 6
+    assert counts["attn_o_proj"] == 2  # the Linear after the attention core
+    assert counts["mlp_gate_up_proj"] == 4 and counts["mlp_down_proj"] == 2
+    assert counts["lm_head"] == 1 and counts["embedding"] == 1
+    qkv_groups = k[k["block"] == "attn_qkv_proj"]["group"].nunique()
+    assert qkv_groups == 2  # consecutive kernels of one module type form one group
+    assert "softmax" in " ".join(k[k["block"] == "attn_core"]["name"])
+
+
+def test_blocks_of_deepseek_v3_mla_moe():
+    k = assign_blocks(load_side(DSV3).kernels, load_blocks())
+    blocks = set(k["block"])
+    assert {"moe_gate", "moe_experts", "moe_shared_experts", "attn_norm", "attn_core"} <= blocks
+    # MLA: q_a, q_b, kv_a, kv_b come before the core; only o_proj follows it (2 layers -> 2)
+    assert (k["block"] == "attn_o_proj").sum() == 2
+    assert (k["block"] == "attn_qkv_proj").sum() == 8
+    # the grouped-GEMM experts kernels are in the experts block
+    ex = " ".join(k[k["block"] == "moe_experts"]["name"])
+    assert "grouped_gemm" in ex
+
+
+def test_attention_block_shows_softmax_replaced_by_fused_kernel(eager_vs_sdpa):
+    att = _block(eager_vs_sdpa, "attn_core")
+    assert att.optimize and eager_vs_sdpa.top_block == "attn_core"  # largest |gap|
+    assert att.b_us < att.a_us and att.b_count < att.a_count
+    pair = next(m for m in att.matches if m.a_name and "softmax" in m.a_name)
+    assert pair.b_name and "sdpa" in pair.b_name and "flash" in pair.b_name
+    assert pair.kind == "category"  # softmax (attention) -> fused sdpa (attention)
+    fusion = [a for a in att.annotations if a.kind == "FUSION"]
+    assert fusion and fusion[0].side == "a"
+    assert any("softmax" in k for k in fusion[0].kernels)
+    assert any("nvjet" in k for k in fusion[0].kernels)  # the QK^T / PV GEMMs merge too
+    missing = {(a.category, a.side) for a in att.annotations if a.kind == "MISSING"}
+    assert ("gemm", "b") in missing  # no GEMM left in sdpa's attention core
+
+
+def test_unchanged_blocks_align_kernel_for_kernel(eager_vs_sdpa):
+    for name in ("attn_qkv_proj", "attn_o_proj", "mlp_down_proj", "rope"):
+        b = _block(eager_vs_sdpa, name)
+        assert b.a_count == b.b_count
+        assert all(m.kind in ("same", "renamed") for m in b.matches)
+        assert not [a for a in b.annotations if a.kind in ("FUSION", "MISSING")]
+
+
+def test_totals_and_sort(eager_vs_sdpa):
+    r = eager_vs_sdpa
+    assert math.isclose(sum(b.a_us for b in r.blocks), r.total_a_us)
+    assert math.isclose(sum(b.b_us for b in r.blocks), r.total_b_us)
+    gaps = [abs(b.gap_us) for b in r.blocks]
+    assert gaps == sorted(gaps, reverse=True)
+    assert sum(b.optimize for b in r.blocks) == 1
+    data = json.loads(r.model_dump_json())
+    assert {"block", "a_us", "b_us", "gap_us", "ratio", "annotations"} <= set(data["blocks"][0])
+
+
+def test_identical_runs_have_no_gap():
+    r = diff_modules(EAGER, EAGER)
+    assert r.a.label != r.b.label  # default labels made distinct
+    assert all(b.gap_us == 0 and not b.annotations for b in r.blocks)
+    assert r.top_block is None
+
+
+def test_cross_model_missing_blocks():
+    r = diff_modules(DSV3, SDPA, labels=["dsv3", "llama"])
+    ex = _block(r, "moe_experts")
+    assert ex.b_us == 0 and ex.b_count == 0
+    assert {a.side for a in ex.annotations if a.kind == "MISSING"} == {"b"}
+    assert all(m.kind == "gone" for m in ex.matches)
+
+
+def test_upstream_report_side_and_category_mismatches(tmp_path):
+    side = load_side(EAGER)
+    k = side.kernels
+    details = []
+    # one detail sheet per decoder-layer instance, as upstream writes them (older layout)
+    for layer in ("LlamaDecoderLayer_0",):
+        sub = k[k["module_path"].str.contains(f"/{layer}/") | k["module_path"].str.endswith(f"/{layer}")]
+        ks = [UKernel(p.split(f"{layer}/", 1)[-1] if f"{layer}/" in p else layer, n, float(d),
+                      "elementwise" if c == "attention" else c, ts=float(t))
+              for n, c, d, p, t in zip(sub["name"], sub["category"], sub["dur_us"], sub["module_path"], sub["ts_us"])]
+        details.append(UDetail("LlamaDecoderLayer", layer, "prefill", "LlamaForCausalLM_0/LlamaModel_0", ks))
+    rep = tmp_path / "up.xlsx"
+    build_upstream_report(str(rep), UpstreamSpec(details=details, root_type="LlamaForCausalLM"), "new")
+    r = diff_modules(rep, SDPA)
+    assert r.a.kind == "upstream-report"
+    assert any(w.code == "upstream_detail" for w in r.warnings)
+    assert r.mismatches and {m.current for m in r.mismatches} == {"attention"}
+    assert {b.block for b in r.blocks if b.a_us > 0} >= {"norm", "attn_core"}
+
+
+def test_blocks_csv_errors_name_the_file(tmp_path):
+    bad = tmp_path / "blocks.csv"
+    bad.write_text("pattern,block,role\n(unclosed,attn,x\n")
+    with pytest.raises(CategoriesError, match="blocks.csv.*bad regex"):
+        diff_modules(EAGER, SDPA, blocks=bad)
+    with pytest.raises(CategoriesError, match="header"):
+        parse_blocks("regex,name\nx,y\n", source="b.csv")
+
+
+def test_unknown_module_types_keep_their_name():
+    rules = parse_blocks("pattern,block,role\nAttention$,attn_core,core\n")
+    k = assign_blocks(load_side(EAGER).kernels, rules)
+    assert "attn_core" in set(k["block"]) and "LlamaRMSNorm" in set(k["block"])
+
+
+# --------------------------------------------------------------------------- faces
+
+
+def test_mcp_tools_answer_with_output_schemas(tmp_path):
+    import anyio
+    from mcp import Client
+
+    from mcp_server.server import mcp
+
+    async def go():
+        async with Client(mcp) as c:
+            tools = {t.name: t for t in (await c.list_tools()).tools}
+            d = await c.call_tool("diff_modules", {"a": str(EAGER), "b": str(SDPA), "labels": ["eager", "sdpa"]})
+            bu = await c.call_tool("budget", {"a": str(TRACES / "llama_decode_mixed.json.gz"),
+                                              "b": str(TRACES / "llama_decode_graph.json.gz"), "phase": "decode"})
+            bad = await c.call_tool("diff_modules", {"a": str(tmp_path / "missing.xlsx"), "b": str(SDPA)})
+            return tools, d, bu, bad
+
+    tools, d, bu, bad = anyio.run(go)
+    assert set(tools["diff_modules"].input_schema["properties"]) == {"a", "b", "labels"}
+    assert {"a", "b", "labels", "phase"} == set(tools["budget"].input_schema["properties"])
+    assert "blocks" in tools["diff_modules"].output_schema["properties"]
+    assert "rows" in tools["budget"].output_schema["properties"]
+    assert tools["budget"].annotations.read_only_hint
+    assert not d.is_error and d.structured_content["top_block"] == "attn_core"
+    assert d.structured_content["blocks"][0]["annotations"]
+    assert not bu.is_error and bu.structured_content["b"]["kernel_count"] == 399
+    assert bad.is_error and "missing.xlsx" in bad.content[0].text and "Traceback" not in bad.content[0].text
+
+
+def test_cli_compare_json_xlsx_html(tmp_path, capsys):
+    from mcp_server.cli import main
+
+    rc = main(["compare", str(EAGER), str(SDPA), "--labels", "eager", "sdpa", "--json",
+               "-o", str(tmp_path / "d.xlsx"), "--html", str(tmp_path / "d.html")])
+    assert rc == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["blocks"][0]["block"] == "attn_core" and data["blocks"][0]["optimize"]
+    assert (tmp_path / "d.xlsx").exists() and (tmp_path / "d.html").exists()
+    assert main(["budget", str(EAGER), str(SDPA), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert {"category", "a_us", "b_us", "gap_us", "ratio"} <= set(rows[0])
+    assert main(["compare", str(EAGER), str(tmp_path / "nope.xlsx")]) == 2
+    assert "nope.xlsx" in capsys.readouterr().err
+    assert main(["compare", str(EAGER), str(SDPA), "--panels", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "attn_core" in text and "FUSION" in text
