@@ -254,3 +254,34 @@ def test_qualifier_like_keyword_is_quoted(reg):
 
     find_references("repo:other/x", registry=reg, transport=httpx.MockTransport(handler), gh_path="", timeout_s=2)
     assert seen == ['"repo:other/x" repo:ROCm/aiter is:pr']
+
+
+def test_gh_hang_is_killed_and_reported(reg, refs_env):
+    import os
+
+    pidfile = refs_env / "child.pid"
+    gh = refs_env / "gh"
+    # the stand-in starts a grandchild that would outlive it unless the whole process group is killed
+    gh.write_text(f"""#!{sys.executable}
+import subprocess, sys, time
+if sys.argv[1:3] == ["auth", "status"]:
+    sys.exit(0)
+child = subprocess.Popen(["sleep", "30"])
+open({str(pidfile)!r}, "w").write(str(child.pid))
+time.sleep(30)
+""")
+    gh.chmod(0o755)
+    t0 = time.monotonic()
+    res = find_references("moe_sorting", registry=reg, gh_path=str(gh), timeout_s=1.5,
+                          transport=httpx.MockTransport(lambda r: httpx.Response(500)))
+    assert time.monotonic() - t0 < 2.5
+    sec = res.sections[0]
+    assert sec.method == "url-only" and "gh search timed out" in sec.reason
+    time.sleep(0.2)
+    pid = int(pidfile.read_text())
+    try:
+        os.kill(pid, 0)
+        alive = open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        alive = False
+    assert not alive, "the grandchild of gh survived: process group not killed"

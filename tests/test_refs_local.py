@@ -114,3 +114,27 @@ def test_importable_package_clone_is_detected_but_installed_copy_is_not(refs_env
     sec = find_references("moe_sorting", registry=reg, timeout_s=5).sections[0]
     assert sec.method == "local:git" and sec.root == str(clone)
     assert "importable package kstestpkg" in sec.reason
+
+
+def test_slow_pickaxe_keeps_other_hits_and_says_incomplete(refs_env, reg, monkeypatch):
+    from mcp_server.refs import proc
+
+    repo = refs_env / "aiter"
+    commits = make_repo(repo)
+    monkeypatch.setenv("AITER_ROOT", str(repo))
+    real_run = proc.run
+
+    def run(args, **kw):
+        if any(a.startswith("-S") for a in args):
+            # what proc.run returns when the group was killed on its timeout
+            return proc.ProcResult(rc=None, stdout="", stderr="", timed_out=True)
+        return real_run(args, **kw)
+
+    monkeypatch.setattr(proc, "run", run)
+    res = find_references("moe_sorting", registry=reg, timeout_s=10)
+    sec = res.sections[0]
+    assert sec.method == "local:git" and sec.incomplete and sec.degraded
+    assert "git log -S timed out" in sec.reason
+    assert [i.commit for i in sec.items if i.kind == "commit"] == [commits["msg"]]
+    assert len([i for i in sec.items if i.kind == "file"]) == 2
+    assert res.outcomes == ["local_hit"] and res.unanswered == ["aiter-local"]

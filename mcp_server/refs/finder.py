@@ -110,7 +110,9 @@ def find_references(
         except Exception:  # categories are a ranking aid only; never fail the search for them
             category = None
 
-    per_source = min(float(source_timeout_s or DEFAULT_SOURCE_TIMEOUT_S), float(timeout_s))
+    # a source's own budget ends a little before the overall bound, so its own reason
+    # (which fallback timed out, what was kept) arrives rather than a bare "no answer"
+    per_source = min(float(source_timeout_s or DEFAULT_SOURCE_TIMEOUT_S), float(timeout_s) * 0.85)
     cache = RefCache(Path(cache_dir) / "refs" if cache_dir else None, ttl_s=cache_ttl_s, enabled=not no_cache)
     params = SearchParams(keyword=kw, max_results=int(max_results), days=int(days) if days else None,
                           timeout_s=per_source, cache=cache, transport=transport, gh_path=gh_path)
