@@ -21,7 +21,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VPY) -m mcp_server.demo
 
-test: $(STAMP)
+# headless Chromium for the HTML-report test (Debian; the test skips where it is absent)
+browser-deps:
+	command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium) || true
+
+test: $(STAMP) browser-deps
 	$(VPY) -m pytest -q
 
 bench: $(STAMP)

@@ -37,8 +37,28 @@ def step_analyze(console: Console) -> None:
         render_analysis(res, console, max_modules=12, max_tree_depth=2)
 
 
+def step_compare(console: Console) -> None:
+    """Compare the eager and sdpa prefills module by module (diff_modules)."""
+    from mcp_server.compare.diff import diff_modules, replacements
+    from mcp_server.compare.matching import display_kernel_name
+    from mcp_server.compare.render import render_diff
+
+    console.print(Rule("compare llama_prefill_eager vs llama_prefill_sdpa (diff_modules)"))
+    res = diff_modules(TRACES / "llama_prefill_eager.json.gz", TRACES / "llama_prefill_sdpa.json.gz",
+                       labels=["eager", "sdpa"])
+    render_diff(res, console, panels=1)
+    att = next((b for b in res.blocks if b.block == "attn_core"), None)
+    if att is not None:
+        for a_name, b_name, how in replacements(att):
+            if "softmax" in a_name:
+                console.print(f"[bold]attn_core:[/] eager's {display_kernel_name(a_name, 60)} path is replaced by "
+                              f"sdpa's fused {display_kernel_name(b_name, 70)} (paired by {how}); "
+                              f"{att.a_count} -> {att.b_count} launches, {att.gap_us:+.1f} us")
+
+
 STEPS: list[Callable[[Console], None]] = [
     step_analyze,
+    step_compare,
 ]
 
 

@@ -203,3 +203,8 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
 
         res.output_html = str(write_diff_html(res, output_html))
     return res
+
+
+def replacements(block: BlockDiff) -> list[tuple[str, str, str]]:
+    """(A kernel, B kernel, how paired) for the kernels one side replaced with another in a block."""
+    return [(m.a_name or "", m.b_name or "", m.kind) for m in block.matches if m.kind in ("category", "time", "renamed")]
