@@ -222,6 +222,63 @@ def _run_refs(a: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- timeline
 
 
+def _add_timeline(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "timeline", help="decode in-kernel probe buffers: phases, imbalance, critical path; compare before/after",
+        description="Decode probe buffers (FlashInfer profiler / kernelscope probe format) of persistent or "
+        "multi-phase kernels and find the phase and block that set the critical path.",
+    )
+    tsub = p.add_subparsers(dest="timeline_verb", metavar="ACTION")
+    tsub.required = True
+    a = tsub.add_parser("analyze", help="analyze one probe buffer",
+                        description="Per phase and occurrence: wall, slowest, mean, imbalance, skew, last block, "
+                        "barrier waits; the critical path; verdicts ranked by time at stake.")
+    a.add_argument("buffer", help="probe buffer: raw little-endian uint64 (.bin) or .npy")
+    a.add_argument("--events", help="event names in event-id order: N1,N2,... or a file (one per line); "
+                   "default <buffer stem>.events beside the buffer")
+    a.add_argument("--tag-layout", choices=["legacy", "sm"], help="override the auto-detected tag layout")
+    a.add_argument("--overhead", help="JSON of kernel times with/without probes (default <buffer stem>.overhead.json)")
+    a.add_argument("--perfetto", metavar="OUT.json", help="write a Perfetto/Chrome trace JSON")
+    a.add_argument("--png", metavar="OUT.png", help="write a Gantt chart PNG")
+    a.add_argument("--json", action="store_true", help="print the typed result as JSON")
+    a.set_defaults(func=_run_timeline_analyze)
+    c = tsub.add_parser("compare", help="compare two probe buffers of the same kernel (before/after)")
+    c.add_argument("before", help="probe buffer before the change")
+    c.add_argument("after", help="probe buffer after the change")
+    c.add_argument("--events", help="event names for both buffers: N1,N2,... or a file")
+    c.add_argument("--tag-layout", choices=["legacy", "sm"], help="override the auto-detected tag layout")
+    c.add_argument("--json", action="store_true", help="print the typed result as JSON")
+    c.set_defaults(func=_run_timeline_compare)
+
+
+def _run_timeline_analyze(a: argparse.Namespace) -> int:
+    from mcp_server.timeline.analysis import analyze_timeline
+    from mcp_server.timeline.render import render_analysis
+
+    with progress_bar("timeline") as cb:
+        res = analyze_timeline(a.buffer, a.events, tag_layout=a.tag_layout, overhead_path=a.overhead,
+                               perfetto_path=a.perfetto, png_path=a.png, progress=cb)
+    if a.json:
+        emit_json(res)
+    else:
+        render_analysis(res, out)
+    return 0
+
+
+def _run_timeline_compare(a: argparse.Namespace) -> int:
+    from mcp_server.timeline.compare import compare_timelines
+    from mcp_server.timeline.render import render_comparison
+
+    with progress_bar("timeline compare") as cb:
+        res = compare_timelines(a.before, a.after, a.events, tag_layout=a.tag_layout, progress=cb)
+    if a.json:
+        emit_json(res)
+    else:
+        render_comparison(res, out)
+    return 0
+
+
+
 # --------------------------------------------------------------------------- main
 
 VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
@@ -230,6 +287,7 @@ VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_budget,
     _add_compare,
     _add_refs,
+    _add_timeline,
 ]
 
 

@@ -22,6 +22,7 @@ from mcp_server import __version__
 from mcp_server.errors import KernelscopeError, redact
 # Result models (pydantic only, cheap to import): they are the tools' output schemas.
 from mcp_server.traces.models import TraceAnalysis
+from mcp_server.timeline.models import TimelineAnalysis, TimelineComparison
 from mcp_server.compare.models import BudgetResult, DiffResult
 from mcp_server.refs.models import ReferenceResult
 
@@ -180,6 +181,56 @@ async def find_references(
 
 
 # --------------------------------------------------------------------------- timeline
+
+
+@mcp.tool(
+    name="timeline_analyze",
+    title="Analyze an in-kernel probe timeline",
+    description=(
+        "Decode a probe buffer (FlashInfer profiler / kernelscope probe format, .bin or .npy) of a persistent or "
+        "multi-phase kernel: per phase and occurrence the wall, slowest and mean block time, imbalance, start "
+        "skew, last-finishing block, barrier waits, the critical path and ranked verdicts. Optionally writes "
+        "Perfetto JSON and a Gantt PNG."
+    ),
+    annotations=WRITES_FILES,
+)
+async def timeline_analyze(
+    buffer_path: Annotated[str, Field(description="Probe buffer: raw little-endian uint64 (.bin) or .npy")],
+    event_names: Annotated[Optional[list[str]], Field(description="Event names in event-id order (id 0 first); default <buffer stem>.events beside the buffer")] = None,
+    tag_layout: Annotated[Optional[Literal["legacy", "sm"]], Field(description="Tag layout: legacy (block_group<<12) or sm (sm_id<<24 | block<<12); default auto-detect")] = None,
+    overhead_path: Annotated[Optional[str], Field(description="JSON of kernel times with/without probes; default <buffer stem>.overhead.json")] = None,
+    perfetto_out: Annotated[Optional[str], Field(description="Write a Perfetto/Chrome trace JSON here")] = None,
+    png_out: Annotated[Optional[str], Field(description="Write a Gantt chart PNG here")] = None,
+    ctx: Context = None,  # type: ignore[assignment]
+) -> TimelineAnalysis:
+    from mcp_server.timeline.analysis import analyze_timeline as engine
+
+    return await run_engine(
+        ctx, engine, buffer_path, event_names, tag_layout=tag_layout, overhead_path=overhead_path,
+        perfetto_path=perfetto_out, png_path=png_out, progress=True,
+    )
+
+
+@mcp.tool(
+    name="timeline_compare",
+    title="Compare two probe timelines (before/after)",
+    description=(
+        "Analyze two probe buffers of the same kernel and compare every phase before and after: wall, slowest, "
+        "mean, imbalance, skew, barrier waits and critical-path time, so cost moving between phases is visible."
+    ),
+    annotations=READ_ONLY,
+)
+async def timeline_compare(
+    before_path: Annotated[str, Field(description="Probe buffer before the change (.bin or .npy)")],
+    after_path: Annotated[str, Field(description="Probe buffer after the change (.bin or .npy)")],
+    event_names: Annotated[Optional[list[str]], Field(description="Event names in event-id order, used for both buffers")] = None,
+    tag_layout: Annotated[Optional[Literal["legacy", "sm"]], Field(description="Tag layout override; default auto-detect")] = None,
+    ctx: Context = None,  # type: ignore[assignment]
+) -> TimelineComparison:
+    from mcp_server.timeline.compare import compare_timelines as engine
+
+    return await run_engine(ctx, engine, before_path, after_path, event_names, tag_layout=tag_layout, progress=True)
+
 
 
 def main() -> None:

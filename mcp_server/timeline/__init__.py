@@ -1,0 +1,31 @@
+"""Timeline engine: decode in-kernel probe buffers (FlashInfer-compatible format), find the
+phase and block that set a persistent / multi-phase kernel's critical path, compare before and
+after, export Perfetto JSON and a Gantt PNG. Probe writers: ``include/kernelscope_probe.cuh``
+(CUDA) and :mod:`mcp_server.timeline.triton_probe` (Triton).
+
+Public functions are imported lazily so ``import mcp_server.timeline`` stays cheap and needs
+neither pandas nor Triton.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+INCLUDE_DIR = Path(__file__).resolve().parent / "include"
+
+__all__ = ["analyze_timeline", "compare_timelines", "decode_buffer", "INCLUDE_DIR"]
+
+
+def __getattr__(name: str):
+    if name == "analyze_timeline":
+        from mcp_server.timeline.analysis import analyze_timeline
+
+        return analyze_timeline
+    if name == "compare_timelines":
+        from mcp_server.timeline.compare import compare_timelines
+
+        return compare_timelines
+    if name == "decode_buffer":
+        from mcp_server.timeline.decode import decode_buffer
+
+        return decode_buffer
+    raise AttributeError(name)

@@ -1,0 +1,351 @@
+"""Phase statistics, critical path and verdicts from a decoded probe buffer."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable, Optional, Sequence, Union
+
+import numpy as np
+import pandas as pd
+
+from mcp_server.errors import BufferFormatError
+from mcp_server.models import Warning_
+from mcp_server.timeline.decode import Decoded, decode_buffer, event_name_list
+from mcp_server.timeline.models import (
+    CriticalSegment, DecodeSummary, Instant, Occurrence, Phase, ProbeOverhead, TimelineAnalysis, Verdict,
+)
+from mcp_server.timeline.overhead import find_overhead_file, load_overhead
+
+#: slowest/mean at or above which a phase is called imbalanced
+IMBALANCE_RATIO = 1.2
+#: a verdict needs at least this share of the kernel span at stake
+MIN_SPAN_SHARE = 0.01
+#: start skew is reported when wall - slowest is at least this share of the phase's wall time
+SKEW_SHARE = 0.10
+TOP_BLOCKS = 32
+
+Progress = Optional[Callable[[float, Optional[float], Optional[str]], None]]
+
+
+def _fmt_ns(ns: float) -> str:
+    ns = float(ns)
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if abs(ns) >= 1e3:
+        return f"{ns / 1e3:.1f} us"
+    return f"{ns:.0f} ns"
+
+
+def _names(dec: Decoded, event_names, warnings: list[Warning_]) -> dict[int, str]:
+    names = event_name_list(event_names)
+    ids = dec.event_ids
+    out: dict[int, str] = {}
+    missing = [i for i in ids if i >= len(names) or not names[i]]
+    for i in ids:
+        out[i] = names[i] if i < len(names) and names[i] else f"event{i}"
+    if missing:
+        warnings.append(Warning_(
+            code="names_missing", count=len(missing),
+            message=(f"{len(names)} event name(s) given but the buffer holds event id(s) "
+                     f"{', '.join(map(str, missing[:10]))}{' ...' if len(missing) > 10 else ''}; "
+                     "those are shown as event<id> (names are listed in event-id order, id 0 first)")))
+    if len(names) > (max(ids) + 1 if ids else 0):
+        unused = [n for i, n in enumerate(names) if i not in set(ids)]
+        if unused:
+            warnings.append(Warning_(code="names_unused", count=len(unused),
+                                     message=f"no records for event(s) {', '.join(unused[:10])}"))
+    return out
+
+
+def _decode_warnings(dec: Decoded) -> list[Warning_]:
+    st = dec.stats
+    w: list[Warning_] = []
+    if st.overflow:
+        w.append(Warning_(code="overflow", message=(
+            "header overflow bit set: the bounds guard dropped records of at least one writer; "
+            "phases after the drop are missing or unmatched (give the buffer more records per writer)")))
+    if st.truncated_lanes and not st.overflow:
+        w.append(Warning_(code="truncation_possible", count=st.truncated_lanes, message=(
+            f"{st.truncated_lanes} writer(s) recorded in the buffer's last round: if they recorded more, "
+            "it was written past the end (no bounds check) or lost; size the buffer with spare rounds")))
+    if st.unmatched_begins:
+        w.append(Warning_(code="unmatched_begin", count=st.unmatched_begins,
+                          message=f"{st.unmatched_begins} begin record(s) without a matching end (excluded)"))
+    if st.unmatched_ends:
+        w.append(Warning_(code="unmatched_end", count=st.unmatched_ends,
+                          message=f"{st.unmatched_ends} end record(s) without a preceding begin (excluded)"))
+    if st.zero_slots:
+        w.append(Warning_(code="zero_slots", count=st.zero_slots, message=(
+            f"{st.zero_slots} zero slot(s) inside writers' records (holes): a writer skipped a slot, or the "
+            "buffer was partly overwritten")))
+    if st.tag_mismatches:
+        w.append(Warning_(code="tag_mismatch", count=st.tag_mismatches, message=(
+            f"{st.tag_mismatches} record(s) whose tag names another block than their slot position "
+            f"({dec.tag_layout} layout); positions were used. Wrong ngroups in the header, wrong tag layout, "
+            "or writers sharing a lane")))
+    if st.bad_type:
+        w.append(Warning_(code="bad_type", count=st.bad_type,
+                          message=f"{st.bad_type} record(s) with event type 3 (not begin/end/instant), ignored"))
+    if st.timer_wraps:
+        w.append(Warning_(code="timer_wrap", count=st.timer_wraps, message=(
+            f"the 32-bit timer wrapped on {st.timer_wraps} writer(s); unwrapped (exact while consecutive records "
+            "of a writer are < 4.29 s apart)")))
+    if st.non_monotonic:
+        w.append(Warning_(code="non_monotonic", count=st.non_monotonic, message=(
+            f"{st.non_monotonic} record(s) earlier than the writer's previous record after unwrapping: "
+            "records out of order or a corrupted buffer")))
+    if st.partial_round:
+        w.append(Warning_(code="partial_round", message=(
+            "buffer length is not header + a whole number of rounds (nblocks*ngroups slots): "
+            "the copy may be truncated")))
+    if dec.layout_auto and dec.tag_layout == "legacy" and dec.ngroups == 1:
+        w.append(Warning_(code="layout_ambiguous", message=(
+            "tags carry no SM id (legacy and sm layouts agree here); SM ids unknown")))
+    return w
+
+
+def analyze_decoded(dec: Decoded, event_names=None, *, overhead: Optional[ProbeOverhead] = None,
+                    extra_warnings: Sequence[Warning_] = ()) -> TimelineAnalysis:
+    warnings = list(extra_warnings) + _decode_warnings(dec)
+    names = _names(dec, event_names, warnings)
+    ng = dec.ngroups
+    iv = pd.DataFrame({
+        "event": dec.event.astype(np.int64), "lane": dec.lane.astype(np.int64),
+        "occ": dec.occurrence.astype(np.int64), "begin": dec.begin, "end": dec.end,
+        "depth": dec.depth.astype(np.int64),
+    })
+    iv["block"] = iv["lane"] // ng
+    span_ns = int(iv["end"].max() - iv["begin"].min()) if len(iv) else 0
+
+    phases: list[Phase] = []
+    segments: list[CriticalSegment] = []
+    if len(iv):
+        # block-level spans: a block's groups from first begin to last end
+        blk = iv.groupby(["event", "occ", "block"], sort=True).agg(begin=("begin", "min"), end=("end", "max"))
+        blk["dur"] = blk["end"] - blk["begin"]
+        blk = blk.reset_index()
+        g = blk.groupby(["event", "occ"], sort=True)
+        occ = g.agg(blocks=("block", "size"), begin=("begin", "min"), end=("end", "max"),
+                    last_begin=("begin", "max"), slowest=("dur", "max"), mean=("dur", "mean"),
+                    std=("dur", "std"))
+        occ["last_block"] = blk.loc[g["end"].idxmax().values, "block"].values
+        occ["slowest_block"] = blk.loc[g["dur"].idxmax().values, "block"].values
+        occ["last_dur"] = blk.loc[g["end"].idxmax().values, "dur"].values
+        occ["std"] = occ["std"].fillna(0.0)
+        occ["wall"] = occ["end"] - occ["begin"]
+        occ["skew"] = occ["last_begin"] - occ["begin"]
+
+        # waits: gap on each lane from an interval's end to the lane's next begin (outermost intervals)
+        top = iv[iv["depth"] == 1].sort_values(["lane", "begin"], kind="stable")
+        nxt_begin = top["begin"].shift(-1)
+        same = top["lane"].shift(-1) == top["lane"]
+        gap = (nxt_begin - top["end"]).where(same)
+        top = top.assign(wait=gap.clip(lower=0))
+        wait_ev = top.groupby("event")["wait"].agg(["mean", "max"])
+
+        # critical path over outermost events, in order of their last end
+        nested_events = set(iv.loc[iv["depth"] > 1, "event"].unique().tolist())
+        chain = occ.reset_index()
+        chain = chain[~chain["event"].isin(nested_events)].sort_values(["end", "begin"], kind="stable")
+        prev_end = int(chain["begin"].min()) if len(chain) else 0
+        crit_by_event: dict[int, int] = {}
+        for r in chain.itertuples(index=False):
+            c = max(0, int(r.end) - prev_end)
+            work = min(int(r.last_dur), c)
+            segments.append(CriticalSegment(
+                phase=names.get(int(r.event), f"event{int(r.event)}"), occurrence=int(r.occ),
+                last_block=int(r.last_block), begin_ns=int(r.begin), end_ns=int(r.end),
+                critical_ns=c, work_ns=work, release_ns=c - work))
+            crit_by_event[int(r.event)] = crit_by_event.get(int(r.event), 0) + c
+            prev_end = max(prev_end, int(r.end))
+
+        bmean = blk.groupby(["event", "block"])["dur"].mean()
+        for ev, o in occ.groupby(level=0, sort=True):
+            o = o.droplevel(0)
+            occs = []
+            for k, r in o.iterrows():
+                mean = float(r["mean"])
+                occs.append(Occurrence(
+                    index=int(k), blocks=int(r["blocks"]), begin_ns=int(r["begin"]), end_ns=int(r["end"]),
+                    wall_ns=int(r["wall"]), slowest_ns=int(r["slowest"]), mean_ns=round(mean, 1),
+                    cv=round(float(r["std"]) / mean, 4) if mean > 0 else 0.0,
+                    imbalance=round(float(r["slowest"]) / mean, 4) if mean > 0 else 1.0,
+                    skew_ns=int(r["skew"]), last_block=int(r["last_block"]), slowest_block=int(r["slowest_block"])))
+            bm = bmean.loc[ev].sort_values(ascending=False, kind="stable")
+            last_blocks = [x.last_block for x in occs]
+            phases.append(Phase(
+                name=names.get(int(ev), f"event{int(ev)}"), event_id=int(ev), occurrences=occs,
+                imbalance=max(x.imbalance for x in occs), cv_max=max(x.cv for x in occs),
+                slowest_blocks=[int(b) for b in bm.index[:TOP_BLOCKS]],
+                slowest_block_mean_ns=[round(float(v), 1) for v in bm.values[:TOP_BLOCKS]],
+                block_mean_ns=round(float(blk.loc[blk["event"] == ev, "dur"].mean()), 1),
+                last_blocks=last_blocks,
+                last_block_always_same=len(set(last_blocks)) == 1,
+                total_wall_ns=int(o["wall"].sum()), total_slowest_ns=int(o["slowest"].sum()),
+                total_mean_ns=round(float(o["mean"].sum()), 1), total_skew_ns=int(o["skew"].sum()),
+                wait_after_mean_ns=round(float(wait_ev.loc[ev, "mean"]), 1) if ev in wait_ev.index and pd.notna(wait_ev.loc[ev, "mean"]) else 0.0,
+                wait_after_max_ns=int(wait_ev.loc[ev, "max"]) if ev in wait_ev.index and pd.notna(wait_ev.loc[ev, "max"]) else 0,
+                critical_ns=crit_by_event.get(int(ev), 0),
+                imbalance_at_stake_ns=round(float((o["slowest"] - o["mean"]).sum()), 1),
+                skew_at_stake_ns=round(float((o["wall"] - o["slowest"]).sum()), 1),
+                nested=int(ev) in nested_events,
+            ))
+
+    instants = []
+    if dec.instant_event.size:
+        idf = pd.DataFrame({"event": dec.instant_event.astype(np.int64), "lane": dec.instant_lane, "ts": dec.instant_ts})
+        for ev, d in idf.groupby("event", sort=True):
+            i_last = int(d["ts"].values.argmax())
+            instants.append(Instant(name=names.get(int(ev), f"event{int(ev)}"), event_id=int(ev), count=len(d),
+                                    first_ns=int(d["ts"].min()), last_ns=int(d["ts"].max()),
+                                    last_block=int(d["lane"].values[i_last]) // ng))
+    if not phases:
+        warnings.append(Warning_(code="no_intervals", message="no matched begin/end pairs: nothing to analyse"))
+
+    st = dec.stats
+    res = TimelineAnalysis(
+        source=dec.source, nblocks=dec.nblocks, ngroups=dec.ngroups, tag_layout=dec.tag_layout,
+        tag_layout_auto=dec.layout_auto, sm_known=bool((dec.lane_sm >= 0).any()),
+        records=st.records, intervals=int(dec.event.size), instants=instants,
+        event_names=[names[i] for i in sorted(names)],
+        decode=DecodeSummary(
+            slots=st.slots, rounds=st.rounds, zero_slots=st.zero_slots, unused_slots=st.unused_slots,
+            unmatched_begins=st.unmatched_begins, unmatched_ends=st.unmatched_ends, bad_type=st.bad_type,
+            tag_mismatches=st.tag_mismatches, truncated_lanes=st.truncated_lanes, timer_wraps=st.timer_wraps,
+            non_monotonic=st.non_monotonic, overflow=st.overflow, partial_round=st.partial_round),
+        span_ns=span_ns, phases=phases, critical_path=segments, verdicts=[], warnings=warnings,
+        probe_overhead=overhead,
+    )
+    res.verdicts = _verdicts(res)
+    return res
+
+
+def _verdicts(res: TimelineAnalysis) -> list[Verdict]:
+    span = max(res.span_ns, 1)
+    out: list[Verdict] = []
+    for p in res.phases:
+        k = len(p.occurrences)
+        worst = max(p.occurrences, key=lambda o: o.imbalance)
+        share = p.imbalance_at_stake_ns / span
+        if p.imbalance >= IMBALANCE_RATIO and share >= MIN_SPAN_SHARE:
+            top = ", ".join(f"{b} ({_fmt_ns(v)})" for b, v in zip(p.slowest_blocks[:5], p.slowest_block_mean_ns[:5]))
+            base = (f"{p.name}: the slowest block takes {p.imbalance:.2f}x the mean "
+                    f"({_fmt_ns(worst.slowest_ns)} vs {_fmt_ns(worst.mean_ns)}, occurrence {worst.index}; "
+                    f"CV {p.cv_max:.2f}); slowest blocks by mean: {top}, against a block mean of "
+                    f"{_fmt_ns(p.block_mean_ns)}. Up to {_fmt_ns(p.imbalance_at_stake_ns)} per run at stake "
+                    f"(sum of slowest - mean over {k} occurrence(s), {100 * share:.1f}% of the span).")
+            n_slow = max(1, sum(1 for v in p.slowest_block_mean_ns if v >= IMBALANCE_RATIO * p.block_mean_ns))
+            slow_set = set(p.slowest_blocks[:n_slow])
+            if p.wait_after_mean_ns > 0:
+                base += (f" Meanwhile the other writers wait {_fmt_ns(p.wait_after_mean_ns)} on average at the "
+                         "following synchronisation.")
+            top_mean = p.slowest_block_mean_ns[0] if p.slowest_block_mean_ns else 0.0
+            peers = [b for b, v in zip(p.slowest_blocks, p.slowest_block_mean_ns) if v >= 0.95 * top_mean]
+            if p.last_block_always_same and k >= 2:
+                if len(peers) > 1:
+                    tail = (f" Block {p.last_blocks[0]} finishes last in every occurrence ({k}/{k}), but blocks "
+                            f"{', '.join(map(str, peers))} are within 5% of each other: all of them carry the extra "
+                            "work; move work off all of them (split their tiles, rebalance the schedule).")
+                else:
+                    tail = (f" Block {p.last_blocks[0]} finishes last in every occurrence ({k}/{k}): its share "
+                            "of the work is too large; move work off it (split its tile, rebalance the schedule).")
+                out.append(Verdict(kind="fixed_straggler", phase=p.name, at_stake_ns=p.imbalance_at_stake_ns,
+                                   message=base + tail))
+            elif set(p.last_blocks) <= slow_set:
+                out.append(Verdict(kind="imbalance", phase=p.name, at_stake_ns=p.imbalance_at_stake_ns, message=(
+                    base + f" The last finisher moves among the same slow blocks ({', '.join(map(str, sorted(set(p.last_blocks))))}): "
+                    "they carry similar extra work; give them less, or split their work across more blocks.")))
+            else:
+                out.append(Verdict(kind="moving_straggler", phase=p.name, at_stake_ns=p.imbalance_at_stake_ns, message=(
+                    base + f" The last block changes between occurrences ({', '.join(map(str, p.last_blocks))}) and "
+                    "is not consistently among the slowest: contention (memory, atomics, co-scheduled work) or "
+                    "synchronisation, not a fixed share of the work.")))
+        if p.total_wall_ns > 0:
+            sk = p.skew_at_stake_ns
+            if sk / p.total_wall_ns >= SKEW_SHARE and sk / span >= MIN_SPAN_SHARE:
+                out.append(Verdict(kind="start_skew", phase=p.name, at_stake_ns=sk, message=(
+                    f"{p.name}: wall time exceeds the slowest block by {_fmt_ns(sk)} over {k} occurrence(s) "
+                    f"({100 * sk / p.total_wall_ns:.0f}% of its wall); blocks start up to "
+                    f"{_fmt_ns(max(o.skew_ns for o in p.occurrences))} apart: slow release after the preceding "
+                    "synchronisation, or blocks launched/scheduled late.")))
+        wait_total = p.wait_after_mean_ns * k
+        imbalanced = p.imbalance >= IMBALANCE_RATIO and share >= MIN_SPAN_SHARE
+        if not imbalanced and wait_total / span >= 5 * MIN_SPAN_SHARE:
+            out.append(Verdict(kind="barrier_wait", phase=p.name, at_stake_ns=round(wait_total, 1), message=(
+                f"after {p.name}, a writer waits on average {_fmt_ns(p.wait_after_mean_ns)} (max "
+                f"{_fmt_ns(p.wait_after_max_ns)}) before its next phase begins, {_fmt_ns(wait_total)} per run "
+                "summed over occurrences, while the blocks are balanced within the phase: barrier/release cost, "
+                "start skew, or work outside the probes.")))
+    if res.critical_path:
+        crit = sorted(res.phases, key=lambda p: -p.critical_ns)
+        total = sum(s.critical_ns for s in res.critical_path) or 1
+        rel = sum(s.release_ns for s in res.critical_path)
+        parts = ", ".join(f"{p.name} {_fmt_ns(p.critical_ns)} ({100 * p.critical_ns / total:.0f}%)" for p in crit if p.critical_ns)
+        out.append(Verdict(kind="critical_phase", phase=crit[0].name, at_stake_ns=0.0, message=(
+            f"critical path {_fmt_ns(total)} over {len(res.critical_path)} phase step(s): {parts}; of it "
+            f"{_fmt_ns(rel)} is release/wait before the last block of a step began.")))
+    if not any(v.kind in ("imbalance", "fixed_straggler", "moving_straggler") for v in out) and res.phases:
+        worst = max(res.phases, key=lambda p: p.imbalance)
+        out.append(Verdict(kind="balanced", phase=worst.name, at_stake_ns=0.0, message=(
+            f"no load imbalance: the largest slowest/mean is {worst.imbalance:.2f}x ({worst.name}), under the "
+            f"{IMBALANCE_RATIO:.2f}x threshold, or too little time at stake.")))
+    if res.probe_overhead is not None:
+        po = res.probe_overhead
+        out.append(Verdict(kind="data_quality", at_stake_ns=0.0, message=(
+            f"probes changed the kernel time by {po.overhead_pct:+.2f}% ({po.without_median_us:.1f} -> "
+            f"{po.with_median_us:.1f} us, medians of {po.samples})"
+            + (", within run-to-run noise" if po.within_noise else "") +
+            "; probes perturb what they measure: accept or revert a change on an unprofiled A/B benchmark.")))
+    out.sort(key=lambda v: -v.at_stake_ns)
+    return out
+
+
+def analyze_timeline(
+    buffer_path: Union[str, os.PathLike, np.ndarray, object],
+    event_names: Union[None, str, os.PathLike, Sequence[str]] = None,
+    *,
+    tag_layout: Optional[str] = None,
+    overhead_path: Union[None, str, os.PathLike] = None,
+    perfetto_path: Union[None, str, os.PathLike] = None,
+    png_path: Union[None, str, os.PathLike] = None,
+    progress: Progress = None,
+) -> TimelineAnalysis:
+    """Decode a probe buffer and analyse its phases.
+
+    ``event_names``: list, comma-separated string or a file (one name per line, event id order).
+    When ``event_names`` is None, a file ``<buffer stem>.events`` beside the buffer is used if present.
+    ``overhead_path``: a JSON of probe timings; by default ``<buffer stem>.overhead.json`` beside it.
+    """
+    if progress:
+        progress(0, 3, "decode")
+    dec = decode_buffer(buffer_path, tag_layout=tag_layout)
+    extra: list[Warning_] = []
+    if event_names is None and isinstance(buffer_path, (str, os.PathLike)):
+        side = Path(buffer_path).with_suffix(".events")
+        if side.exists():
+            event_names = str(side)
+    overhead = None
+    if overhead_path is not None:
+        overhead = load_overhead(overhead_path)
+    elif isinstance(buffer_path, (str, os.PathLike)):
+        found = find_overhead_file(buffer_path)
+        if found is not None:
+            try:
+                overhead = load_overhead(found)
+            except BufferFormatError as exc:
+                extra.append(Warning_(code="overhead_unreadable", message=str(exc)))
+    if progress:
+        progress(1, 3, "analyse")
+    res = analyze_decoded(dec, event_names, overhead=overhead, extra_warnings=extra)
+    if perfetto_path is not None:
+        from mcp_server.timeline.export import write_perfetto
+
+        res.outputs["perfetto"] = str(write_perfetto(dec, res, perfetto_path))
+    if png_path is not None:
+        from mcp_server.timeline.export import write_gantt_png
+
+        res.outputs["png"] = str(write_gantt_png(dec, res, png_path))
+    if progress:
+        progress(3, 3, "done")
+    return res

@@ -1,0 +1,93 @@
+"""Before/after comparison of two probe buffers of the same kernel."""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence, Union
+
+from mcp_server.timeline.analysis import _fmt_ns, analyze_timeline
+from mcp_server.timeline.models import Phase, PhaseDelta, PhaseSide, TimelineAnalysis, TimelineComparison
+
+Names = Union[None, str, os.PathLike, Sequence[str]]
+
+
+def _side(p: Phase) -> PhaseSide:
+    k = len(p.occurrences)
+    return PhaseSide(
+        occurrences=k, wall_ns=p.total_wall_ns, slowest_ns=p.total_slowest_ns, mean_ns=p.total_mean_ns,
+        imbalance=p.imbalance, skew_ns=p.total_skew_ns, wait_ns=round(p.wait_after_mean_ns * k, 1),
+        critical_ns=p.critical_ns, last_blocks=p.last_blocks)
+
+
+def compare_analyses(before: TimelineAnalysis, after: TimelineAnalysis) -> TimelineComparison:
+    b = {p.name: p for p in before.phases}
+    a = {p.name: p for p in after.phases}
+    order = [p.name for p in before.phases] + [p.name for p in after.phases if p.name not in b]
+    rows: list[PhaseDelta] = []
+    for name in order:
+        pb, pa = b.get(name), a.get(name)
+        sb, sa = (_side(pb) if pb else None), (_side(pa) if pa else None)
+        d = PhaseDelta(name=name, before=sb, after=sa)
+        if sb and sa:
+            d.d_wall_ns = sa.wall_ns - sb.wall_ns
+            d.d_slowest_ns = sa.slowest_ns - sb.slowest_ns
+            d.d_mean_ns = round(sa.mean_ns - sb.mean_ns, 1)
+            d.d_imbalance = round(sa.imbalance - sb.imbalance, 4)
+            d.d_skew_ns = sa.skew_ns - sb.skew_ns
+            d.d_wait_ns = round(sa.wait_ns - sb.wait_ns, 1)
+            d.d_critical_ns = sa.critical_ns - sb.critical_ns
+        rows.append(d)
+
+    findings: list[tuple[float, str]] = []
+    d_span = after.span_ns - before.span_ns
+    findings.append((abs(d_span) + 1e18, (
+        f"span {_fmt_ns(before.span_ns)} -> {_fmt_ns(after.span_ns)} ({_fmt_ns(d_span)}, "
+        f"{100 * d_span / before.span_ns:+.1f}%)" if before.span_ns else f"span {_fmt_ns(after.span_ns)}")))
+    gains = [r for r in rows if r.d_critical_ns is not None and r.d_critical_ns < 0]
+    losses = [r for r in rows if r.d_critical_ns is not None and r.d_critical_ns > 0]
+    for r in rows:
+        if r.before is None:
+            findings.append((r.after.critical_ns, f"{r.name}: new in after ({_fmt_ns(r.after.critical_ns)} on the critical path)"))
+            continue
+        if r.after is None:
+            findings.append((r.before.critical_ns, f"{r.name}: gone in after (was {_fmt_ns(r.before.critical_ns)} on the critical path)"))
+            continue
+        if r.before.occurrences != r.after.occurrences:
+            findings.append((abs(r.d_critical_ns or 0), f"{r.name}: occurrences {r.before.occurrences} -> {r.after.occurrences}: totals are not like for like"))
+        if abs(r.d_critical_ns or 0) >= 0.01 * max(before.span_ns, 1) or abs(r.d_imbalance or 0) >= 0.1:
+            findings.append((abs(r.d_critical_ns or 0), (
+                f"{r.name}: critical {_fmt_ns(r.before.critical_ns)} -> {_fmt_ns(r.after.critical_ns)} "
+                f"({_fmt_ns(r.d_critical_ns)}); wall {_fmt_ns(r.d_wall_ns)}, slowest {_fmt_ns(r.d_slowest_ns)}, "
+                f"mean {_fmt_ns(r.d_mean_ns)}; imbalance {r.before.imbalance:.2f}x -> {r.after.imbalance:.2f}x; "
+                f"skew {_fmt_ns(r.d_skew_ns)}; waits {_fmt_ns(r.d_wait_ns)}")))
+    if gains and losses:
+        g = sum(-r.d_critical_ns for r in gains)
+        l = sum(r.d_critical_ns for r in losses)
+        findings.append((min(g, l) + 1e17, (
+            f"cost moved between phases: {', '.join(r.name for r in gains)} gained {_fmt_ns(g)} while "
+            f"{', '.join(r.name for r in losses)} lost {_fmt_ns(l)}")))
+    findings.sort(key=lambda t: -t[0])
+    po_b, po_a = before.probe_overhead, after.probe_overhead
+    if po_b or po_a:
+        findings.append((0, "both runs carry probes: confirm the change with an unprofiled A/B benchmark before accepting it"))
+    return TimelineComparison(
+        before=before.source, after=after.source, span_before_ns=before.span_ns, span_after_ns=after.span_ns,
+        d_span_ns=d_span, phases=rows, findings=[f for _, f in findings],
+        warnings=[w.model_copy(update={"message": f"before: {w.message}"}) for w in before.warnings]
+        + [w.model_copy(update={"message": f"after: {w.message}"}) for w in after.warnings],
+        probe_overhead_before=po_b, probe_overhead_after=po_a)
+
+
+def compare_timelines(before_path, after_path, event_names: Names = None, *,
+                      after_event_names: Names = None, tag_layout: Optional[str] = None,
+                      progress=None) -> TimelineComparison:
+    """Analyse two buffers (same event names unless ``after_event_names`` is given) and compare phases."""
+    if progress:
+        progress(0, 2, "before")
+    before = analyze_timeline(before_path, event_names, tag_layout=tag_layout)
+    if progress:
+        progress(1, 2, "after")
+    after = analyze_timeline(after_path, after_event_names if after_event_names is not None else event_names,
+                             tag_layout=tag_layout)
+    if progress:
+        progress(2, 2, "done")
+    return compare_analyses(before, after)

@@ -1,0 +1,335 @@
+"""Decode a probe buffer into matched intervals (vectorised with numpy).
+
+The layout is described in :mod:`mcp_server.timeline.layout`. Positions, not tags, decide a
+record's lane, block and group (exact for every tag layout and any ngroups); the tag is only a
+cross-check, and the source of the SM id when the ``sm`` layout carries one. Nothing is
+guessed silently: every oddity is counted in :class:`DecodeStats` and becomes a warning.
+
+Speed: one pass over a [rounds, lanes] view of the buffer, a radix sort on the 16-bit event id,
+and a handful of vector ops; no Python loop over records.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+
+from mcp_server.errors import BufferFormatError, FileMissingError
+from mcp_server.timeline.layout import BEGIN, END, INSTANT, OVERFLOW_BIT, TAG_LAYOUTS
+
+MAX_BLOCKS = 1 << 24   # a header past these is not a probe header
+MAX_GROUPS = 1 << 12
+_U32 = np.int64(0xFFFFFFFF)
+
+BufferLike = Union[str, os.PathLike, np.ndarray, Any]
+
+
+@dataclass
+class DecodeStats:
+    slots: int = 0                 # record slots in the buffer (excluding the header)
+    rounds: int = 0                # slots / lanes, rounded up
+    records: int = 0               # non-zero record slots decoded
+    zero_slots: int = 0            # zero slots inside a lane (before its last record): holes
+    unused_slots: int = 0          # zero slots after a lane's last record (spare capacity)
+    unmatched_begins: int = 0
+    unmatched_ends: int = 0
+    bad_type: int = 0              # records of type 3 (no such type)
+    tag_mismatches: int = 0        # tag names another block/lane than the slot position
+    truncated_lanes: int = 0       # lanes with a record in the last round (may have run out of room)
+    timer_wraps: int = 0           # lanes whose 32-bit timer wrapped (unwrapped)
+    non_monotonic: int = 0         # records whose timer went backwards within a lane after unwrap
+    overflow: bool = False         # header bit 63: the bounds guard dropped records
+    partial_round: bool = False    # buffer length is not header + whole rounds
+
+
+@dataclass
+class Decoded:
+    """Decoded buffer: intervals (matched begin/end pairs) and instants as numpy columns."""
+
+    source: str
+    nblocks: int
+    ngroups: int
+    tag_layout: str
+    layout_auto: bool
+    stats: DecodeStats
+    # intervals, sorted by (event, lane, occurrence)
+    event: np.ndarray      # int16
+    lane: np.ndarray       # int32
+    occurrence: np.ndarray # int32: k-th matched begin of this (lane, event)
+    begin: np.ndarray      # int64 ns, relative to the earliest record
+    end: np.ndarray        # int64 ns
+    depth: np.ndarray      # int16: nesting level of this event in its lane (1 = outermost)
+    sm: np.ndarray         # int16: SM id from the begin tag (-1 unknown)
+    # instants (the surviving last instant of a lane at each position)
+    instant_event: np.ndarray
+    instant_lane: np.ndarray
+    instant_ts: np.ndarray
+    lane_sm: np.ndarray    # int16 per lane: SM id (-1 unknown)
+    event_ids: list[int] = field(default_factory=list)
+
+    @property
+    def nlanes(self) -> int:
+        return self.nblocks * self.ngroups
+
+    @property
+    def block(self) -> np.ndarray:
+        return self.lane // self.ngroups
+
+    @property
+    def group(self) -> np.ndarray:
+        return self.lane % self.ngroups
+
+
+def load_buffer(buf: BufferLike) -> tuple[np.ndarray, str]:
+    """Raw little-endian uint64 slots from a .bin/.npy path, a numpy array or a torch tensor."""
+    if isinstance(buf, (str, os.PathLike)):
+        path = Path(buf)
+        if not path.exists():
+            raise FileMissingError("probe buffer not found", path=path)
+        if path.is_dir():
+            raise FileMissingError("is a directory, expected a probe buffer file (.bin or .npy)", path=path)
+        size = path.stat().st_size
+        if size == 0:
+            raise BufferFormatError("probe buffer is empty (0 bytes)", path=path,
+                                    hint="copy the device buffer to the host after the kernel finished")
+        if path.suffix.lower() == ".npy":
+            try:
+                arr = np.load(path, allow_pickle=False)
+            except Exception as exc:
+                raise BufferFormatError(f"not a readable .npy file ({exc})", path=path) from None
+            return _as_u64(arr, str(path)), str(path)
+        if size % 8:
+            raise BufferFormatError(
+                f"size {size} bytes is not a multiple of 8: not a uint64 probe buffer", path=path,
+                hint="write the buffer's raw bytes (tensor.cpu().numpy().tofile(path))")
+        return np.fromfile(path, dtype="<u8"), str(path)
+    if hasattr(buf, "detach") and hasattr(buf, "cpu"):  # torch tensor, without importing torch
+        arr = buf.detach().cpu().contiguous().numpy()
+        return _as_u64(arr, "<tensor>"), "<tensor>"
+    if isinstance(buf, np.ndarray):
+        return _as_u64(buf, "<array>"), "<array>"
+    raise BufferFormatError(f"cannot read a probe buffer from {type(buf).__name__}",
+                            hint="pass a .bin/.npy path, a numpy array or a torch tensor")
+
+
+def _as_u64(arr: np.ndarray, where: str) -> np.ndarray:
+    a = np.ascontiguousarray(arr).reshape(-1)
+    if a.size == 0:
+        raise BufferFormatError("probe buffer is empty", path=where)
+    if a.dtype.kind in "iu" and a.dtype.itemsize == 8:
+        return a.view("<u8") if a.dtype.byteorder != ">" else a.astype("<u8")
+    if a.dtype.kind in "iuV" or a.dtype == np.uint8:
+        nbytes = a.nbytes
+        if nbytes % 8:
+            raise BufferFormatError(f"{nbytes} bytes is not a multiple of 8: not a uint64 probe buffer", path=where)
+        return a.view(np.uint8).view("<u8")
+    raise BufferFormatError(f"dtype {a.dtype} is not an integer buffer; expected uint64/int64 slots", path=where)
+
+
+def parse_header(raw: np.ndarray, where: str) -> tuple[int, int, bool]:
+    h = int(raw[0])
+    nblocks = h & 0xFFFFFFFF
+    ngroups = (h >> 32) & 0x7FFFFFFF
+    overflow = bool(h & OVERFLOW_BIT)
+    if h == 0 or nblocks == 0 or ngroups == 0:
+        raise BufferFormatError(
+            f"header (slot 0) is 0x{h:016x}: nblocks={nblocks}, ngroups={ngroups}; a probe buffer's "
+            "slot 0 holds nblocks (low 32 bits) and ngroups (high 32 bits)", path=where,
+            hint="the kernel never initialised the buffer, or this is not a probe buffer")
+    if nblocks > MAX_BLOCKS or ngroups > MAX_GROUPS:
+        raise BufferFormatError(
+            f"header (slot 0) 0x{h:016x} is absurd: nblocks={nblocks}, ngroups={ngroups} "
+            f"(limits {MAX_BLOCKS} blocks, {MAX_GROUPS} groups)", path=where,
+            hint="not a probe buffer, or the wrong byte order")
+    nlanes = nblocks * ngroups
+    if nlanes > raw.size - 1:
+        raise BufferFormatError(
+            f"header says {nblocks} blocks x {ngroups} groups = {nlanes} writers, but the buffer has only "
+            f"{raw.size - 1} record slots: not even one record per writer fits", path=where,
+            hint="wrong header, or a truncated copy of the buffer")
+    return nblocks, ngroups, overflow
+
+
+def _circular_min(v: np.ndarray) -> int:
+    """The start of the shortest arc (mod 2**32) holding every value: the earliest timestamp."""
+    u = np.unique(v)
+    if u.size == 1:
+        return int(u[0])
+    gaps = np.diff(np.concatenate([u, u[:1] + (1 << 32)]))
+    i = int(np.argmax(gaps))
+    return int(u[(i + 1) % u.size])
+
+
+def decode_buffer(buf: BufferLike, tag_layout: Optional[str] = None) -> Decoded:
+    """Decode a probe buffer. ``tag_layout``: None (auto), "legacy" or "sm"."""
+    raw, where = load_buffer(buf)
+    if tag_layout is not None and tag_layout not in TAG_LAYOUTS:
+        raise BufferFormatError(f"unknown tag layout {tag_layout!r}; use one of {', '.join(TAG_LAYOUTS)} or leave it out")
+    nblocks, ngroups, overflow = parse_header(raw, where)
+    nlanes = nblocks * ngroups
+    st = DecodeStats(overflow=overflow)
+    body = raw[1:]
+    st.slots = int(body.size)
+    rounds = -(-body.size // nlanes)
+    st.rounds = rounds
+    if body.size != rounds * nlanes:
+        st.partial_round = True
+        body = np.concatenate([body, np.zeros(rounds * nlanes - body.size, dtype=body.dtype)])
+    # lane-major copy: row = lane, column = round (record order of that writer)
+    m = body.reshape(rounds, nlanes).T.copy()
+    nz = m != 0
+    counts = nz.sum(axis=1)
+    has = counts > 0
+    # last non-zero round per lane; holes = zeros before it
+    last = np.where(has, rounds - 1 - np.argmax(nz[:, ::-1], axis=1), -1)
+    st.zero_slots = int((last + 1).sum() - counts.sum())
+    st.unused_slots = int(nlanes * rounds - (last + 1).sum() - (body.size - st.slots))
+    st.truncated_lanes = int((last == rounds - 1).sum())
+    st.records = int(counts.sum())
+    if st.records == 0:
+        raise BufferFormatError("probe buffer holds a header but no records (every record slot is zero)",
+                                path=where, hint="the probes were compiled out, or the buffer was copied before the kernel ran")
+
+    tag = (m & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    ts32 = (m >> np.uint64(32)).astype(np.int64)
+    # ---- timer unwrap, per lane, over the lane's non-zero records
+    first = np.argmax(nz, axis=1)
+    lanes_idx = np.arange(nlanes)
+    ts_first = ts32[lanes_idx, first]
+    col = np.arange(rounds)[None, :]
+    src = np.where(nz, col, -1)
+    np.maximum.accumulate(src, axis=1, out=src)
+    filled = np.where(src >= 0, np.take_along_axis(ts32, np.maximum(src, 0), axis=1), ts_first[:, None])
+    d = np.diff(filled, axis=1)
+    wrapped = d < 0
+    st.timer_wraps = int(wrapped.any(axis=1).sum())
+    d &= _U32
+    cum = np.zeros_like(filled)
+    np.cumsum(d, axis=1, out=cum[:, 1:])
+    base = _circular_min(ts_first[has])
+    rel_first = (ts_first - base) & _U32
+    ts = rel_first[:, None] + cum
+
+    # ---- tags: type, event, cross-check
+    kind = tag & 3
+    event = (tag >> 2) & 0x3FF
+    upper = tag >> 12
+    blocks_of_lane = (lanes_idx // ngroups)[:, None]
+    legacy_ok = upper == lanes_idx[:, None]
+    sm_ok = ((upper & 0xFFF) == (blocks_of_lane & 0xFFF)) | ((upper & 0xFFF) == (lanes_idx[:, None] & 0xFFF))
+    layout_auto = tag_layout is None
+    if layout_auto:
+        n_leg = int((legacy_ok & nz).sum())
+        n_sm = int((sm_ok & nz).sum())
+        tag_layout = "legacy" if n_leg >= n_sm else "sm"
+    ok = legacy_ok if tag_layout == "legacy" else sm_ok
+    st.tag_mismatches = int((nz & ~ok).sum())
+    smv = (tag >> 24) if tag_layout == "sm" else np.full_like(tag, -1)
+
+    # ---- flatten in (lane, round) order
+    sel = nz.reshape(-1)
+    f_kind = kind.reshape(-1)[sel]
+    f_event = event.reshape(-1)[sel].astype(np.int16)
+    f_lane = np.repeat(lanes_idx.astype(np.int32), counts)
+    f_ts = ts.reshape(-1)[sel]
+    f_sm = smv.reshape(-1)[sel].astype(np.int16)
+    if f_ts.size > 1:
+        same_lane = f_lane[1:] == f_lane[:-1]
+        st.non_monotonic = int((same_lane & (f_ts[1:] < f_ts[:-1])).sum())
+    lane_sm = np.full(nlanes, -1, dtype=np.int16)
+    if tag_layout == "sm":
+        lane_sm = smv[lanes_idx, first].astype(np.int16)
+        lane_sm[~has] = -1
+
+    bad = f_kind == 3
+    st.bad_type = int(bad.sum())
+    is_inst = f_kind == INSTANT
+    i_event, i_lane, i_ts = f_event[is_inst], f_lane[is_inst], f_ts[is_inst]
+    keep = (f_kind == BEGIN) | (f_kind == END)
+    p_kind, p_event, p_lane, p_ts, p_sm = f_kind[keep], f_event[keep], f_lane[keep], f_ts[keep], f_sm[keep]
+
+    iv = _pair(p_kind, p_event, p_lane, p_ts, p_sm, st)
+    event_ids = sorted(set(np.unique(p_event).tolist()) | set(np.unique(i_event).tolist()))
+    return Decoded(
+        source=where, nblocks=nblocks, ngroups=ngroups, tag_layout=tag_layout, layout_auto=layout_auto,
+        stats=st, event=iv[0], lane=iv[1], occurrence=iv[2], begin=iv[3], end=iv[4], depth=iv[5], sm=iv[6],
+        instant_event=i_event, instant_lane=i_lane, instant_ts=i_ts, lane_sm=lane_sm, event_ids=event_ids,
+    )
+
+
+def _pair(kind, event, lane, ts, sm, st: DecodeStats):
+    """Match begins and ends per (lane, event) with nesting; counts the unmatched ones."""
+    empty = (np.zeros(0, np.int16), np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int64),
+             np.zeros(0, np.int64), np.zeros(0, np.int16), np.zeros(0, np.int16))
+    if kind.size == 0:
+        return empty
+    # (event, lane, position) order: stable radix sort on the 16-bit event id keeps (lane, round)
+    order = np.argsort(event, kind="stable")
+    kind, event, lane, ts, sm = kind[order], event[order], lane[order], ts[order], sm[order]
+    n = kind.size
+    key = event.astype(np.int64) * (1 << 32) + lane
+    start = np.ones(n, dtype=bool)
+    start[1:] = key[1:] != key[:-1]
+    gid = np.cumsum(start) - 1
+    step = np.where(kind == BEGIN, 1, -1).astype(np.int64)
+    s = np.cumsum(step)
+    gstart_idx = np.flatnonzero(start)
+    s_before_group = (s - step)[gstart_idx]           # running sum before each group
+    s_rel = s - s_before_group[gid]                    # sum within the group, inclusive
+    # clamp at zero: an end with nothing open is unmatched and does not close anything
+    big = np.int64(n + 2)
+    shifted = np.minimum(s_rel, 0) - gid * big
+    runmin = np.minimum.accumulate(shifted) + gid * big
+    depth_after = s_rel - np.minimum(runmin, 0)
+    depth_before = depth_after - step
+    # depth_before is exact for begins; for an end it is the open count before it unless it was unmatched
+    # an end is unmatched when the clamped depth before it is 0
+    prev_depth = np.where(start, 0, np.concatenate([[0], depth_after[:-1]]))
+    unmatched_end = (kind == END) & (prev_depth == 0)
+    st.unmatched_ends = int(unmatched_end.sum())
+    level = np.where(kind == BEGIN, depth_after, prev_depth)
+    v = ~unmatched_end
+    kind, event, lane, ts, sm, gid, level = kind[v], event[v], lane[v], ts[v], sm[v], gid[v], level[v]
+    idx = np.arange(kind.size)
+    if kind.size and level.max() > 1:
+        o = np.lexsort((idx, level, gid))
+    else:
+        o = idx
+    k2, l2, g2 = kind[o], level[o], gid[o]
+    same = np.zeros(k2.size, dtype=bool)
+    same[:-1] = (g2[1:] == g2[:-1]) & (l2[1:] == l2[:-1])
+    pair_b = np.zeros(k2.size, dtype=bool)
+    pair_b[:-1] = same[:-1] & (k2[:-1] == BEGIN) & (k2[1:] == END)
+    st.unmatched_begins = int(((k2 == BEGIN) & ~pair_b).sum())
+    bi = o[np.flatnonzero(pair_b)]
+    ei = o[np.flatnonzero(pair_b) + 1]
+    # occurrence order: by begin position within (event, lane)
+    if bi.size and level.max() > 1:
+        oo = np.lexsort((bi, gid[bi]))
+        bi, ei = bi[oo], ei[oo]
+    g = gid[bi]
+    first = np.ones(g.size, dtype=bool)
+    first[1:] = g[1:] != g[:-1]
+    starts = np.flatnonzero(first)
+    occ = (np.arange(g.size) - np.repeat(starts, np.diff(np.append(starts, g.size)))).astype(np.int32)
+    return (event[bi], lane[bi], occ, ts[bi], ts[ei], level[bi].astype(np.int16), sm[bi])
+
+
+def event_name_list(event_names: Union[None, str, os.PathLike, Sequence[str]]) -> list[str]:
+    """Event names from a list, a comma-separated string, or a file (one per line or comma-separated)."""
+    if event_names is None:
+        return []
+    if isinstance(event_names, (list, tuple)):
+        return [str(x).strip() for x in event_names]
+    text = str(event_names)
+    p = Path(text)
+    if ("," not in text or p.suffix) and p.exists() and p.is_file():
+        body = p.read_text(encoding="utf-8")
+        parts = [x.strip() for line in body.splitlines() for x in line.split(",")]
+        return [x for x in parts if x and not x.startswith("#")]
+    if text.endswith((".txt", ".events", ".csv")) and not p.exists():
+        raise FileMissingError("event names file not found", path=p)
+    return [x.strip() for x in text.split(",") if x.strip()]

@@ -1,0 +1,151 @@
+"""Exports of a decoded timeline: Perfetto / Chrome trace JSON and a Gantt PNG.
+
+Perfetto: one track (thread) per writer, named ``block B group G``; tracks grouped into one
+process per SM when the tags carry SM ids, else one process ``blocks``. Complete events
+(``ph: X``) for intervals, thread-scoped instants (``ph: i``) for instants; timestamps in us
+from the buffer's earliest record. Open it at https://ui.perfetto.dev or chrome://tracing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+
+from mcp_server.errors import WriteError
+from mcp_server.timeline.decode import Decoded
+from mcp_server.timeline.models import TimelineAnalysis
+
+
+def _publish(tmp: str, path: Path) -> None:
+    """Give the temp file ordinary permissions (mkstemp makes it 0600), then move it in place."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    os.replace(tmp, path)
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> Path:
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        _publish(tmp, path)
+    except OSError as exc:
+        raise WriteError(f"cannot write ({exc.strerror or exc})", path=path) from None
+    return path
+
+
+def _names(res: TimelineAnalysis) -> dict[int, str]:
+    m = {p.event_id: p.name for p in res.phases}
+    m.update({i.event_id: i.name for i in res.instants})
+    return m
+
+
+def perfetto_events(dec: Decoded, res: TimelineAnalysis) -> list[dict]:
+    names = _names(res)
+    ng = dec.ngroups
+    sm_known = bool((dec.lane_sm >= 0).any())
+    lanes_used = np.unique(np.concatenate([dec.lane, dec.instant_lane]).astype(np.int64))
+    ev: list[dict] = []
+    pids: dict[int, str] = {}
+    for lane in lanes_used.tolist():
+        sm = int(dec.lane_sm[lane]) if sm_known else -1
+        pid = sm + 1 if sm >= 0 else 0
+        pids.setdefault(pid, f"SM {sm}" if sm >= 0 else "blocks")
+        b, g = divmod(lane, ng)
+        ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": lane,
+                   "args": {"name": f"block {b}" + (f" group {g}" if ng > 1 else "")}})
+        ev.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": lane, "args": {"sort_index": lane}})
+    for pid, pname in pids.items():
+        ev.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": pname}})
+        ev.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}})
+    lane_pid = {}
+    for lane in lanes_used.tolist():
+        sm = int(dec.lane_sm[lane]) if sm_known else -1
+        lane_pid[lane] = sm + 1 if sm >= 0 else 0
+    for e, lane, occ, b, en in zip(dec.event.tolist(), dec.lane.tolist(), dec.occurrence.tolist(),
+                                   dec.begin.tolist(), dec.end.tolist()):
+        ev.append({"ph": "X", "name": names.get(e, f"event{e}"), "cat": "phase", "pid": lane_pid[lane],
+                   "tid": lane, "ts": b / 1000.0, "dur": (en - b) / 1000.0,
+                   "args": {"occurrence": occ, "block": lane // ng, "group": lane % ng}})
+    for e, lane, t in zip(dec.instant_event.tolist(), dec.instant_lane.tolist(), dec.instant_ts.tolist()):
+        ev.append({"ph": "i", "s": "t", "name": names.get(e, f"event{e}"), "cat": "instant",
+                   "pid": lane_pid[lane], "tid": lane, "ts": t / 1000.0})
+    return ev
+
+
+def write_perfetto(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.PathLike]) -> Path:
+    doc = {
+        "traceEvents": perfetto_events(dec, res),
+        "displayTimeUnit": "ns",
+        "otherData": {"source": res.source, "nblocks": res.nblocks, "ngroups": res.ngroups,
+                      "tag_layout": res.tag_layout, "producer": "kernelscope timeline"},
+    }
+    return _atomic_write_bytes(Path(path), json.dumps(doc, separators=(",", ":")).encode())
+
+
+def write_gantt_png(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.PathLike], *,
+                    max_lanes: int = 512) -> Path:
+    """Gantt chart: one row per writer (block/group), bars coloured by phase, instants as ticks."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    names = _names(res)
+    lanes = np.unique(dec.lane)
+    if lanes.size > max_lanes:
+        lanes = lanes[:max_lanes]
+    row = {int(l): i for i, l in enumerate(lanes.tolist())}
+    events = sorted(set(dec.event.tolist()))
+    cmap = plt.get_cmap("tab10" if len(events) <= 10 else "tab20")
+    colour = {e: cmap(i % cmap.N) for i, e in enumerate(events)}
+    h = max(3.0, min(14.0, 0.035 * len(row) + 1.5))
+    fig, ax = plt.subplots(figsize=(13, h), dpi=110)
+    try:
+        sel = np.isin(dec.lane, lanes)
+        ys = np.array([row[int(l)] for l in dec.lane[sel].tolist()])
+        x0 = dec.begin[sel] / 1000.0
+        w = (dec.end[sel] - dec.begin[sel]) / 1000.0
+        cols = [colour[int(e)] for e in dec.event[sel].tolist()]
+        ax.barh(ys, w, left=x0, height=0.85, color=cols, linewidth=0)
+        if dec.instant_event.size:
+            isel = np.isin(dec.instant_lane, lanes)
+            iy = [row[int(l)] for l in dec.instant_lane[isel].tolist()]
+            ax.scatter(dec.instant_ts[isel] / 1000.0, iy, marker="|", s=12, color="black", linewidths=0.8)
+        ng = dec.ngroups
+        ax.set_ylim(len(row) - 0.5, -0.5)
+        ax.set_xlabel("time (us from the first record)")
+        ax.set_ylabel("block" + (f" x group ({ng} groups)" if ng > 1 else ""))
+        step = max(1, len(row) // 24)
+        ticks = list(range(0, len(row), step))
+        ax.set_yticks(ticks)
+        ax.set_yticklabels([(f"{lanes[t] // ng}.{lanes[t] % ng}" if ng > 1 else str(lanes[t])) for t in ticks],
+                           fontsize=7)
+        title = f"{Path(res.source).name}: {res.nblocks} blocks x {res.ngroups} groups, span {res.span_ns / 1000:.1f} us"
+        worst = max(res.phases, key=lambda p: p.imbalance) if res.phases else None
+        if worst is not None and worst.imbalance >= 1.2:
+            title += f"; {worst.name} imbalance {worst.imbalance:.2f}x (slowest blocks {', '.join(map(str, worst.slowest_blocks[:3]))})"
+        ax.set_title(title, fontsize=9)
+        ax.legend(handles=[Patch(color=colour[e], label=names.get(e, f"event{e}")) for e in events],
+                  loc="upper right", fontsize=7, ncol=min(len(events), 6))
+        ax.grid(axis="x", alpha=0.3)
+        fig.tight_layout()
+        p = Path(path)
+        fd, tmp = tempfile.mkstemp(dir=p.parent if str(p.parent) else ".", prefix=f".{p.name}.", suffix=".png")
+        os.close(fd)
+        try:
+            fig.savefig(tmp, format="png")
+            _publish(tmp, p)
+        except OSError as exc:
+            raise WriteError(f"cannot write ({exc.strerror or exc})", path=p) from None
+    finally:
+        plt.close(fig)
+    return Path(path)

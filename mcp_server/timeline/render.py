@@ -1,0 +1,92 @@
+"""Text renderings of timeline results (rich), for the CLI and the plain-text report."""
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from mcp_server.timeline.analysis import _fmt_ns
+from mcp_server.timeline.models import TimelineAnalysis, TimelineComparison
+
+
+def _table(title: str, cols: list[str], rows: list[list], right_from: int = 1) -> Table:
+    t = Table(title=title, title_justify="left")
+    for i, c in enumerate(cols):
+        t.add_column(c, justify="right" if i >= right_from else "left")
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    return t
+
+
+def render_analysis(res: TimelineAnalysis, con: Console) -> None:
+    sm = "SM ids known" if res.sm_known else "SM ids unknown"
+    con.print(f"[bold]{res.source}[/]: {res.nblocks} blocks x {res.ngroups} groups, tag layout {res.tag_layout}"
+              f"{' (auto)' if res.tag_layout_auto else ''}, {sm}; {res.records} records, {res.intervals} intervals, "
+              f"span {_fmt_ns(res.span_ns)}")
+    for w in res.warnings:
+        con.print(f"[yellow]warning[/] {escape(w.code)}: {escape(w.message)}", highlight=False)
+    if res.probe_overhead:
+        po = res.probe_overhead
+        con.print(f"probe overhead: {po.overhead_pct:+.2f}% ({po.without_median_us:.1f} -> {po.with_median_us:.1f} us, "
+                  f"medians of {po.samples}{', within noise' if po.within_noise else ''})")
+    rows = []
+    for p in res.phases:
+        rows.append([p.name, len(p.occurrences), _fmt_ns(p.total_wall_ns), _fmt_ns(p.total_slowest_ns),
+                     _fmt_ns(p.total_mean_ns), f"{p.imbalance:.2f}x", f"{p.cv_max:.2f}", _fmt_ns(p.total_skew_ns),
+                     _fmt_ns(p.wait_after_mean_ns), _fmt_ns(p.critical_ns),
+                     ", ".join(map(str, p.slowest_blocks[:3])),
+                     ",".join(map(str, p.last_blocks[:6])) + ("…" if len(p.last_blocks) > 6 else "")
+                     + (" (same)" if p.last_block_always_same and len(p.last_blocks) > 1 else "")])
+    con.print(_table("Phases (totals over occurrences)",
+                     ["phase", "occ", "wall", "slowest", "mean", "imbal", "CV", "skew", "wait after",
+                      "critical", "slowest blocks", "last blocks"], rows))
+    if res.instants:
+        con.print(_table("Instants", ["event", "count", "first", "last", "last block"],
+                         [[i.name, i.count, _fmt_ns(i.first_ns), _fmt_ns(i.last_ns), i.last_block] for i in res.instants]))
+    if res.critical_path:
+        cp = res.critical_path
+        shown = cp if len(cp) <= 24 else cp[:12] + cp[-12:]
+        con.print(_table(f"Critical path ({len(cp)} steps{', first and last 12 shown' if len(cp) > 24 else ''})",
+                         ["phase", "occ", "last block", "end", "critical", "work", "release"],
+                         [[s.phase, s.occurrence, s.last_block, _fmt_ns(s.end_ns), _fmt_ns(s.critical_ns),
+                           _fmt_ns(s.work_ns), _fmt_ns(s.release_ns)] for s in shown]))
+    con.print("[bold]Verdicts[/] (ranked by time at stake)")
+    for i, v in enumerate(res.verdicts, 1):
+        con.print(escape(f"{i}. [{v.kind}] {v.message}"), highlight=False)
+    for k, v in res.outputs.items():
+        con.print(f"wrote {k}: {v}")
+
+
+def render_comparison(cmp: TimelineComparison, con: Console) -> None:
+    con.print(f"[bold]before[/] {cmp.before}\n[bold]after[/]  {cmp.after}")
+    for w in cmp.warnings:
+        con.print(f"[yellow]warning[/] {escape(w.code)}: {escape(w.message)}", highlight=False)
+    rows = []
+    for r in cmp.phases:
+        b, a = r.before, r.after
+        def pair(fb, fa, fmt=_fmt_ns):
+            return f"{fmt(fb) if b else '-'} -> {fmt(fa) if a else '-'}"
+        rows.append([
+            r.name,
+            pair(b.wall_ns if b else 0, a.wall_ns if a else 0),
+            pair(b.slowest_ns if b else 0, a.slowest_ns if a else 0),
+            pair(b.mean_ns if b else 0, a.mean_ns if a else 0),
+            pair(b.imbalance if b else 0, a.imbalance if a else 0, lambda x: f"{x:.2f}x"),
+            pair(b.skew_ns if b else 0, a.skew_ns if a else 0),
+            pair(b.wait_ns if b else 0, a.wait_ns if a else 0),
+            pair(b.critical_ns if b else 0, a.critical_ns if a else 0),
+        ])
+    con.print(_table("Phases before -> after (totals over occurrences)",
+                     ["phase", "wall", "slowest", "mean", "imbalance", "skew", "waits", "critical"], rows))
+    con.print("[bold]Findings[/]")
+    for f in cmp.findings:
+        con.print(escape(f"- {f}"), highlight=False)
+
+
+def analysis_text(res: TimelineAnalysis, width: int = 160) -> str:
+    """The text report as a plain string (no colour)."""
+    buf = io.StringIO()
+    render_analysis(res, Console(file=buf, width=width, color_system=None, highlight=False))
+    return buf.getvalue()
