@@ -45,6 +45,51 @@ _PHASES = ("prefill", "decode")
 _COMM = "communication"
 
 
+class PathTable:
+    """Interned module instance paths; code 0 = '' (unattributed), 1 = the graph bucket.
+
+    Adding a path adds its ancestors too, so every code's parent is a code.
+    """
+
+    def __init__(self) -> None:
+        self.paths: list[str] = ["", G.UNATTRIBUTED_GRAPH]
+        self.index: dict[str, int] = {"": 0, G.UNATTRIBUTED_GRAPH: 1}
+        self._parent: list[int] = [-1, -1]
+
+    def code(self, path: str) -> int:
+        c = self.index.get(path)
+        if c is not None:
+            return c
+        par = self.code(path.rsplit("/", 1)[0]) if "/" in path else -1
+        c = self.index[path] = len(self.paths)
+        self.paths.append(path)
+        self._parent.append(par)
+        return c
+
+    def arrays(self):
+        """parent, depth, instance names, type names, root types (numpy / lists, by code)."""
+        parent = np.array(self._parent, dtype=np.int64)
+        depth = np.array([p.count("/") for p in self.paths], dtype=np.int64)
+        inst = [p.rsplit("/", 1)[-1] if i > 1 else "" for i, p in enumerate(self.paths)]
+        types = [module_type(x) for x in inst]
+        roots = [module_type(p.split("/", 1)[0]) if i > 1 else "" for i, p in enumerate(self.paths)]
+        return parent, depth, inst, types, roots
+
+
+def _propagate(parent: np.ndarray, depth: np.ndarray, *arrays: np.ndarray, mins: tuple = ()) -> None:
+    """Add each row of ``arrays`` into its parent's row, deepest first (in place)."""
+    if not len(depth):
+        return
+    for d in range(int(depth.max()), 0, -1):
+        sel = np.flatnonzero((depth == d) & (parent >= 0))
+        if not len(sel):
+            continue
+        for a in arrays:
+            np.add.at(a, parent[sel], a[sel])
+        for a in mins:
+            np.minimum.at(a, parent[sel], a[sel])
+
+
 def _roots(parent: np.ndarray) -> np.ndarray:
     root = np.arange(len(parent))
     for _ in range(512):
@@ -85,13 +130,14 @@ def _infer_root_phase(rt: RawTrace, lk: Linked) -> dict[int, str]:
     return out
 
 
-def _eager_reference(rt: RawTrace, lk: Linked, eager_path: list[str]) -> G.Reference:
+def _eager_reference(rt: RawTrace, lk: Linked, table: "PathTable", path_code: np.ndarray) -> G.Reference:
     m = lk.module_span >= 0
     idx = np.flatnonzero(m)
     idx = idx[np.argsort(rt.k_ts[idx], kind="stable")]
     roots = _roots(lk.modules.parent) if len(lk.modules) else np.zeros(0, dtype=np.int64)
     names = rt.names
-    return G.learn([names[rt.k_name[i]] for i in idx], [eager_path[i] for i in idx],
+    paths = table.paths
+    return G.learn([names[rt.k_name[i]] for i in idx], [paths[path_code[i]] for i in idx],
                    [int(roots[lk.module_span[i]]) for i in idx])
 
 
@@ -123,15 +169,13 @@ def analyze_trace(
                                  message=f"skipped {rt.skipped} damaged event(s) (missing fields or odd types), e.g. {rt.skipped_examples[0]}"))
 
     # ---- per-kernel direct attribution
-    paths_tab = ["", G.UNATTRIBUTED_GRAPH] + lk.module_paths
-    span_path_code = np.arange(len(lk.module_paths), dtype=np.int64) + 2
+    table = PathTable()
+    span_pc = np.array([table.code(p) for p in lk.module_paths], dtype=np.int64)
     path_code = np.zeros(n, dtype=np.int64)
     has_mod = lk.module_span >= 0
-    path_code[has_mod] = span_path_code[lk.module_span[has_mod]]
+    path_code[has_mod] = span_pc[lk.module_span[has_mod]]
     confidence = np.where(has_mod, 1.0, 0.0)
-    eager_path = [paths_tab[c] for c in path_code]
 
-    phase_tab = np.array(["", "prefill", "decode"], dtype=object)
     ph_names = lk.phases.name
     ph_code_of_span = np.array([1 if "forward_extend" in names[i] else 2 for i in ph_names], dtype=np.int8)
     phase = np.zeros(n, dtype=np.int8)
@@ -152,22 +196,22 @@ def analyze_trace(
     gstat = GraphAttribution()
     gidx = np.flatnonzero(lk.graph)
     if len(gidx):
-        ref = _eager_reference(rt, lk, eager_path)
+        ref = _eager_reference(rt, lk, table, path_code)
         method = "same-trace"
         if reference_trace:
             report(2.5, "learning from the reference trace")
             rrt = load_trace(reference_trace)
             rlk = link(rrt)
-            rpaths = ["", G.UNATTRIBUTED_GRAPH] + rlk.module_paths
+            rtable = PathTable()
+            rspan = np.array([rtable.code(p) for p in rlk.module_paths], dtype=np.int64)
             rcode = np.zeros(len(rrt.k_name), dtype=np.int64)
             rm = rlk.module_span >= 0
-            rcode[rm] = np.arange(len(rlk.module_paths), dtype=np.int64)[rlk.module_span[rm]] + 2
-            rref = _eager_reference(rrt, rlk, [rpaths[c] for c in rcode])
+            rcode[rm] = rspan[rlk.module_span[rm]]
+            rref = _eager_reference(rrt, rlk, rtable, rcode)
             if not rref.empty:
                 ref, method = rref, "reference-trace"
             else:
                 gstat.notes.append(f"reference trace {reference_trace} has no attributed eager kernels")
-        path_index = {p: i for i, p in enumerate(paths_tab)}
         cat_comm = {i: rules.classify(names[i]) == _COMM for i in np.unique(rt.k_name[gidx])}
         gidx = gidx[np.lexsort((rt.k_ts[gidx], lk.graph_group[gidx]))]
         groups = lk.graph_group[gidx]
@@ -182,12 +226,7 @@ def analyze_trace(
             if res is None:
                 seq = [names[i] for i in key]
                 ps, cs, how = G.attribute_sequence(seq, ref) if not ref.empty else ([""] * len(seq), [0.0] * len(seq), "none")
-                codes = []
-                for p in ps:
-                    if p not in path_index:
-                        path_index[p] = len(paths_tab)
-                        paths_tab.append(p)
-                    codes.append(path_index[p] if p else 1)
+                codes = [table.code(p) if p else 1 for p in ps]
                 lay, cut, nl = G.layer_cuts(np.asarray(key), np.array([cat_comm[i] for i in key], dtype=bool))
                 res = memo[key] = (np.array(codes), np.array(cs), how, lay, cut, nl)
             codes, cs, how, lay, cut, nl = res
@@ -212,9 +251,10 @@ def analyze_trace(
 
     # ---- DataFrame
     report(3, "building the kernel table")
-    df = _kernel_frame(rt, lk, paths_tab, path_code, phase_tab[phase], confidence, layer, rules)
+    arrays = table.arrays()
+    df = _kernel_frame(rt, lk, table, arrays, path_code, phase, confidence, layer, rules)
     report(4, "module tree and statistics")
-    res = _summarise(rt, lk, df, paths_tab, path_code, rules)
+    res = _summarise(rt, lk, df, table, arrays, path_code, span_pc, phase, rules)
     res.graph = gstat
     res.warnings = warnings + res.warnings
     res.with_kernels(df)
@@ -237,24 +277,28 @@ def analyze_trace(
     return res
 
 
-def _cat(values: np.ndarray, codes: np.ndarray) -> pd.Categorical:
-    """Categorical column from a (possibly non-unique-free) table and codes."""
+def _cat(values, codes: np.ndarray) -> pd.Categorical:
+    """Categorical column: ``values[codes]`` without building per-row Python objects."""
+    codes = np.asarray(codes, dtype=np.int64)
+    if not len(codes):
+        return pd.Categorical([])
     uniq, inv = np.unique(codes, return_inverse=True)
-    cats = [values[u] for u in uniq]
-    if len(set(cats)) == len(cats):
-        return pd.Categorical.from_codes(inv, categories=cats)
-    return pd.Categorical([cats[i] for i in inv])
+    sub = np.empty(len(uniq), dtype=object)
+    sub[:] = [values[u] for u in uniq]
+    c2, cats = pd.factorize(sub, use_na_sentinel=False)
+    return pd.Categorical.from_codes(c2[inv], categories=cats)
 
 
-def _kernel_frame(rt, lk, paths_tab, path_code, phase, confidence, layer, rules) -> pd.DataFrame:
+def _kernel_frame(rt, lk, table, arrays, path_code, phase, confidence, layer, rules) -> pd.DataFrame:
     names = rt.names
     n = len(rt.k_name)
+    _, _, inst, mtype, rtype = arrays
     name_cat = _cat(names, rt.k_name)
-    cats = pd.Categorical([rules.classify(c) for c in name_cat.categories])
-    category = pd.Categorical.from_codes(cats.codes[name_cat.codes], categories=cats.categories) if n else pd.Categorical([])
-    inst = [p.rsplit("/", 1)[-1] if i > 1 else "" for i, p in enumerate(paths_tab)]
-    mtype = [module_type(s) for s in inst]
-    rtype = [module_type(p.split("/", 1)[0]) if i > 1 else "" for i, p in enumerate(paths_tab)]
+    if n:
+        cats = pd.Categorical([rules.classify(c) for c in name_cat.categories])
+        category = pd.Categorical.from_codes(cats.codes[name_cat.codes], categories=cats.categories)
+    else:
+        category = pd.Categorical([])
 
     def spanned(ss, which, attr):
         codes = np.zeros(n, dtype=np.int64)
@@ -275,9 +319,9 @@ def _kernel_frame(rt, lk, paths_tab, path_code, phase, confidence, layer, rules)
         "correlation": rt.k_corr,
         "module": _cat(inst, path_code),
         "module_type": _cat(mtype, path_code),
-        "module_path": _cat(paths_tab, path_code),
+        "module_path": _cat(table.paths, path_code),
         "root_type": _cat(rtype, path_code),
-        "phase": pd.Categorical(phase, categories=["", "prefill", "decode"]),
+        "phase": pd.Categorical.from_codes(phase.astype(np.int64), categories=["", "prefill", "decode"]),
         "cpu_op": spanned(lk.cpu, lk.cpu_op, "name"),
         "input_dims": dims,
         "source": spanned(lk.sources, lk.source, "name"),
@@ -289,7 +333,7 @@ def _kernel_frame(rt, lk, paths_tab, path_code, phase, confidence, layer, rules)
     return df.sort_values("ts_us", kind="stable", ignore_index=True)
 
 
-def _summarise(rt: RawTrace, lk: Linked, df: pd.DataFrame, paths_tab, path_code, rules) -> TraceAnalysis:
+def _summarise(rt: RawTrace, lk: Linked, df: pd.DataFrame, table, arrays, path_code, span_pc, phase, rules) -> TraceAnalysis:
     dur = rt.k_dur
     total = float(dur.sum())
     n = len(dur)
@@ -303,7 +347,6 @@ def _summarise(rt: RawTrace, lk: Linked, df: pd.DataFrame, paths_tab, path_code,
                                  message=f"{un_n} kernel(s) ({un_us:,.1f} us) have no owning module "
                                          f"({nolaunch} without a launch event in the trace); kept under module ''"))
 
-    # categories and phases
     cat_rows = []
     g = df.groupby("category", observed=True)["dur_us"].agg(["count", "sum"]).sort_values("sum", ascending=False)
     for c, row in g.iterrows():
@@ -314,8 +357,15 @@ def _summarise(rt: RawTrace, lk: Linked, df: pd.DataFrame, paths_tab, path_code,
     for ph, row in gp.iterrows():
         phases.append(PhaseTotal(phase=str(ph), kernel_count=int(row["count"]), total_us=float(row["sum"])))
 
-    tree = _tree(df)
-    modules = _type_stats(rt, lk, df, paths_tab, path_code, total)
+    # per-kernel category / phase codes in load order (df is sorted by time)
+    names = rt.names
+    uniq, inv = np.unique(rt.k_name, return_inverse=True)
+    cat_names = sorted({rules.classify(names[u]) for u in uniq})
+    cat_idx = {c: i for i, c in enumerate(cat_names)}
+    k_cat = np.array([cat_idx[rules.classify(names[u])] for u in uniq], dtype=np.int64)[inv] if n else np.zeros(0, np.int64)
+    k_phase = phase.astype(np.int64)
+    tree = _tree(rt, table, arrays, path_code, k_cat, cat_names, k_phase)
+    modules = _type_stats(rt, lk, table, arrays, path_code, span_pc, total)
     md = rt.metadata
     dev = None
     props = md.get("deviceProperties")
@@ -341,107 +391,116 @@ def _summarise(rt: RawTrace, lk: Linked, df: pd.DataFrame, paths_tab, path_code,
     )
 
 
-def _tree(df: pd.DataFrame) -> list[ModuleNode]:
-    sub = df[(df["module"] != "")]
-    if sub.empty:
+def _tree(rt, table, arrays, path_code, k_cat, cat_names, k_phase) -> list[ModuleNode]:
+    parent, depth, inst, types, _ = arrays
+    P, C = len(table.paths), max(len(cat_names), 1)
+    att = path_code > 1
+    if not att.any():
         return []
-    g = sub.groupby(["module_path", "category", "phase"], observed=True).agg(
-        us=("dur_us", "sum"), cnt=("dur_us", "size"), first=("ts_us", "min"))
-    nodes: dict[str, dict] = {}
-    for (path, cat, ph), row in g.iterrows():
-        us, cnt, first = float(row["us"]), int(row["cnt"]), float(row["first"])
-        parts = str(path).split("/")
-        for d in range(1, len(parts) + 1):
-            p = "/".join(parts[:d])
-            nd = nodes.get(p)
-            if nd is None:
-                nd = nodes[p] = {"total": 0.0, "self": 0.0, "count": 0, "bd": defaultdict(float), "phases": set(),
-                                 "first": first}
-            nd["total"] += us
-            nd["count"] += cnt
-            nd["bd"][str(cat)] += us
-            if ph:
-                nd["phases"].add(str(ph))
-            nd["first"] = min(nd["first"], first)
-            if d == len(parts):
-                nd["self"] += us
+    pc, dur = path_code[att], rt.k_dur[att]
+    self_us = np.bincount(pc, weights=dur, minlength=P)
+    incl = self_us.copy()
+    cnt = np.bincount(pc, minlength=P).astype(np.float64)
+    bd = np.bincount(pc * C + k_cat[att], weights=dur, minlength=P * C).reshape(P, C)
+    ph = np.bincount(pc * 3 + k_phase[att], minlength=P * 3).reshape(P, 3).astype(np.float64)
+    first = np.full(P, np.inf)
+    np.minimum.at(first, pc, rt.k_ts[att])
+    _propagate(parent, depth, incl, cnt, bd, ph, mins=(first,))
+    live = np.flatnonzero((cnt > 0) & (np.arange(P) > 1))
+    order = live[np.lexsort((depth[live], first[live]))]
     out = []
-    for p, nd in sorted(nodes.items(), key=lambda kv: (kv[1]["first"], kv[0].count("/"), kv[0])):
-        name = p.rsplit("/", 1)[-1]
-        bd = dict(sorted(nd["bd"].items(), key=lambda kv: -kv[1]))
-        out.append(ModuleNode(path=p, name=name, type=module_type(name), depth=p.count("/"),
-                              phase="+".join(x for x in _PHASES if x in nd["phases"]), total_us=nd["total"],
-                              self_us=nd["self"], kernel_count=nd["count"], breakdown=bd))
+    paths = table.paths
+    for c in order:
+        row = bd[c]
+        nz = np.flatnonzero(row)
+        bdict = {cat_names[j]: float(row[j]) for j in nz[np.argsort(-row[nz], kind="stable")]}
+        phase = "+".join(x for j, x in ((1, "prefill"), (2, "decode")) if ph[c, j] > 0)
+        out.append(ModuleNode(path=paths[c], name=inst[c], type=types[c], depth=int(depth[c]), phase=phase,
+                              total_us=float(incl[c]), self_us=float(self_us[c]), kernel_count=int(cnt[c]),
+                              breakdown=bdict))
     return out
 
 
-def _type_stats(rt, lk, df, paths_tab, path_code, total) -> list[ModuleTypeStats]:
+def _type_stats(rt, lk, table, arrays, path_code, span_pc, total) -> list[ModuleTypeStats]:
     """Per-type call statistics. A call is a module span (eager) or a (replay, module path) pair."""
+    parent_pc, depth_pc, inst, types, _ = arrays
+    P = len(table.paths)
     dur = rt.k_dur
-    calls_path: list[str] = []
-    calls_parent: list[int] = []
+    S = len(span_pc)
+    call_pc = [span_pc]
+    call_parent = [lk.modules.parent.astype(np.int64)]
     call_of_kernel = np.full(len(dur), -1, dtype=np.int64)
-    # eager calls: module spans
-    ns = len(lk.modules)
-    calls_path.extend(lk.module_paths)
-    calls_parent.extend(lk.modules.parent.tolist())
     m = lk.module_span >= 0
     call_of_kernel[m] = lk.module_span[m]
-    # replay calls
     gm = lk.graph & (path_code > 1)
     if gm.any():
         gi = np.flatnonzero(gm)
-        keyed: dict[tuple[int, str], int] = {}
-
-        def call_for(group: int, path: str) -> int:
-            c = keyed.get((group, path))
-            if c is not None:
-                return c
-            par = call_for(group, path.rsplit("/", 1)[0]) if "/" in path else -1
-            c = keyed[(group, path)] = len(calls_path)
-            calls_path.append(path)
-            calls_parent.append(par)
-            return c
-
-        pairs = pd.DataFrame({"g": lk.graph_group[gi], "p": path_code[gi], "i": gi})
-        for (grp, pc), idx in pairs.groupby(["g", "p"]).groups.items():
-            c = call_for(int(grp), paths_tab[pc])
-            call_of_kernel[pairs.loc[idx, "i"].to_numpy()] = c
-    nc = len(calls_path)
+        grp_u, grp = np.unique(lk.graph_group[gi], return_inverse=True)
+        keys = np.unique(grp * P + path_code[gi])
+        frontier = keys
+        while len(frontier):  # close under parents
+            g_, p_ = frontier // P, frontier % P
+            par = parent_pc[p_]
+            up = np.unique(g_[par >= 0] * P + par[par >= 0])
+            frontier = np.setdiff1d(up, keys, assume_unique=True)
+            keys = np.union1d(keys, frontier)
+        g_, p_ = keys // P, keys % P
+        par = parent_pc[p_]
+        cpar = np.where(par >= 0, S + np.searchsorted(keys, g_ * P + np.maximum(par, 0)), -1)
+        call_pc.append(p_)
+        call_parent.append(cpar)
+        call_of_kernel[gi] = S + np.searchsorted(keys, grp * P + path_code[gi])
+    cpc = np.concatenate(call_pc)
+    cparent = np.concatenate(call_parent)
+    nc = len(cpc)
     if nc == 0:
         return []
-    parent = np.array(calls_parent, dtype=np.int64)
     has = call_of_kernel >= 0
     tot = np.bincount(call_of_kernel[has], weights=dur[has], minlength=nc)
-    cnt = np.bincount(call_of_kernel[has], minlength=nc).astype(np.int64)
-    depth = np.array([p.count("/") for p in calls_path], dtype=np.int64)
-    for d in range(int(depth.max()), 0, -1):
-        sel = np.flatnonzero((depth == d) & (parent >= 0))
-        np.add.at(tot, parent[sel], tot[sel])
-        np.add.at(cnt, parent[sel], cnt[sel])
-    types = [module_type(p.rsplit("/", 1)[-1]) for p in calls_path]
-    # top kernel per type (kernels anywhere below a call of that type)
-    sub = df[df["module"] != ""]
-    top: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    if not sub.empty:
-        g = sub.groupby(["module_path", "name"], observed=True)["dur_us"].sum()
-        for (path, name), us in g.items():
-            for t in {module_type(x) for x in str(path).split("/")}:
-                top[t][str(name)] += float(us)
-    by_type: dict[str, list[int]] = defaultdict(list)
-    for i, t in enumerate(types):
-        if cnt[i] > 0:
-            by_type[t].append(i)
+    cnt = np.bincount(call_of_kernel[has], minlength=nc).astype(np.float64)
+    cdepth = depth_pc[cpc]
+    _propagate(cparent, cdepth, tot, cnt)
+    type_names, tcode_of_pc = np.unique(np.array(types, dtype=object), return_inverse=True)
+    T = len(type_names)
+    live = np.flatnonzero(cnt > 0)
+    tc = tcode_of_pc[cpc[live]]
+    v = tot[live]
+    count = np.bincount(tc, minlength=T)
+    s1 = np.bincount(tc, weights=v, minlength=T)
+    s2 = np.bincount(tc, weights=v * v, minlength=T)
+    vmin = np.full(T, np.inf)
+    vmax = np.full(T, -np.inf)
+    dmin = np.full(T, 1 << 30)
+    np.minimum.at(vmin, tc, v)
+    np.maximum.at(vmax, tc, v)
+    np.minimum.at(dmin, tc, cdepth[live])
+    lp = cparent[live]
+    ptot = np.bincount(tc, weights=np.where(lp >= 0, tot[np.maximum(lp, 0)], total), minlength=T)
+    # top kernel per type: kernels grouped by the type chain of their path
+    att = np.flatnonzero(path_code > 1)
+    top: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    if len(att):
+        chain = {}
+        for c in np.unique(path_code[att]):
+            chain[int(c)] = {module_type(x) for x in table.paths[c].split("/")}
+        key = path_code[att] * (len(rt.names) + 1) + rt.k_name[att]
+        uk, inv = np.unique(key, return_inverse=True)
+        sums = np.bincount(inv, weights=dur[att])
+        for k_, us in zip(uk.tolist(), sums.tolist()):
+            c, nm = divmod(k_, len(rt.names) + 1)
+            for t in chain[c]:
+                top[t][nm] += us
     out = []
-    for t, idx in by_type.items():
-        ix = np.array(idx)
-        v = tot[ix]
-        par = parent[ix]
-        ptot = float(np.where(par >= 0, tot[np.maximum(par, 0)], total).sum())
-        tk = max(top[t].items(), key=lambda kv: kv[1])[0] if top.get(t) else ""
+    for t in np.flatnonzero(count):
+        name = str(type_names[t])
+        k = int(count[t])
+        mean = s1[t] / k
+        var = max((s2[t] - k * mean * mean) / (k - 1), 0.0) if k > 1 else 0.0
+        tk = top.get(name)
         out.append(ModuleTypeStats(
-            type=t, depth=int(depth[ix].min()), count=len(ix), total_us=float(v.sum()), mean_us=float(v.mean()),
-            std_us=float(v.std(ddof=1)) if len(v) > 1 else 0.0, min_us=float(v.min()), max_us=float(v.max()),
-            pct_of_parent=100.0 * float(v.sum()) / ptot if ptot else 0.0, top_kernel=tk))
+            type=name, depth=int(dmin[t]), count=k, total_us=float(s1[t]), mean_us=float(mean),
+            std_us=float(np.sqrt(var)), min_us=float(vmin[t]), max_us=float(vmax[t]),
+            pct_of_parent=100.0 * float(s1[t]) / float(ptot[t]) if ptot[t] else 0.0,
+            top_kernel=rt.names[max(tk.items(), key=lambda kv: kv[1])[0]] if tk else ""))
     out.sort(key=lambda s: (s.depth, -s.total_us))
     return out

@@ -23,7 +23,9 @@ from __future__ import annotations
 import gc
 import gzip
 import os
+import queue
 import re
+import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,7 @@ from typing import Any, Callable, Iterator, Optional, Union
 
 import msgspec
 import numpy as np
+import pandas as pd
 
 from mcp_server.errors import FileMissingError, TraceFormatError
 
@@ -121,132 +124,140 @@ class RawTrace:
     skipped_examples: list[str] = field(default_factory=list)
 
 
+_NAN = float("nan")
+
+
 class _Collector:
-    """Accumulates columns from decoded event chunks (plain lists, converted at the end)."""
+    """Accumulates numpy columns from decoded event chunks.
+
+    Each chunk's events are first sorted into per-category buckets (one dict
+    lookup and one append per event), then every column is pulled out of a
+    bucket with one list comprehension and turned into a numpy array; names
+    are factorised per chunk and mapped onto one global intern table.
+    """
 
     def __init__(self) -> None:
         self.names: dict[str, int] = {"": 0}
         self.threads: dict[tuple[Any, Any], int] = {}
-        self.k = ([], [], [], [], [], [], [])  # name kind ts dur device stream corr
-        self.l = ([], [], [], [])  # corr ts thread name
-        self.p = ([], [], [], [])  # ts end thread name
-        self.c = ([], [], [], [], [])  # ts end thread name dims
+        self.k: list[tuple] = []
+        self.l: list[tuple] = []
+        self.p: list[tuple] = []
+        self.c: list[tuple] = []
         self.events = 0
         self.skipped = 0
         self.examples: list[str] = []
 
-    def skip(self, why: str) -> None:
-        self.skipped += 1
+    def skip(self, why: str, n: int = 1) -> None:
+        self.skipped += n
         if len(self.examples) < 5:
             self.examples.append(why)
 
-    def add(self, events: list[_Event]) -> None:
+    def _intern(self, values: list) -> np.ndarray:
+        codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=False)
         names = self.names
-        threads = self.threads
-        kn, kk, kts, kdur, kdev, kstr, kcor = self.k
-        lc, lts, lth, lnm = self.l
-        pts, pend, pth, pnm = self.p
-        cts, cend, cth, cnm, cdm = self.c
-        kcats = KERNEL_CATS
-        lcats = LAUNCH_CATS
+        table = np.empty(len(uniques), dtype=np.int32)
+        for i, u in enumerate(uniques):
+            g = names.get(u)
+            if g is None:
+                g = names[u] = len(names)
+            table[i] = g
+        return table[codes] if len(codes) else np.zeros(0, dtype=np.int32)
+
+    def _thread(self, evs: list) -> np.ndarray:
+        th = self.threads
+        return np.fromiter((th.setdefault((e.pid, e.tid), len(th)) for e in evs), dtype=np.int32, count=len(evs))
+
+    @staticmethod
+    def _valid(evs: list, need_dur: bool) -> tuple[list, int]:
+        if need_dur:
+            good = [e for e in evs if e.ts is not None and e.dur is not None and e.name is not None]
+        else:
+            good = [e for e in evs if e.ts is not None and e.name is not None]
+        return good, len(evs) - len(good)
+
+    def add(self, events: list[_Event]) -> None:
         self.events += len(events)
+        py: list = []
+        cpu: list = []
+        ker: list = []
+        lau: list = []
+        route = {"python_function": py, "cpu_op": cpu, "kernel": ker, "gpu_memcpy": ker, "gpu_memset": ker}
+        for c in LAUNCH_CATS:
+            route[c] = lau
+        get = route.get
         for e in events:
-            cat = e.cat
-            if cat is None:
+            b = get(e.cat)
+            if b is not None:
+                b.append(e)
+        f64 = np.float64
+        for evs, is_cpu in ((py, False), (cpu, True)):
+            if not evs:
                 continue
-            if cat == "python_function" or cat == "cpu_op":
-                ts, dur, name = e.ts, e.dur, e.name
-                if ts is None or dur is None or name is None:
-                    self.skip(f"{cat} event without ts/dur/name")
-                    continue
-                key = (e.pid, e.tid)
-                th = threads.get(key)
-                if th is None:
-                    th = threads[key] = len(threads)
-                nid = names.get(name)
-                if nid is None:
-                    nid = names[name] = len(names)
-                if cat == "python_function":
-                    pts.append(ts)
-                    pend.append(ts + dur)
-                    pth.append(th)
-                    pnm.append(nid)
-                else:
-                    cts.append(ts)
-                    cend.append(ts + dur)
-                    cth.append(th)
-                    cnm.append(nid)
-                    a = e.args
-                    d = a.input_dims if a is not None else None
-                    if d is None:
-                        cdm.append(0)
-                    else:
-                        s = bytes(d).decode("utf-8", "replace")
-                        did = names.get(s)
-                        if did is None:
-                            did = names[s] = len(names)
-                        cdm.append(did)
-            elif cat in kcats:
-                a = e.args
-                if e.ts is None or e.dur is None or e.name is None or a is None or a.correlation is None:
-                    self.skip(f"{cat} event without ts/dur/name/args.correlation")
-                    continue
-                name = e.name
-                nid = names.get(name)
-                if nid is None:
-                    nid = names[name] = len(names)
-                kn.append(nid)
-                kk.append(kcats[cat])
-                kts.append(e.ts)
-                kdur.append(e.dur)
-                kdev.append(a.device if a.device is not None else (e.pid if isinstance(e.pid, int) else -1))
-                kstr.append(a.stream if a.stream is not None else (e.tid if isinstance(e.tid, int) else -1))
-                kcor.append(a.correlation)
-            elif cat in lcats:
-                a = e.args
-                if a is None or a.correlation is None:
-                    continue
-                if e.ts is None or e.name is None:
-                    self.skip(f"{cat} event without ts/name")
-                    continue
-                key = (e.pid, e.tid)
-                th = threads.get(key)
-                if th is None:
-                    th = threads[key] = len(threads)
-                name = e.name
-                nid = names.get(name)
-                if nid is None:
-                    nid = names[name] = len(names)
-                lc.append(a.correlation)
-                lts.append(e.ts)
-                lth.append(th)
-                lnm.append(nid)
+            evs, bad = self._valid(evs, True)
+            if bad:
+                self.skip(f"{'cpu_op' if is_cpu else 'python_function'} event without ts/dur/name", bad)
+            if not evs:
+                continue
+            ts = np.fromiter((e.ts for e in evs), dtype=f64, count=len(evs))
+            end = ts + np.fromiter((e.dur for e in evs), dtype=f64, count=len(evs))
+            cols = (ts, end, self._thread(evs), self._intern([e.name for e in evs]))
+            if is_cpu:
+                dims = [bytes(a.input_dims).decode("utf-8", "replace") if (a := e.args) is not None and a.input_dims is not None else ""
+                        for e in evs]
+                self.c.append(cols + (self._intern(dims),))
+            else:
+                self.p.append(cols)
+        if ker:
+            good = [e for e in ker if e.ts is not None and e.dur is not None and e.name is not None
+                    and e.args is not None and e.args.correlation is not None]
+            if len(good) < len(ker):
+                self.skip("kernel/memcpy/memset event without ts/dur/name/args.correlation", len(ker) - len(good))
+            if good:
+                n = len(good)
+                kind = np.fromiter((KERNEL_CATS[e.cat] for e in good), dtype=np.int8, count=n)
+                self.k.append((
+                    self._intern([e.name for e in good]), kind,
+                    np.fromiter((e.ts for e in good), dtype=f64, count=n),
+                    np.fromiter((e.dur for e in good), dtype=f64, count=n),
+                    _int_col([e.args.device if e.args.device is not None else (e.pid if isinstance(e.pid, int) else -1) for e in good]),
+                    _int_col([e.args.stream if e.args.stream is not None else (e.tid if isinstance(e.tid, int) else -1) for e in good]),
+                    [e.args.correlation for e in good],
+                ))
+        if lau:
+            lau = [e for e in lau if e.args is not None and e.args.correlation is not None]
+            good = [e for e in lau if e.ts is not None and e.name is not None]
+            if len(good) < len(lau):
+                self.skip("runtime event without ts/name", len(lau) - len(good))
+            if good:
+                n = len(good)
+                self.l.append(([e.args.correlation for e in good],
+                               np.fromiter((e.ts for e in good), dtype=f64, count=n),
+                               self._thread(good), self._intern([e.name for e in good])))
 
     def finish(self, path: str, metadata: dict[str, Any]) -> RawTrace:
+        def cat(parts: list[tuple], i: int, dtype) -> np.ndarray:
+            arrs = [p[i] for p in parts]
+            return np.concatenate(arrs).astype(dtype, copy=False) if arrs else np.zeros(0, dtype=dtype)
+
         f64, i32 = np.float64, np.int32
-        kn, kk, kts, kdur, kdev, kstr, kcor = self.k
-        lc, lts, lth, lnm = self.l
-        pts, pend, pth, pnm = self.p
-        cts, cend, cth, cnm, cdm = self.c
-        k_corr, l_corr = _ids(kcor, lc)
+        kcor = [c for p in self.k for c in p[6]] if any(p[6] for p in self.k) else []
+        lcor = [c for p in self.l for c in p[0]] if any(p[0] for p in self.l) else []
+        k_corr, l_corr = _ids(kcor, lcor)
         names = [""] * len(self.names)
         for s, i in self.names.items():
             names[i] = s
         threads = [("", "")] * len(self.threads)
         for t, i in self.threads.items():
             threads[i] = t
+        k, l, p, c = self.k, self.l, self.p, self.c
         return RawTrace(
             path=path, names=names, metadata=metadata, threads=threads,
-            k_name=np.array(kn, dtype=i32), k_kind=np.array(kk, dtype=np.int8),
-            k_ts=np.array(kts, dtype=f64), k_dur=np.array(kdur, dtype=f64),
-            k_device=_int_col(kdev), k_stream=_int_col(kstr), k_corr=k_corr,
-            l_corr=l_corr, l_ts=np.array(lts, dtype=f64), l_thread=np.array(lth, dtype=i32),
-            l_name=np.array(lnm, dtype=i32),
-            p_ts=np.array(pts, dtype=f64), p_end=np.array(pend, dtype=f64),
-            p_thread=np.array(pth, dtype=i32), p_name=np.array(pnm, dtype=i32),
-            c_ts=np.array(cts, dtype=f64), c_end=np.array(cend, dtype=f64),
-            c_thread=np.array(cth, dtype=i32), c_name=np.array(cnm, dtype=i32),
-            c_dims=np.array(cdm, dtype=i32),
+            k_name=cat(k, 0, i32), k_kind=cat(k, 1, np.int8), k_ts=cat(k, 2, f64), k_dur=cat(k, 3, f64),
+            k_device=cat(k, 4, np.int64), k_stream=cat(k, 5, np.int64), k_corr=k_corr,
+            l_corr=l_corr, l_ts=cat(l, 1, f64), l_thread=cat(l, 2, i32), l_name=cat(l, 3, i32),
+            p_ts=cat(p, 0, f64), p_end=cat(p, 1, f64), p_thread=cat(p, 2, i32), p_name=cat(p, 3, i32),
+            c_ts=cat(c, 0, f64), c_end=cat(c, 1, f64), c_thread=cat(c, 2, i32), c_name=cat(c, 3, i32),
+            c_dims=cat(c, 4, i32),
             event_count=self.events, skipped=self.skipped, skipped_examples=list(self.examples),
         )
 
@@ -329,10 +340,50 @@ class _FallBack(Exception):
     pass
 
 
+def _blocks(p: Path) -> Iterator[bytes]:
+    """Decompressed blocks of the file, read ahead by a helper thread.
+
+    zlib releases the GIL while inflating, so decompression of the next block
+    overlaps the decode of the current one. At most 2 blocks wait in the queue.
+    """
+    q: "queue.Queue[tuple[str, Any]]" = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            with _open(p) as f:
+                while not stop.is_set():
+                    b = f.read(_BLOCK)
+                    q.put(("data", b))
+                    if not b:
+                        return
+        except BaseException as exc:  # handed to the consumer
+            q.put(("error", exc))
+
+    t = threading.Thread(target=work, name="kernelscope-trace-reader", daemon=True)
+    t.start()
+    try:
+        while True:
+            kind, item = q.get()
+            if kind == "error":
+                raise item
+            yield item
+            if not item:
+                return
+    finally:
+        stop.set()
+        while t.is_alive():
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                t.join(0.01)
+
+
 def _stream(p: Path, coll: _Collector, progress: Optional[Callable[[int], None]]) -> dict[str, Any]:
     """Streaming decode; raises _FallBack when the layout is not the usual ``{..."traceEvents": [...]...}``."""
-    with _open(p) as f:
-        head = f.read(_BLOCK)
+    blocks = _blocks(p)
+    try:
+        head = next(blocks)
         m = re.search(rb'"traceEvents"\s*:\s*\[', head)
         if not m:
             raise _FallBack()
@@ -345,10 +396,10 @@ def _stream(p: Path, coll: _Collector, progress: Optional[Callable[[int], None]]
         meta.pop("__ks", None)
         pending = head[m.end():]
         done_bytes = len(head)
-        eof = False
+        eof = not head
         while True:
             if not eof:
-                block = f.read(_BLOCK)
+                block = next(blocks)
                 if not block:
                     eof = True
                 data = pending + block if block else pending
@@ -377,6 +428,8 @@ def _stream(p: Path, coll: _Collector, progress: Optional[Callable[[int], None]]
                 if len(data) > 64 * _BLOCK:
                     raise _FallBack()
                 pending = data
+    finally:
+        blocks.close()
 
 
 def _finish_tail(data: bytes, coll: _Collector) -> Optional[dict[str, Any]]:
