@@ -127,6 +127,39 @@ def _run_analyze(a: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- compare
 
 
+def _add_recategorize(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "recategorize", help="re-apply the kernel categories CSV to xlsx reports (in place, atomic)",
+        description="Re-classify every kernel of report workbooks (kernelscope or trace_module_analyzer, both "
+        "layouts): Category columns, category tables, Module Tree breakdowns. Idempotent.",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="report workbook(s) (.xlsx)")
+    p.add_argument("--categories", help="categories CSV (default _shared/kernel_categories.csv)")
+    p.add_argument("--output-dir", help="write updated copies here instead of editing in place")
+    p.add_argument("--json", action="store_true", help="print the typed result as JSON")
+    p.set_defaults(func=_run_recategorize)
+
+
+def _run_recategorize(a: argparse.Namespace) -> int:
+    from mcp_server.compare.recategorize import recategorize
+
+    res = recategorize(a.files, categories=a.categories, output_dir=a.output_dir)
+    if a.json:
+        emit_json(res)
+        return 0
+    rows = [[f.output, f.source, f.changed, f.rows_changed, len(f.sheets_updated)] for f in res.files]
+    out.print(simple_table(f"recategorize ({res.categories_source})", ["report", "layout", "kernels changed",
+                                                                        "cells", "sheets"], rows, right={2, 3, 4}))
+    for f in res.files:
+        for c in f.changes[:20]:
+            out.print(f"  {escape(c.kernel[:100])}: {escape(c.old)} -> {escape(c.new)}", markup=False)
+        if len(f.changes) > 20:
+            out.print(f"  ... {len(f.changes) - 20} more (--json lists all)")
+        for w in f.warnings:
+            err.print(f"warning: {escape(w.message)}")
+    return 0
+
+
 def _add_budget(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "budget", help="per-category time of two runs side by side (works on CUDA-graph decode)",
@@ -284,6 +317,7 @@ def _run_timeline_compare(a: argparse.Namespace) -> int:
 VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_serve,
     _add_analyze,
+    _add_recategorize,
     _add_budget,
     _add_compare,
     _add_refs,

@@ -24,6 +24,7 @@ from mcp_server.errors import KernelscopeError, redact
 from mcp_server.traces.models import TraceAnalysis
 from mcp_server.timeline.models import TimelineAnalysis, TimelineComparison
 from mcp_server.compare.models import BudgetResult, DiffResult
+from mcp_server.compare.recategorize import RecategorizeResult
 from mcp_server.refs.models import ReferenceResult
 
 log = logging.getLogger("kernelscope.server")
@@ -104,6 +105,27 @@ async def analyze_trace(
 
 
 # --------------------------------------------------------------------------- compare
+
+
+@mcp.tool(
+    name="recategorize",
+    title="Re-apply kernel categories to reports",
+    description=(
+        "Re-classify every kernel of xlsx reports (kernelscope's or trace_module_analyzer's) with the categories "
+        "CSV: Category columns, detail-sheet and Summary category tables, Module Tree breakdowns. In place "
+        "(atomic) or into output_dir; returns per file how many kernels changed and (kernel, old, new)."
+    ),
+    annotations=WRITES_FILES,
+)
+async def recategorize(
+    paths: Annotated[list[str], Field(description="Report workbooks (.xlsx) to update")],
+    categories: Annotated[Optional[str], Field(description="Categories CSV (category,pattern); default _shared/kernel_categories.csv")] = None,
+    output_dir: Annotated[Optional[str], Field(description="Write updated copies here instead of editing in place")] = None,
+    ctx: Context = None,  # type: ignore[assignment]
+) -> RecategorizeResult:
+    from mcp_server.compare.recategorize import recategorize as engine
+
+    return await run_engine(ctx, engine, paths, categories=categories, output_dir=output_dir)
 
 
 @mcp.tool(

@@ -120,7 +120,7 @@ def plan_details(roots: list[_Node]) -> tuple[dict[tuple[str, str], list[str]], 
                 break
             cur_total = sum(n.total_us for n in current)
             dtype, dnodes = max(kids.items(), key=lambda kv: sum(c.total_us for c in kv[1]))
-            if cur_total <= 0 or sum(c.total_us for c in dnodes) < 0.8 * cur_total:
+            if cur_total <= 0 or sum(c.total_us for c in dnodes) < 0.5 * cur_total:
                 break
             chain.append(dtype)
             detail_nodes = dnodes
@@ -141,13 +141,18 @@ def plan_details(roots: list[_Node]) -> tuple[dict[tuple[str, str], list[str]], 
         else:
             variants = [(chr(ord("A") + i), g) for i, g in enumerate(significant[:26])]
         for vlabel, members in variants:
-            ordered = sorted(members, key=lambda n: n.total_us)
-            rep = ordered[len(ordered) // 2]
-            name = L.detail_sheet_name(dtype, phase, vlabel)
-            if name in used_names or name in L.NON_DETAIL_SHEETS:
-                continue
-            used_names.add(name)
-            plans.append(DetailPlan(name, dtype, phase, vlabel, rep))
+            # a node covers all its phases ("prefill+decode"): one sheet per phase
+            phases = sorted({ph for n in members for ph in (n.phase.split("+") if n.phase else [""])},
+                            key=lambda x: ("prefill", "decode", "").index(x) if x in ("prefill", "decode", "") else 9)
+            for ph in phases:
+                cand = [n for n in members if not ph or ph in n.phase.split("+")]
+                ordered = sorted(cand, key=lambda n: n.total_us)
+                rep = ordered[len(ordered) // 2]
+                name = L.detail_sheet_name(dtype, ph, vlabel)
+                if name in used_names or name in L.NON_DETAIL_SHEETS:
+                    continue
+                used_names.add(name)
+                plans.append(DetailPlan(name, dtype, ph, vlabel, rep))
     return chains, plans
 
 
@@ -253,7 +258,10 @@ def _write_summary(wb, analysis, df, roots, chains, plans) -> None:
     total = float(df["dur_us"].sum()) if df is not None and len(df) else float(analysis.total_kernel_us)
     s.header(L.SUMMARY_HEADERS)
     s.bold([L.SUMMARY_TOTAL_LABEL, round(total, 1), "100.0%"])
-    tab_of = {(p.module_type, p.phase): p.sheet for p in plans if p.variant in ("", "A")}
+    tab_of: dict[str, str] = {}
+    for p in plans:
+        if p.variant in ("", "A"):
+            tab_of.setdefault(p.module_type, p.sheet)
     groups: dict[tuple[str, str], list[_Node]] = defaultdict(list)
     for r in roots:
         groups[(r.type, r.phase)].append(r)
@@ -272,7 +280,7 @@ def _write_summary(wb, analysis, df, roots, chains, plans) -> None:
         for i, ctype in enumerate(kids):
             conn = "└── " if i == len(kids) - 1 else "├── "
             ct = scoped[(rtype, phase)].get(ctype, 0.0)
-            tab = tab_of.get((ctype, phase))
+            tab = tab_of.get(ctype)
             row = [f"    {conn}{ctype}", round(ct, 1), L.pct_text(ct / total * 100 if total > 0 else 0.0)]
             if tab:
                 s.bold(row + [tab])
@@ -345,19 +353,19 @@ def _write_gpu_kernels(wb, df) -> None:
         s.append([L.truncated_line()])
 
 
-def _detail_rows(df, rep: _Node):
+def _detail_rows(df, rep: _Node, phase: str):
     if df is None or len(df) == 0:
         return df
     mp = df["module_path"].astype(str)
     mask = (mp == rep.path) | mp.str.startswith(rep.path + "/")
-    if rep.phase:
-        mask &= df["phase"].astype(str) == rep.phase
+    if phase:
+        mask &= df["phase"].astype(str) == phase
     return df[mask].sort_values("ts_us", kind="stable")
 
 
 def _write_detail(wb, plan: DetailPlan, df) -> None:
     s = _Sheet(wb, plan.sheet, {"A": 35, "B": 60, "C": 80, "G": 24, "J": 70})
-    k = _detail_rows(df, plan.rep)
+    k = _detail_rows(df, plan.rep, plan.phase)
     n = 0 if k is None else len(k)
     parent = plan.rep.path.rsplit("/", 1)[0] if "/" in plan.rep.path else ""
     s.title([plan.rep.name, n, parent])
