@@ -14,7 +14,8 @@ What it does, each step independent (one failing is reported and the others stil
    reduce, store) separated by grid barriers, and a final instant (done).
    Variants: ``balanced`` (work 2,4,2,1 per phase for every block) and ``imbalanced``
    (compute x4 on blocks 5, 37 and 90; reduce x3 on block 17).
-2. Runs each build: 5 warm-up and 30 timed launches per variant (CUDA events per launch);
+2. Runs each build (and the probe-free build once more at the end, for the noise floor):
+   5 warm-up and 30 timed launches per variant (CUDA events per launch);
    the probe builds save the buffer of the last launch, plus one launch into a buffer with
    room for 5 of 24 records per writer (the bounds guard must mark overflow).
 3. A Triton kernel (two phases per row, rowsum and scale) instrumented with
@@ -50,6 +51,8 @@ BUILDS = {
     "noprobe": [],
     "probe": ["-DKERNELSCOPE_PROBE"],
     "legacy": ["-DKERNELSCOPE_PROBE", "-DKERNELSCOPE_PROBE_TAG_LEGACY"],
+    # the probe-free build once more, last: its spread against the first run is the noise floor
+    "noprobe_again": [],
 }
 
 
@@ -78,15 +81,19 @@ def overhead_doc(with_us: list[float], without_us: list[float], source: str) -> 
 def cuda_part(out: Path, bindir: Path, reps: int, log: dict) -> dict:
     timings: dict = {}
     for name, flags in BUILDS.items():
-        exe = bindir / f"timeline_phases_{name}"
+        same = "noprobe" if name == "noprobe_again" else name
+        exe = bindir / f"timeline_phases_{same}"
         cmd = ["nvcc", "-O3", "-arch=sm_90", "-lineinfo", "-I", str(INCLUDE), *flags, str(SRC), "-o", str(exe)]
         try:
-            t0 = time.time()
-            cp = run(cmd, 300)
-            log[f"build_{name}"] = {"cmd": " ".join(cmd), "rc": cp.returncode, "s": round(time.time() - t0, 1),
-                                    "stderr": cp.stderr[-2000:]}
-            if cp.returncode != 0:
-                print(f"[build {name}] FAILED rc={cp.returncode}\n{cp.stderr[-2000:]}")
+            if same == name:
+                t0 = time.time()
+                cp = run(cmd, 300)
+                log[f"build_{name}"] = {"cmd": " ".join(cmd), "rc": cp.returncode, "s": round(time.time() - t0, 1),
+                                        "stderr": cp.stderr[-2000:]}
+                if cp.returncode != 0:
+                    print(f"[build {name}] FAILED rc={cp.returncode}\n{cp.stderr[-2000:]}")
+                    continue
+            elif not exe.exists():
                 continue
             cp = run([str(exe), str(out), name, str(reps)], 180)
             log[f"run_{name}"] = {"rc": cp.returncode, "stdout": cp.stdout[-4000:], "stderr": cp.stderr[-2000:]}
@@ -109,7 +116,13 @@ def cuda_part(out: Path, bindir: Path, reps: int, log: dict) -> dict:
                 wo = timings["noprobe"][variant]
             except KeyError:
                 continue
-            write_json(out / f"{variant}_{build}.overhead.json", overhead_doc(w, wo, src))
+            doc = overhead_doc(w, wo, src)
+            again = timings.get("noprobe_again", {}).get(variant)
+            if again:
+                doc["without_again_median_us"] = round(statistics.median(again), 3)
+                doc["noise_pct"] = round(100.0 * abs(statistics.median(again) - doc["without_median_us"])
+                                         / doc["without_median_us"], 3)
+            write_json(out / f"{variant}_{build}.overhead.json", doc)
     return timings
 
 
@@ -126,19 +139,20 @@ def triton_part(out: Path, reps: int, log: dict) -> dict:
     rows_per, n, block = 4, 8192, 1024
     x = torch.rand(nprog * rows_per, n, device=dev) + 0.5
     y = torch.empty_like(x)
-    buf, cap = alloc_probe_buffer(nprog, 2 * 2 * rows_per)
+    buf, cap = alloc_probe_buffer(nprog, 2 * 2 * rows_per + 1)  # + 1: the final instant
     hdr = buf[0].item()
 
     def launch(probe: bool) -> None:
         rows_kernel[(nprog,)](x, y, n, buf, cap, ROWS=rows_per, BLOCK=block, PROBE=probe)
 
-    times: dict[str, list[float]] = {}
+    # interleaved: one launch without probes, one with, per repetition (no order or clock drift bias)
+    times: dict[str, list[float]] = {"noprobe": [], "probe": []}
     for probe in (False, True):
         for _ in range(5):
             launch(probe)
-        torch.cuda.synchronize()
-        samples = []
-        for _ in range(reps):
+    torch.cuda.synchronize()
+    for _ in range(reps):
+        for probe in (False, True):
             buf.zero_()
             buf[0] = hdr
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -146,8 +160,7 @@ def triton_part(out: Path, reps: int, log: dict) -> dict:
             launch(probe)
             e1.record()
             e1.synchronize()
-            samples.append(e0.elapsed_time(e1) * 1000.0)
-        times["probe" if probe else "noprobe"] = samples
+            times["probe" if probe else "noprobe"].append(e0.elapsed_time(e1) * 1000.0)
     ref = x / x.sum(dim=1, keepdim=True)
     err = ((y - ref).norm() / ref.norm()).item()
     log["triton_check_rel_err"] = err
@@ -157,7 +170,7 @@ def triton_part(out: Path, reps: int, log: dict) -> dict:
     raw.tofile(out / "triton_rows.bin")
     (out / "triton_rows.events").write_text("\n".join(TRITON_EVENTS) + "\n")
     write_json(out / "triton_rows.overhead.json", overhead_doc(
-        times["probe"], times["noprobe"], "tools/make_timeline_fixtures.py Triton rows_kernel, torch CUDA events per launch"))
+        times["probe"], times["noprobe"], "tools/make_timeline_fixtures.py Triton rows_kernel, torch CUDA events per launch, with/without interleaved"))
     nz = int((raw != 0).sum())
     print(f"KS_INFO triton nprog={nprog} slots={raw.size} nonzero={nz} header=0x{int(raw[0]):016x} rel_err={err:.2e}")
     return {"triton": times}

@@ -41,8 +41,9 @@ constexpr int kGroups = 2;
 constexpr int kPhases = 4;
 constexpr int kRounds = 3;
 constexpr int kEventDone = 4;
-// Records per writer: a begin and an end per phase per round.
-constexpr int kRecordsPerWriter = 2 * kPhases * kRounds;
+// Records per writer: a begin and an end per phase per round, plus one slot for the final
+// instant (an instant is written at the writer's next slot, so it needs room too).
+constexpr int kRecordsPerWriter = 2 * kPhases * kRounds + 1;
 
 __device__ __forceinline__ void grid_barrier(unsigned* count, unsigned* gen, unsigned nblocks) {
   __syncthreads();
@@ -154,7 +155,7 @@ int main(int argc, char** argv) {
   uint64_t* d_probe = nullptr;
   uint64_t slots = 0;
   CK(kernelscope::probe::alloc_buffer(nblocks, kGroups, kRecordsPerWriter, &d_probe, &slots));
-  // A second, deliberately small buffer (room for 5 records per writer) to exercise the guard.
+  // A second, deliberately small buffer (room for 5 of 25 records per writer) to exercise the guard.
   uint64_t* d_small = nullptr;
   uint64_t small_slots = 0;
   CK(kernelscope::probe::alloc_buffer(nblocks, kGroups, 5, &d_small, &small_slots));
@@ -209,7 +210,7 @@ int main(int argc, char** argv) {
   }
 
   if (probes) {
-    // Overflow: the small buffer holds 5 of the 24 records per writer; the guard must drop the
+    // Overflow: the small buffer holds 5 of the 25 records per writer; the guard must drop the
     // rest and set the header's overflow bit.
     unsigned long long s = small_slots;
     void* args[] = {&d_data, &d_wimb, &base_iters, &d_bar, &d_small, &s};
