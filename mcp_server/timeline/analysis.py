@@ -99,6 +99,12 @@ def _decode_warnings(dec: Decoded) -> list[Warning_]:
         w.append(Warning_(code="partial_round", message=(
             "buffer length is not header + a whole number of rounds (nblocks*ngroups slots): "
             "the copy may be truncated")))
+    if dec.tag_layout == "sm" and dec.nblocks >= 8:
+        used = dec.lane_sm[dec.lane_sm >= 0]
+        if used.size and np.unique(used).size == 1:
+            w.append(Warning_(code="sm_single", message=(
+                f"every writer's tag names SM {int(used[0])}: for {dec.nblocks} blocks that is unlikely; the tags "
+                "may be in the legacy layout (block_group << 12), so SM ids are probably wrong")))
     if dec.layout_auto and dec.tag_layout == "legacy" and dec.ngroups == 1:
         w.append(Warning_(code="layout_ambiguous", message=(
             "tags carry no SM id (legacy and sm layouts agree here); SM ids unknown")))
