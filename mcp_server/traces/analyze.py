@@ -148,8 +148,12 @@ def analyze_trace(
     categories: str | os.PathLike | None = None,
     reference_trace: str | os.PathLike | None = None,
     progress: Optional[ProgressFn] = None,
+    blocks=None,
 ) -> TraceAnalysis:
-    """Attribute every GPU kernel of a Kineto trace to module, category and phase."""
+    """Attribute every GPU kernel of a Kineto trace to module, category and phase.
+
+    ``blocks``: a started ``_reader.blocks`` iterator over ``trace_path`` (read-ahead).
+    """
     total_steps = 6.0 + (1 if output_xlsx else 0) + (1 if reference_trace else 0)
 
     def report(done: float, msg: str) -> None:
@@ -158,7 +162,8 @@ def analyze_trace(
 
     rules = load_categories(categories)
     report(0, "reading trace")
-    rt = load_trace(trace_path, progress=(lambda d, t: report(min(d / max(t, 1), 0.99), "reading trace")) if progress else None)
+    rt = load_trace(trace_path, progress=(lambda d, t: report(min(d / max(t, 1), 0.99), "reading trace")) if progress else None,
+                    blocks=blocks)
     report(1, "linking kernels to launches and modules")
     lk = link(rt)
     names = rt.names
@@ -282,7 +287,10 @@ def _cat(values, codes: np.ndarray) -> pd.Categorical:
     codes = np.asarray(codes, dtype=np.int64)
     if not len(codes):
         return pd.Categorical([])
-    uniq, inv = np.unique(codes, return_inverse=True)
+    present = np.zeros(len(values), dtype=bool)
+    present[codes] = True
+    uniq = np.flatnonzero(present)
+    inv = (np.cumsum(present) - 1)[codes]
     sub = np.empty(len(uniq), dtype=object)
     sub[:] = [values[u] for u in uniq]
     c2, cats = pd.factorize(sub, use_na_sentinel=False)
@@ -415,7 +423,7 @@ def _tree(rt, table, arrays, path_code, k_cat, cat_names, k_phase) -> list[Modul
         nz = np.flatnonzero(row)
         bdict = {cat_names[j]: float(row[j]) for j in nz[np.argsort(-row[nz], kind="stable")]}
         phase = "+".join(x for j, x in ((1, "prefill"), (2, "decode")) if ph[c, j] > 0)
-        out.append(ModuleNode(path=paths[c], name=inst[c], type=types[c], depth=int(depth[c]), phase=phase,
+        out.append(ModuleNode.model_construct(path=paths[c], name=inst[c], type=types[c], depth=int(depth[c]), phase=phase,
                               total_us=float(incl[c]), self_us=float(self_us[c]), kernel_count=int(cnt[c]),
                               breakdown=bdict))
     return out

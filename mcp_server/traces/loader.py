@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from mcp_server.errors import FileMissingError, TraceFormatError
+from mcp_server.traces._reader import blocks as _read_blocks, check_path, is_gzip, open_trace
 
 KERNEL_CATS = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}
 KIND_NAMES = ("kernel", "memcpy", "memset")
@@ -153,19 +154,35 @@ class _Collector:
             self.examples.append(why)
 
     def _intern(self, values: list) -> np.ndarray:
-        codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=False)
+        """Global intern ids of ``values`` (one dict lookup per value, misses added after)."""
         names = self.names
-        table = np.empty(len(uniques), dtype=np.int32)
-        for i, u in enumerate(uniques):
-            g = names.get(u)
+        get = names.get
+        ids = np.array([get(v, -1) for v in values], dtype=np.int32)
+        miss = np.flatnonzero(ids < 0)
+        for i in miss.tolist():
+            v = values[i]
+            g = get(v)
             if g is None:
-                g = names[u] = len(names)
-            table[i] = g
-        return table[codes] if len(codes) else np.zeros(0, dtype=np.int32)
+                g = names[v] = len(names)
+            ids[i] = g
+        return ids
 
     def _thread(self, evs: list) -> np.ndarray:
+        """Thread ids of (pid, tid) pairs; integer pids/tids take a vectorised path."""
         th = self.threads
-        return np.fromiter((th.setdefault((e.pid, e.tid), len(th)) for e in evs), dtype=np.int32, count=len(evs))
+        try:
+            pid = np.array([e.pid for e in evs], dtype=np.int64)
+            tid = np.array([e.tid for e in evs], dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            return np.array([th.setdefault((e.pid, e.tid), len(th)) for e in evs], dtype=np.int32)
+        if not len(pid):
+            return np.zeros(0, dtype=np.int32)
+        same = (pid == pid[0]) & (tid == tid[0])
+        if same.all():
+            return np.full(len(pid), th.setdefault((int(pid[0]), int(tid[0])), len(th)), dtype=np.int32)
+        pairs, inv = np.unique(np.stack([pid, tid], axis=1), axis=0, return_inverse=True)
+        table = np.array([th.setdefault((int(a), int(b)), len(th)) for a, b in pairs.tolist()], dtype=np.int32)
+        return table[inv.reshape(-1)]
 
     @staticmethod
     def _valid(evs: list, need_dur: bool) -> tuple[list, int]:
@@ -198,8 +215,8 @@ class _Collector:
                 self.skip(f"{'cpu_op' if is_cpu else 'python_function'} event without ts/dur/name", bad)
             if not evs:
                 continue
-            ts = np.fromiter((e.ts for e in evs), dtype=f64, count=len(evs))
-            end = ts + np.fromiter((e.dur for e in evs), dtype=f64, count=len(evs))
+            ts = np.array([e.ts for e in evs], dtype=f64)
+            end = ts + np.array([e.dur for e in evs], dtype=f64)
             cols = (ts, end, self._thread(evs), self._intern([e.name for e in evs]))
             if is_cpu:
                 dims = [bytes(a.input_dims).decode("utf-8", "replace") if (a := e.args) is not None and a.input_dims is not None else ""
@@ -214,11 +231,11 @@ class _Collector:
                 self.skip("kernel/memcpy/memset event without ts/dur/name/args.correlation", len(ker) - len(good))
             if good:
                 n = len(good)
-                kind = np.fromiter((KERNEL_CATS[e.cat] for e in good), dtype=np.int8, count=n)
+                kind = np.array([KERNEL_CATS[e.cat] for e in good], dtype=np.int8)
                 self.k.append((
                     self._intern([e.name for e in good]), kind,
-                    np.fromiter((e.ts for e in good), dtype=f64, count=n),
-                    np.fromiter((e.dur for e in good), dtype=f64, count=n),
+                    np.array([e.ts for e in good], dtype=f64),
+                    np.array([e.dur for e in good], dtype=f64),
                     _int_col([e.args.device if e.args.device is not None else (e.pid if isinstance(e.pid, int) else -1) for e in good]),
                     _int_col([e.args.stream if e.args.stream is not None else (e.tid if isinstance(e.tid, int) else -1) for e in good]),
                     [e.args.correlation for e in good],
@@ -231,7 +248,7 @@ class _Collector:
             if good:
                 n = len(good)
                 self.l.append(([e.args.correlation for e in good],
-                               np.fromiter((e.ts for e in good), dtype=f64, count=n),
+                               np.array([e.ts for e in good], dtype=f64),
                                self._thread(good), self._intern([e.name for e in good])))
 
     def finish(self, path: str, metadata: dict[str, Any]) -> RawTrace:
@@ -283,26 +300,6 @@ def _ids(k: list, l: list) -> tuple[np.ndarray, np.ndarray]:
 # ----------------------------------------------------------------------------- reading
 
 
-def _check_path(path: str | os.PathLike) -> Path:
-    p = Path(path)
-    if not p.exists():
-        raise FileMissingError("trace file not found", path=p, hint="pass a Kineto .json or .json.gz file")
-    if p.is_dir():
-        raise FileMissingError("trace path is a directory, expected a .json or .json.gz file", path=p)
-    if p.stat().st_size == 0:
-        raise TraceFormatError("trace file is empty", path=p, hint="re-export the profiler trace")
-    return p
-
-
-def _is_gzip(p: Path) -> bool:
-    with open(p, "rb") as f:
-        return f.read(2) == b"\x1f\x8b"
-
-
-def _open(p: Path):
-    return gzip.open(p, "rb") if _is_gzip(p) else open(p, "rb")
-
-
 def _read_errors(p: Path, exc: BaseException) -> TraceFormatError:
     if isinstance(exc, EOFError):
         return TraceFormatError("gzip stream is truncated (file ended before the end-of-stream marker)", path=p,
@@ -340,48 +337,26 @@ class _FallBack(Exception):
     pass
 
 
-def _blocks(p: Path) -> Iterator[bytes]:
-    """Decompressed blocks of the file, read ahead by a helper thread.
-
-    zlib releases the GIL while inflating, so decompression of the next block
-    overlaps the decode of the current one. At most 2 blocks wait in the queue.
-    """
-    q: "queue.Queue[tuple[str, Any]]" = queue.Queue(maxsize=2)
-    stop = threading.Event()
-
-    def work() -> None:
-        try:
-            with _open(p) as f:
-                while not stop.is_set():
-                    b = f.read(_BLOCK)
-                    q.put(("data", b))
-                    if not b:
-                        return
-        except BaseException as exc:  # handed to the consumer
-            q.put(("error", exc))
-
-    t = threading.Thread(target=work, name="kernelscope-trace-reader", daemon=True)
-    t.start()
+def _grow(buf: bytearray, block: bytes) -> bytearray:
     try:
-        while True:
-            kind, item = q.get()
-            if kind == "error":
-                raise item
-            yield item
-            if not item:
-                return
-    finally:
-        stop.set()
-        while t.is_alive():
-            try:
-                q.get_nowait()
-            except queue.Empty:
-                t.join(0.01)
+        buf += block
+    except BufferError:
+        buf = bytearray(buf) + block
+    return buf
 
 
-def _stream(p: Path, coll: _Collector, progress: Optional[Callable[[int], None]]) -> dict[str, Any]:
+def _drop_front(buf: bytearray, n: int) -> bytearray:
+    try:
+        del buf[:n]
+    except BufferError:
+        buf = bytearray(buf[n:])
+    return buf
+
+
+def _stream(p: Path, coll: _Collector, progress: Optional[Callable[[int], None]],
+            blocks: Optional[Iterator[bytes]] = None) -> dict[str, Any]:
     """Streaming decode; raises _FallBack when the layout is not the usual ``{..."traceEvents": [...]...}``."""
-    blocks = _blocks(p)
+    blocks = blocks if blocks is not None else _read_blocks(p, _BLOCK)
     try:
         head = next(blocks)
         m = re.search(rb'"traceEvents"\s*:\s*\[', head)
@@ -394,40 +369,52 @@ def _stream(p: Path, coll: _Collector, progress: Optional[Callable[[int], None]]
         if not isinstance(meta, dict):
             raise _FallBack()
         meta.pop("__ks", None)
-        pending = head[m.end():]
+        # buf holds the not yet decoded events, preceded by one byte set to '['; a chunk is
+        # decoded in place by writing ']' after its last event (no copies of the block).
+        buf = bytearray(b"[")
+        buf += head[m.end():]
         done_bytes = len(head)
-        eof = not head
         while True:
-            if not eof:
-                block = next(blocks)
-                if not block:
-                    eof = True
-                data = pending + block if block else pending
-                done_bytes += len(block)
-                if progress:
-                    progress(done_bytes)
-            else:
-                data = pending
-            if eof:
-                tail_meta = _finish_tail(data, coll)
+            block = next(blocks) if head else b""
+            if not block:
+                tail_meta = _finish_tail(bytes(buf[1:]), coll)
                 if tail_meta is None:
                     raise _FallBack()
                 meta.update(tail_meta)
                 return meta
-            # cut at the last event boundary in the final part of the buffer
-            window_start = max(0, len(data) - (1 << 20))
-            cuts = [mm.start() + 1 for mm in _BOUNDARY.finditer(data, window_start)]
-            ok = False
-            for cut in reversed(cuts[-3:]):
-                if _decode_chunk(b"[" + data[:cut] + b"]", coll):
-                    nxt = data.index(b"{", cut)
-                    pending = data[nxt:]
-                    ok = True
+            done_bytes += len(block)
+            if progress:
+                progress(done_bytes)
+            buf = _grow(buf, block)
+            cuts = []
+            q = len(buf)
+            while len(cuts) < 3 and q > 0:
+                q = buf.rfind(b"}", 0, q)
+                if q < 0:
                     break
-            if not ok:
-                if len(data) > 64 * _BLOCK:
-                    raise _FallBack()
-                pending = data
+                if _BOUNDARY.match(buf, q):
+                    cuts.append(q + 1)
+            ok = False
+            for cut in cuts:
+                saved = buf[cut]
+                buf[cut] = 0x5D  # ']'
+                with memoryview(buf) as mv:
+                    sub = mv[: cut + 1]
+                    try:
+                        ok = _decode_chunk(sub, coll)
+                    finally:
+                        try:
+                            sub.release()
+                        except BufferError:  # a decoded object still points into buf: detach
+                            buf = bytearray(buf)
+                if ok:
+                    nxt = buf.index(b"{", cut)
+                    buf[nxt - 1] = 0x5B  # '['
+                    buf = _drop_front(buf, nxt - 1)
+                    break
+                buf[cut] = saved
+            if not ok and len(buf) > 64 * _BLOCK:
+                raise _FallBack()
     finally:
         blocks.close()
 
@@ -454,7 +441,7 @@ def _finish_tail(data: bytes, coll: _Collector) -> Optional[dict[str, Any]]:
 
 
 def _whole(p: Path, coll: _Collector) -> dict[str, Any]:
-    with _open(p) as f:
+    with open_trace(p) as f:
         blob = f.read()
     if not blob.strip():
         raise TraceFormatError("trace file is empty", path=p)
@@ -484,9 +471,13 @@ def _whole(p: Path, coll: _Collector) -> dict[str, Any]:
     return meta
 
 
-def load_trace(path: str | os.PathLike, progress: Optional[Callable[[int, int], None]] = None) -> RawTrace:
-    """Load a Kineto trace into numpy columns. ``progress(done_bytes, total_bytes_estimate)``."""
-    p = _check_path(path)
+def load_trace(path: str | os.PathLike, progress: Optional[Callable[[int, int], None]] = None,
+               blocks: Optional[Iterator[bytes]] = None) -> RawTrace:
+    """Load a Kineto trace into numpy columns. ``progress(done_bytes, total_bytes_estimate)``.
+
+    ``blocks``: an already started ``_reader.blocks(path)`` iterator (read-ahead).
+    """
+    p = check_path(path)
     total = _size_hint(p)
     cb = (lambda done: progress(min(done, total), total)) if progress else None
     gc_was = gc.isenabled()
@@ -494,7 +485,7 @@ def load_trace(path: str | os.PathLike, progress: Optional[Callable[[int, int], 
     try:
         coll = _Collector()
         try:
-            meta = _stream(p, coll, cb)
+            meta = _stream(p, coll, cb, blocks)
         except _FallBack:
             coll = _Collector()
             meta = _whole(p, coll)
@@ -515,7 +506,7 @@ def load_trace(path: str | os.PathLike, progress: Optional[Callable[[int, int], 
 def _size_hint(p: Path) -> int:
     """Decompressed size estimate (gzip ISIZE field, mod 4 GiB) for progress."""
     size = p.stat().st_size
-    if not _is_gzip(p):
+    if not is_gzip(p):
         return size
     try:
         with open(p, "rb") as f:

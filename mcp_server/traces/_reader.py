@@ -1,0 +1,82 @@
+"""Stdlib-only part of the trace loader: path checks and the read-ahead block reader.
+
+Kept free of numpy/pandas/msgspec imports so ``analyze_trace`` can start
+decompressing on a helper thread before the heavy modules are imported.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import queue
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+from mcp_server.errors import FileMissingError, TraceFormatError
+
+BLOCK = 8 << 20
+AHEAD = 8  # blocks the reader may run ahead (bounded memory: AHEAD * BLOCK)
+
+
+def check_path(path: str | os.PathLike) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise FileMissingError("trace file not found", path=p, hint="pass a Kineto .json or .json.gz file")
+    if p.is_dir():
+        raise FileMissingError("trace path is a directory, expected a .json or .json.gz file", path=p)
+    if p.stat().st_size == 0:
+        raise TraceFormatError("trace file is empty", path=p, hint="re-export the profiler trace")
+    return p
+
+
+def is_gzip(p: Path) -> bool:
+    with open(p, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def open_trace(p: Path):
+    return gzip.open(p, "rb") if is_gzip(p) else open(p, "rb")
+
+
+def blocks(p: Path, block: int = BLOCK) -> Iterator[bytes]:
+    """Decompressed blocks of the file, read ahead by a helper thread started now.
+
+    zlib releases the GIL while inflating, so decompression overlaps the
+    caller's imports and decoding. At most ``AHEAD`` blocks wait in the queue.
+    The last block yielded is ``b""``. Close the iterator to stop the thread.
+    """
+    q: "queue.Queue[tuple[str, Any]]" = queue.Queue(maxsize=AHEAD)
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            with open_trace(p) as f:
+                while not stop.is_set():
+                    b = f.read(block)
+                    q.put(("data", b))
+                    if not b:
+                        return
+        except BaseException as exc:  # handed to the consumer
+            q.put(("error", exc))
+
+    t = threading.Thread(target=work, name="kernelscope-trace-reader", daemon=True)
+    t.start()
+
+    def gen() -> Iterator[bytes]:
+        try:
+            while True:
+                kind, item = q.get()
+                if kind == "error":
+                    raise item
+                yield item
+                if not item:
+                    return
+        finally:
+            stop.set()
+            while t.is_alive():
+                try:
+                    q.get_nowait()
+                except queue.Empty:
+                    t.join(0.01)
+
+    return gen()
