@@ -197,3 +197,21 @@ def test_custom_categories(tmp_path):
     cats = {c.category: c for c in res.categories}
     assert set(cats) == {"matmul", "other"}
     assert res.categories_source == str(csv.resolve()) and len(res.categories_sha256) == 64
+
+
+@pytest.mark.parametrize("name,marker,expected", [
+    ("llama_prefill_eager", "forward_extend", "prefill"),
+    ("llama_decode_mixed", "forward_decode", "decode"),
+])
+def test_phase_inferred_without_markers(tmp_path, name, marker, expected):
+    """Without SGLang markers the phase comes from the embedding's input ids ([b, 1] decode, [b, s>1] prefill)."""
+    import gzip
+
+    raw = gzip.decompress((TRACES / f"{name}.json.gz").read_bytes()).replace(marker.encode(), b"run_model")
+    p = tmp_path / f"{name}_nomarker.json"
+    p.write_bytes(raw)
+    res = analyze_trace(p)
+    df = res.kernels
+    att = df[df["module"] != ""]
+    assert set(att["phase"]) == {expected}
+    assert (df.loc[(df["module"] == "") & ~df["graph"], "phase"] == "").all()  # no module call, no inference
