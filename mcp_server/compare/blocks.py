@@ -134,69 +134,83 @@ def module_keys(df: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
 
     A generic leaf is ``@post`` when its parent's current call launched kernels of its own
     before it and none after it (o_proj after the attention core, down_proj after act*up),
-    else ``@pre`` (q/k/v, MLA q_a/q_b/kv_a/kv_b, gate/up, router).
+    else ``@pre`` (q/k/v, MLA q_a/q_b/kv_a/kv_b, gate/up, router). A parent's call is a
+    maximal run of consecutive kernels inside its subtree. Vectorised per parent instance.
     """
     n = len(df)
-    paths = df["module_path"].astype(str).tolist() if "module_path" in df else [""] * n
-    mtypes = df["module_type"].astype(str).tolist() if "module_type" in df else [""] * n
-    mods = df["module"].astype(str).tolist() if "module" in df else [""] * n
-    empty = ("", "nan", "None")
-    keys: list[str] = []
-    parents: list[str] = []
-    types: list[str] = []
-    leaf_call: dict[int, int] = {}  # kernel index of a generic leaf -> call id of its parent
-    first_self: dict[int, int] = {}
-    last_self: dict[int, int] = {}
-    active: dict[str, int] = {}  # instance path -> id of its current call
-    next_call = 0
-    chain_memo: dict[str, tuple[str, str, str, bool]] = {}
-    for i, (path, mtype, mod) in enumerate(zip(paths, mtypes, mods)):
-        if path in empty:
-            t = mtype if mtype not in empty else (strip_suffix(mod) if mod not in empty else "")
-            keys.append(t)
-            parents.append("")
-            types.append(t)
+    if n == 0:
+        return [], [], []
+    empty = {"", "nan", "None"}
+    col = (lambda c: df[c].astype(str).to_numpy(dtype=object) if c in df else np.full(n, "", dtype=object))
+    codes, uniq = pd.factorize(col("module_path"))
+    uniq = [str(u) for u in uniq]
+    u_chain, u_parent, u_type, u_generic = [], [], [], []
+    for u in uniq:
+        if u in empty:
+            u_chain.append("")
+            u_parent.append("")
+            u_type.append("")
+            u_generic.append(False)
             continue
-        # Leave the calls this kernel is not inside.
-        if active:
-            gone = [k for k in active if not (path == k or path.startswith(k + "/"))]
-            for k in gone:
-                del active[k]
-        memo = chain_memo.get(path)
-        if memo is None:
-            parent, _, leaf = path.rpartition("/")
-            leaf_type = strip_suffix(leaf)
-            chain = "/".join(strip_suffix(p) for p in path.split("/"))
-            memo = (chain, parent, leaf_type, leaf_type in GENERIC_LEAVES and bool(parent))
-            chain_memo[path] = memo
-        chain, parent, leaf_type, generic = memo
-        if path not in active:
-            active[path] = next_call
-            next_call += 1
-        cid = active[path]
-        first_self.setdefault(cid, i)
-        last_self[cid] = i
-        if generic:
-            if parent not in active:
-                active[parent] = next_call
-                next_call += 1
-            leaf_call[i] = active[parent]
-        keys.append(chain)
-        parents.append(parent)
-        types.append(leaf_type)
-    for i, pc in leaf_call.items():
-        f, last = first_self.get(pc), last_self.get(pc)
-        post = f is not None and f < i and last is not None and last < i
-        keys[i] = keys[i] + ("@post" if post else "@pre")
-    return keys, parents, types
+        parent, _, leaf = u.rpartition("/")
+        t = strip_suffix(leaf)
+        u_chain.append("/".join(strip_suffix(x) for x in u.split("/")))
+        u_parent.append(parent)
+        u_type.append(t)
+        u_generic.append(t in GENERIC_LEAVES and bool(parent))
+    keys_u = np.asarray(u_chain, dtype=object)
+    keys = keys_u[codes]
+    parents = np.asarray(u_parent, dtype=object)[codes]
+    types = np.asarray(u_type, dtype=object)[codes]
+    # Rows without a module path: the module type (or the instance's) is the key.
+    no_path = np.asarray([u in empty for u in uniq], dtype=bool)[codes]
+    if no_path.any():
+        mt, md = col("module_type")[no_path], col("module")[no_path]
+        fb = [t if t not in empty else (strip_suffix(m) if m not in empty else "") for t, m in zip(mt, md)]
+        keys[no_path] = fb
+        types[no_path] = fb
+    generic_u = np.asarray(u_generic, dtype=bool)
+    if generic_u.any():
+        code_of = {u: i for i, u in enumerate(uniq)}
+        idx = np.arange(n)
+        suffix = np.full(n, "", dtype=object)
+        for parent in dict.fromkeys(u_parent[i] for i in np.flatnonzero(generic_u)):
+            pref = parent + "/"
+            in_sub_u = np.asarray([u == parent or u.startswith(pref) for u in uniq], dtype=bool)
+            rows = np.flatnonzero(in_sub_u[codes])
+            if not len(rows):
+                continue
+            call = np.cumsum(np.r_[True, np.diff(rows) > 1])  # calls: runs of consecutive rows in the subtree
+            pc = code_of.get(parent, -1)
+            is_self = codes[rows] == pc
+            child_u = generic_u & (np.asarray(u_parent, dtype=object) == parent)
+            is_child = child_u[codes[rows]]
+            ncall = int(call[-1]) + 1
+            first = np.full(ncall, n, dtype=np.int64)
+            last = np.full(ncall, -1, dtype=np.int64)
+            if is_self.any():
+                np.minimum.at(first, call[is_self], idx[rows][is_self])
+                np.maximum.at(last, call[is_self], idx[rows][is_self])
+            cr = rows[is_child]
+            cc = call[is_child]
+            post = (first[cc] < cr) & (last[cc] < cr)
+            suffix[cr] = np.where(post, "@post", "@pre")
+        g = suffix != ""
+        keys[g] = keys[g] + suffix[g]
+    return keys.tolist(), parents.tolist(), types.tolist()
 
 
-def assign_blocks(df: pd.DataFrame, rules: BlockRules) -> pd.DataFrame:
-    """Return ``df`` (execution order) with columns ``module_key``, ``group``, ``block``, ``role``."""
-    keys, parents, types = module_keys(df)
-    out = df.copy()
-    out["module_key"] = keys
+def _fallback(key: str) -> str:
+    return key.rsplit("/", 1)[-1].split("@", 1)[0]
+
+
+def assign_blocks(df: pd.DataFrame, rules: BlockRules, *, columns: list[str] | None = None) -> pd.DataFrame:
+    """Return ``df`` (execution order; only ``columns`` of it when given) with columns
+    ``module_key``, ``group``, ``block``, ``role``."""
+    keys, parents, _types = module_keys(df)
+    out = df[columns].copy() if columns is not None else df.copy()
     n = len(out)
+    out["module_key"] = keys
     if n == 0:
         out["group"] = np.zeros(0, dtype=np.int64)
         out["block"] = []
@@ -208,21 +222,18 @@ def assign_blocks(df: pd.DataFrame, rules: BlockRules) -> pd.DataFrame:
     change[1:] = (k_arr[1:] != k_arr[:-1]) | (p_arr[1:] != p_arr[:-1])
     group = np.cumsum(change) - 1
     out["group"] = group
-    blocks = np.empty(n, dtype=object)
-    roles = np.empty(n, dtype=object)
-    cats = out["category"].astype(str).to_numpy() if "category" in out else np.full(n, "", dtype=object)
-    starts = np.flatnonzero(change)
-    ends = np.append(starts[1:], n)
-    for s, e in zip(starts, ends):
-        key = keys[s]
-        if (cats[s:e] == COMMUNICATION).all():
-            blk, role = COMMUNICATION, rules.role_of(COMMUNICATION) or "collective communication"
-        elif not key:
-            blk, role = UNATTRIBUTED, "kernels with no owning module"
-        else:
-            blk, role = rules.match(key, types[s] or key)
-        blocks[s:e] = blk
-        roles[s:e] = role
+    table: dict[str, tuple[str, str]] = {}
+    for key in dict.fromkeys(keys):
+        table[key] = (UNATTRIBUTED, "kernels with no owning module") if not key else rules.match(key, _fallback(key))
+    blocks = np.asarray([table[k][0] for k in keys], dtype=object)
+    roles = np.asarray([table[k][1] for k in keys], dtype=object)
+    if "category" in df:
+        is_comm = (df["category"].astype(str).to_numpy(dtype=object) == COMMUNICATION).astype(np.int8)
+        if is_comm.any():
+            starts = np.flatnonzero(change)
+            all_comm = np.minimum.reduceat(is_comm, starts).astype(bool)[group]
+            blocks[all_comm] = COMMUNICATION
+            roles[all_comm] = rules.role_of(COMMUNICATION) or "collective communication"
     out["block"] = blocks
     out["role"] = roles
     return out

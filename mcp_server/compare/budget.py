@@ -11,7 +11,7 @@ from typing import Optional, Sequence, Union
 
 import pandas as pd
 
-from mcp_server.compare.inputs import Side, distinct_labels, filter_phase, load_side
+from mcp_server.compare.inputs import Side, distinct_labels, filter_phase, load_sides
 from mcp_server.compare.models import BudgetResult, BudgetRow, SideInfo
 from mcp_server.models import Warning_
 
@@ -43,17 +43,10 @@ def side_info(side: Side, *, total_us: float, count: int, table: str, phase: Opt
     )
 
 
-def _load(x: SideArg, categories, label: Optional[str]) -> Side:
-    if isinstance(x, Side):
-        return x
-    return load_side(x, categories=categories, label=label, purpose="budget")
-
-
 def budget(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = None, phase: Optional[str] = None,
            categories: str | os.PathLike | None = None) -> BudgetResult:
     """Per category: each side's us and share, gap (b - a) and ratio (b / a), sorted by |gap|."""
-    sa = _load(a, categories, None)
-    sb = _load(b, categories, None)
+    sa, sb = load_sides(a, b, categories=categories, purpose="budget")
     distinct_labels(sa, sb, list(labels) if labels else None)
     warnings: list[Warning_] = []
     phases = {id(s): s.phases for s in (sa, sb)}

@@ -19,11 +19,9 @@ from __future__ import annotations
 import os
 from typing import Optional, Sequence, Union
 
-import pandas as pd
-
 from mcp_server.compare.blocks import BlockRules, assign_blocks, load_blocks
 from mcp_server.compare.budget import side_info
-from mcp_server.compare.inputs import Side, distinct_labels, filter_phase, load_side
+from mcp_server.compare.inputs import Side, distinct_labels, load_sides
 from mcp_server.compare.matching import Item, align, display_kernel_name, segments
 from mcp_server.compare.models import Annotation, BlockDiff, DiffResult, KernelMatch, KernelRow
 from mcp_server.errors import InputError
@@ -42,16 +40,18 @@ def _block_tables(side: Side, rules: BlockRules) -> tuple[dict[str, list[Item]],
     k = side.kernels
     if k is None or not len(k):
         return {}, {}
-    kb = assign_blocks(k, rules)
+    kb = assign_blocks(k, rules, columns=["name", "category", "dur_us"])
     items: dict[str, list[Item]] = {}
     agg = kb.groupby(["block", "name"], sort=False).agg(category=("category", "first"), us=("dur_us", "sum"),
-                                                         count=("dur_us", "size"))
-    for (blk, name), r in agg.iterrows():
-        items.setdefault(str(blk), []).append(Item(str(name), str(r["category"]), float(r["us"]), int(r["count"])))
+                                                         count=("dur_us", "size")).reset_index()
+    for blk, name, cat, us, cnt in agg.itertuples(index=False, name=None):
+        items.setdefault(str(blk), []).append(Item(str(name), str(cat), float(us), int(cnt)))
     meta: dict[str, tuple[str, list[str]]] = {}
-    for blk, g in kb.groupby("block", sort=False):
-        keys = list(dict.fromkeys("/".join(str(x).split("/")[-2:]) for x in g["module_key"].unique()))
-        meta[str(blk)] = (str(g["role"].iloc[0]), keys[:8])
+    for blk, role, key in kb[["block", "role", "module_key"]].drop_duplicates().itertuples(index=False, name=None):
+        r, keys = meta.setdefault(str(blk), (str(role), []))
+        short = "/".join(str(key).split("/")[-2:])
+        if short not in keys and len(keys) < 8:
+            keys.append(short)
     return items, meta
 
 
@@ -134,20 +134,13 @@ def _annotate(a: list[Item], b: list[Item], pairs, la: str, lb: str) -> list[Ann
     return notes
 
 
-def _load(x: SideArg, categories, phase) -> Side:
-    if isinstance(x, Side):
-        return filter_phase(x, phase) if phase else x
-    return load_side(x, categories=categories, phase=phase, purpose="diff")
-
-
 def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = None,
                  categories: str | os.PathLike | None = None, blocks: str | os.PathLike | None = None,
                  phase: Optional[str] = None, output_xlsx: str | os.PathLike | None = None,
                  output_html: str | os.PathLike | None = None) -> DiffResult:
     """Module-grouped comparison of two runs (see module doc)."""
     rules = load_blocks(blocks)
-    sa = _load(a, categories, phase)
-    sb = _load(b, categories, phase)
+    sa, sb = load_sides(a, b, categories=categories, phase=phase, purpose="diff")
     distinct_labels(sa, sb, list(labels) if labels else None)
     for s in (sa, sb):
         if s.kernels is None:

@@ -147,14 +147,29 @@ def _load_trace(p: Path, label: str, categories, rules: CategoryRules) -> Side:
     return Side(label=label, path=str(p), kind="trace", kernels=df, categories_sha256=rules.sha256, warnings=warnings)
 
 
+def _is_kernelscope_report(p: Path) -> bool:
+    """kernelscope's own reports carry the full kernel table / metadata sheets (reports.layout)."""
+    from python_calamine import CalamineWorkbook
+
+    from mcp_server.reports import layout as L
+
+    try:
+        names = CalamineWorkbook.from_path(str(p)).sheet_names
+    except Exception:  # unreadable: let the reader raise its typed error
+        return False
+    return L.FULL_KERNELS in names or L.METADATA in names
+
+
 def _load_report(p: Path, label: str, rules: CategoryRules, purpose: Purpose) -> Side:
     from mcp_server.reports.reader import kernel_table, read_report
 
-    probe = read_report(p, need=())
-    upstream = probe.source != "kernelscope"
-    if purpose == "budget" and upstream:
+    if purpose == "budget" and not _is_kernelscope_report(p):
         rep = read_report(p, need=("gpu_kernels",))
-        gk = _recategorize(rep.gpu_kernels.rename(columns={}), rules)
+    else:
+        rep = read_report(p, need=("kernels",))
+    upstream = rep.source != "kernelscope"
+    if purpose == "budget" and upstream:
+        gk = _recategorize(rep.gpu_kernels, rules)
         mism = _mismatches(label, gk["name"], gk["stored_category"], gk["category"], gk["total_us"])
         side = Side(label=label, path=str(p), kind="upstream-report", kernels=None, gpu_kernels=gk,
                     gpu_kernels_truncated=rep.gpu_kernels_truncated, categories_sha256=rules.sha256, mismatches=mism)
@@ -163,7 +178,6 @@ def _load_report(p: Path, label: str, rules: CategoryRules, purpose: Purpose) ->
                 f"{p}: the upstream 'GPU Kernels' sheet was truncated at its row cap; "
                 f"{label}'s budget is a lower bound (the kernels past the cap are missing)")))
         return side
-    rep = read_report(p, need=("kernels",))
     k = _recategorize(kernel_table(rep), rules)
     mism = _mismatches(label, k["name"], k["stored_category"], k["category"], k["dur_us"])
     side = Side(label=label, path=str(p), kind="upstream-report" if upstream else "kernelscope-report", kernels=k,
@@ -175,6 +189,23 @@ def _load_report(p: Path, label: str, rules: CategoryRules, purpose: Purpose) ->
         side.warnings.append(Warning_(code="upstream_detail", message=(
             f"{p}: upstream report: kernels come from the detail sheets (one representative instance per sheet)")))
     return side
+
+
+def load_sides(a, b, *, categories: str | os.PathLike | None = None, phase: Optional[str] = None,
+               purpose: Purpose = "diff") -> tuple[Side, Side]:
+    """Load both sides concurrently (the xlsx parser releases the GIL); a ``Side`` passes through."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(x) -> Side:
+        if isinstance(x, Side):
+            return filter_phase(x, phase) if phase else x
+        return load_side(x, categories=categories, phase=phase, purpose=purpose)
+
+    if isinstance(a, Side) or isinstance(b, Side):
+        return one(a), one(b)
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="kernelscope-load") as pool:
+        fa, fb = pool.submit(one, a), pool.submit(one, b)
+        return fa.result(), fb.result()
 
 
 def filter_phase(side: Side, phase: str) -> Side:
