@@ -311,6 +311,7 @@ def plan_file(path: str, rules):
     names = book.names
     is_ks = L.FULL_KERNELS in names or L.METADATA in names
     plan = _Plan(path)
+    book.prefetch(names)
     detail = [s for s in names if _is_detail(book, s)]
     source = "kernelscope"
     if not is_ks:

@@ -115,6 +115,36 @@ class _Book:
                 raise ReportFormatError(f"sheet '{sheet}' cannot be read ({exc})", path=self.path) from None
         return self._cache[sheet]
 
+    def prefetch(self, sheets: list[str], workers: int = 2) -> None:
+        """Parse several sheets on worker threads (calamine parses without the GIL)."""
+        todo = [s for s in sheets if s not in self._cache and s in self.names]
+        if len(todo) < 4:
+            return
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        from python_calamine import CalamineWorkbook
+
+        local = threading.local()
+
+        def one(name: str):
+            wb = getattr(local, "wb", None)
+            if wb is None:
+                wb = local.wb = CalamineWorkbook.from_path(self.path)
+            try:
+                return name, wb.get_sheet_by_name(name).to_python(skip_empty_area=False)
+            except Exception:
+                return name, None  # rows() re-reads it and raises the typed error
+
+        with ThreadPoolExecutor(max_workers=workers) as ex:
+            for name, rows in ex.map(one, todo):
+                if rows is not None:
+                    self._cache[name] = rows
+
+    def head(self, sheet: str, n: int = 2) -> list[list[Any]]:
+        """The first ``n`` rows (the whole sheet is parsed once and cached)."""
+        return self.rows(sheet)[:n]
+
     def missing(self, sheet: str, what: str) -> ReportFormatError:
         return ReportFormatError(f"sheet '{sheet}': {what}", path=self.path)
 
@@ -384,31 +414,44 @@ def _read_detail(book: _Book, sheet: str, want_rows: bool) -> tuple[DetailSheet,
     mi, ni, di, ci = (idx[c] for c in L.DETAIL_REQUIRED)
     ii = idx.get("Input Dims")
     si = idx.get("Source", idx.get("Path"))
-    out: Optional[dict[str, list]] = {k: [] for k in ("name", "category", "dur_us", "module", "input_dims",
-                                                      "source", "row")} if want_rows else None
-    n = 0
-    for rn in range(kh + 1, len(rows)):
-        r = rows[rn]
-        first = _s(_cell(r, 0))
-        if first.startswith(L.TRUNCATED_PREFIX):
+    body = rows[kh + 1:]
+    trunc = L.TRUNCATED_PREFIX
+    for i, r in enumerate(body):
+        f = r[0] if r else ""
+        if type(f) is str and f.startswith(trunc):
             ds.truncated = True
+            body = body[:i]
             break
-        name = _s(_cell(r, ni))
-        if not name:
-            continue
-        n += 1
-        if out is not None:
-            out["name"].append(name)
-            out["category"].append(_s(_cell(r, ci)))
-            out["dur_us"].append(_num(_cell(r, di)))
-            out["module"].append(_s(_cell(r, mi)))
-            out["input_dims"].append(_s(_cell(r, ii)))
-            out["source"].append(_s(_cell(r, si)))
-            out["row"].append(rn + 1)
+    names = _text_col(body, ni)
+    keep = [i for i, x in enumerate(names) if x]
+    n = len(keep)
+    out: Optional[dict[str, list]] = None
+    if want_rows:
+        if n != len(body):
+            body = [body[i] for i in keep]
+            names = [names[i] for i in keep]
+        out = {"name": names, "category": _text_col(body, ci), "dur_us": _num_col(body, di),
+               "module": _text_col(body, mi), "input_dims": _text_col(body, ii), "source": _text_col(body, si),
+               "row": [kh + 2 + i for i in keep]}
     ds.rows = n
     if count is not None and count > n and not ds.truncated and n >= L.MAX_ROWS:
         ds.truncated = True
     return ds, out
+
+
+def _text_col(body: list[list[Any]], i: Optional[int]) -> list[str]:
+    """Column ``i`` of calamine rows as stripped text ('' where absent)."""
+    if i is None:
+        return [""] * len(body)
+    out = [r[i] if i < len(r) else "" for r in body]
+    return [x.strip() if type(x) is str else _s(x) for x in out]
+
+
+def _num_col(body: list[list[Any]], i: Optional[int]) -> list[float]:
+    if i is None:
+        return [0.0] * len(body)
+    out = [r[i] if i < len(r) else "" for r in body]
+    return [float(x) if type(x) in (float, int) else _num(x) for x in out]
 
 
 def _read_full(book: _Book) -> pd.DataFrame:
@@ -471,10 +514,11 @@ def read_report(path: str | os.PathLike, *, need: Iterable[str] = ALL_PARTS) -> 
     names = book.names
     is_ks = L.FULL_KERNELS in names or L.METADATA in names
     rep = Report(path=str(p), source="kernelscope" if is_ks else "upstream-old", sheets=list(names))
-    detail_names = [s for s in names if _is_detail(book, s)]
-    if not is_ks:
-        for s in detail_names:
-            t = _detail_title(book.rows(s))
+    if not is_ks:  # the first detail sheet's title row tells the layout
+        for s in names:
+            if s in L.NON_DETAIL_SHEETS:
+                continue
+            t = _detail_title(book.head(s))
             if t is not None:
                 rep.source = "upstream-new" if t[0] == "new" else "upstream-old"
                 break
@@ -492,6 +536,8 @@ def read_report(path: str | os.PathLike, *, need: Iterable[str] = ALL_PARTS) -> 
     use_full = "kernels" in need and rep.has_full_table
     want_detail_rows = "kernels" in need and not use_full
     if "details" in need or want_detail_rows:
+        book.prefetch([s for s in names if s not in L.NON_DETAIL_SHEETS])
+        detail_names = [s for s in names if _is_detail(book, s)]
         parts = []
         for s in detail_names:
             ds, rows = _read_detail(book, s, want_detail_rows)

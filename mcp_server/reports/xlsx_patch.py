@@ -26,7 +26,9 @@ _CELL_RE = re.compile(rb"<c\b[^>]*?(?:/>|>.*?</c>)", re.S)
 _CELL_REF_RE = re.compile(rb'\br="([A-Z]+)(\d+)"')
 _CELL_S_RE = re.compile(rb'\bs="(\d+)"')
 _REFS_AFTER_RE = re.compile(rb'\b(ref|sqref)="([^"]*)"')
-_REF_SPLIT_RE = re.compile(rb'(\sr="[A-Z]*)(\d+)(?=")')
+_REF_SPLIT_RE = re.compile(rb'( r="[A-Z]*)(\d+)(?=")')  # attributes separated by a space (the usual)
+_REF_SPLIT_WS_RE = re.compile(rb'(\sr="[A-Z]*)(\d+)(?=")')  # any whitespace (slower)
+_ODD_WS_RE = re.compile(rb'[\t\n\r]r="')
 _A1_RE = re.compile(rb"([A-Z]{1,3})(\d+)")
 _DIM_RE = re.compile(rb'(<dimension\b[^>]*\bref=")([^"]*)(")')
 _SHEET_RE = re.compile(rb"<sheet\b[^>]*?/>", re.S)
@@ -78,6 +80,7 @@ class _Row:
     xml: bytes
     cells: Optional[list[list]] = None  # [col, xml] parsed on demand
     dirty: bool = False
+    blob_first: Optional[int] = None  # set when this holds several raw rows (blob_first..num)
 
 
 class SheetXml:
@@ -98,6 +101,8 @@ class SheetXml:
             self.head = data[:tag_end + 1]
             body = data[tag_end + 1:end]
             self.tail = data[end:]
+        self._has_blob = False
+        self._ref_re = _REF_SPLIT_WS_RE if _ODD_WS_RE.search(body) else _REF_SPLIT_RE
         self.rows: list[_Row] = self._split_rows(body)
         self._index = {r.num: i for i, r in enumerate(self.rows)}
         self.changed = False
@@ -108,12 +113,18 @@ class SheetXml:
         pieces = body.split(b"<row")
         if pieces and pieces[0].strip():
             raise ReportFormatError(f"sheet '{self.name}': unexpected content before the first row")
+        seps = (b" ", b">", b"/", b"\t", b"\n", b"\r")
         for piece in pieces[1:]:
-            if piece[:1] not in (b" ", b">", b"/", b"\t", b"\n", b"\r"):
+            if piece[:1] not in seps:
                 raise ReportFormatError(f"sheet '{self.name}': unexpected element in sheetData")
+            open_end = piece.find(b">")
+            k = piece.find(b' r="', 0, open_end)
+            if k >= 0:
+                last = int(piece[k + 4:piece.index(b'"', k + 4)])
+                rows.append(_Row(last, b"<row" + piece))
+                continue
             xml = b"<row" + piece
-            open_end = xml.index(b">")
-            rm = _ROW_R_RE.search(xml, 0, open_end + 1)
+            rm = _ROW_R_RE.search(xml, 0, open_end + 5)
             num = int(rm.group(1)) if rm else last + 1
             if not rm:  # make the row number explicit so later shifts can rewrite it
                 xml = xml[:4] + b' r="' + str(num).encode() + b'"' + xml[4:]
@@ -126,11 +137,24 @@ class SheetXml:
         if not rows:
             return rows
         chunk = b"".join(self._row_xml(r) for r in rows)
-        parts = _REF_SPLIT_RE.split(chunk)
+        parts = self._ref_re.split(chunk)
         nums = parts[2::3]
         mp = {d: str(int(d) + delta).encode() for d in set(nums)}
         parts[2::3] = [mp[d] for d in nums]
-        return self._split_rows(b"".join(parts))
+        # kept as one raw block (re-split only if a later edit needs a row inside it)
+        first_num = rows[0].num + delta
+        last_num = rows[-1].num + delta
+        self._has_blob = True
+        return [_Row(last_num, b"".join(parts), blob_first=first_num)]
+
+    def _materialize(self) -> None:
+        if self._has_blob:
+            self._has_blob = False
+            out: list[_Row] = []
+            for r in self.rows:
+                out.extend(self._split_rows(r.xml) if r.blob_first is not None else [r])
+            self.rows = out
+            self._index = {r.num: i for i, r in enumerate(self.rows)}
 
     # ---------------------------------------------------------------- cells
 
@@ -152,6 +176,7 @@ class SheetXml:
         return row.cells
 
     def _row(self, num: int, create: bool = True) -> Optional[_Row]:
+        self._materialize()
         i = self._index.get(num)
         if i is not None:
             return self.rows[i]
@@ -177,8 +202,11 @@ class SheetXml:
 
     def set_cell(self, num: int, col: int, value: Any, style: Optional[bytes] = None) -> None:
         row = self._row(num)
-        cells = self._cells(row)
         ref = f"{col_letter(col)}{num}"
+        if row.cells is None and not row.dirty and self._set_in_place(row, ref, value, style):
+            self.changed = True
+            return
+        cells = self._cells(row)
         for cell in cells:
             if cell[0] == col:
                 if style is None:
@@ -192,6 +220,30 @@ class SheetXml:
         row.dirty = True
         self.changed = True
 
+    def _set_in_place(self, row: _Row, ref: str, value: Any, style: Optional[bytes]) -> bool:
+        """Replace one existing cell inside an unparsed row by byte search; False if not found."""
+        xml = row.xml
+        key = b' r="' + ref.encode() + b'"'
+        k = xml.find(key)
+        if k < 0:
+            return False
+        start = xml.rfind(b"<c", 0, k)
+        if start < 0 or xml[start + 2:start + 3] not in (b" ", b"\t", b"\n", b"\r"):
+            return False
+        tag_end = xml.index(b">", k)
+        if xml[tag_end - 1:tag_end] == b"/":
+            end = tag_end + 1
+        else:
+            end = xml.find(b"</c>", tag_end)
+            if end < 0:
+                return False
+            end += 4
+        if style is None:
+            m = _CELL_S_RE.search(xml, start, tag_end + 1)
+            style = m.group(1) if m else None
+        row.xml = xml[:start] + cell_xml(ref, value, style) + xml[end:]
+        return True
+
     # ---------------------------------------------------------------- blocks
 
     def replace_rows(self, first: int, last: int, new_rows: list[list[Any]]) -> int:
@@ -201,6 +253,7 @@ class SheetXml:
         rows beyond the old count). Rows after the block move by the size difference,
         which is returned.
         """
+        self._materialize()
         old = [r for r in self.rows if first <= r.num <= last]
         templates = []
         for r in old:
