@@ -122,7 +122,7 @@ def _infer_root_phase(rt: RawTrace, lk: Linked) -> dict[int, str]:
         if r in out:
             continue
         try:
-            dims = json.loads(names[cpu.extra[i]]) if cpu.extra is not None and cpu.extra[i] else None
+            dims = json.loads(rt.dims[cpu.extra[i]]) if cpu.extra is not None and cpu.extra[i] else None
         except ValueError:
             dims = None
         if isinstance(dims, list) and len(dims) >= 2 and isinstance(dims[1], list) and len(dims[1]) == 2:
@@ -308,14 +308,14 @@ def _kernel_frame(rt, lk, table, arrays, path_code, phase, confidence, layer, ru
     else:
         category = pd.Categorical([])
 
-    def spanned(ss, which, attr):
+    def spanned(ss, which, attr, table=names):
         codes = np.zeros(n, dtype=np.int64)
         m = which >= 0
         col = getattr(ss, attr)
         codes[m] = col[which[m]]
-        return _cat(names, codes)
+        return _cat(table, codes)
 
-    dims = spanned(lk.cpu, lk.cpu_op, "extra") if lk.cpu.extra is not None else pd.Categorical([""] * n)
+    dims = spanned(lk.cpu, lk.cpu_op, "extra", rt.dims) if lk.cpu.extra is not None else pd.Categorical([""] * n)
     data = {
         "name": name_cat,
         "category": category,
@@ -418,14 +418,16 @@ def _tree(rt, table, arrays, path_code, k_cat, cat_names, k_phase) -> list[Modul
     order = live[np.lexsort((depth[live], first[live]))]
     out = []
     paths = table.paths
-    for c in order:
-        row = bd[c]
-        nz = np.flatnonzero(row)
-        bdict = {cat_names[j]: float(row[j]) for j in nz[np.argsort(-row[nz], kind="stable")]}
-        phase = "+".join(x for j, x in ((1, "prefill"), (2, "decode")) if ph[c, j] > 0)
-        out.append(ModuleNode.model_construct(path=paths[c], name=inst[c], type=types[c], depth=int(depth[c]), phase=phase,
-                              total_us=float(incl[c]), self_us=float(self_us[c]), kernel_count=int(cnt[c]),
-                              breakdown=bdict))
+    rows = bd[order].tolist()
+    pre, dec = (ph[order, 1] > 0).tolist(), (ph[order, 2] > 0).tolist()
+    incl_l, self_l, cnt_l, depth_l = incl[order].tolist(), self_us[order].tolist(), cnt[order].tolist(), depth[order].tolist()
+    phase_txt = {(True, True): "prefill+decode", (True, False): "prefill", (False, True): "decode", (False, False): ""}
+    construct = ModuleNode.model_construct
+    for k, c in enumerate(order.tolist()):
+        bdict = {cat_names[j]: v for j, v in sorted(enumerate(rows[k]), key=lambda jv: -jv[1]) if v}
+        out.append(construct(path=paths[c], name=inst[c], type=types[c], depth=depth_l[k],
+                             phase=phase_txt[(pre[k], dec[k])], total_us=incl_l[k], self_us=self_l[k],
+                             kernel_count=int(cnt_l[k]), breakdown=bdict))
     return out
 
 

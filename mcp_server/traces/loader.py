@@ -57,7 +57,6 @@ class _Args(msgspec.Struct, gc=False):
 class _Event(msgspec.Struct, gc=False):
     cat: Optional[str] = None
     name: Optional[str] = None
-    ph: Optional[str] = None
     pid: Union[int, str, None] = None
     tid: Union[int, str, None] = None
     ts: Optional[float] = None
@@ -94,6 +93,7 @@ class RawTrace:
 
     path: str
     names: list[str]
+    dims: list[str]  # interned ``Input Dims`` texts (c_dims indexes this)
     metadata: dict[str, Any]
     threads: list[tuple[Any, Any]]
     # GPU activities
@@ -139,6 +139,7 @@ class _Collector:
 
     def __init__(self) -> None:
         self.names: dict[str, int] = {"": 0}
+        self.dims: dict[bytes, int] = {b"": 0}
         self.threads: dict[tuple[Any, Any], int] = {}
         self.k: list[tuple] = []
         self.l: list[tuple] = []
@@ -153,9 +154,9 @@ class _Collector:
         if len(self.examples) < 5:
             self.examples.append(why)
 
-    def _intern(self, values: list) -> np.ndarray:
+    def _intern(self, values: list, table: Optional[dict] = None) -> np.ndarray:
         """Global intern ids of ``values`` (one dict lookup per value, misses added after)."""
-        names = self.names
+        names = self.names if table is None else table
         get = names.get
         ids = np.array([get(v, -1) for v in values], dtype=np.int32)
         miss = np.flatnonzero(ids < 0)
@@ -215,13 +216,19 @@ class _Collector:
                 self.skip(f"{'cpu_op' if is_cpu else 'python_function'} event without ts/dur/name", bad)
             if not evs:
                 continue
+            if not is_cpu:
+                # keep only frames the analyzer uses: module spans, phase markers, user-code frames
+                evs = [e for e in evs if (n := e.name).startswith("nn.Module: ")
+                       or not (n.startswith(("<", "torch/")) or "/torch/" in n)]
+                if not evs:
+                    continue
             ts = np.array([e.ts for e in evs], dtype=f64)
             end = ts + np.array([e.dur for e in evs], dtype=f64)
             cols = (ts, end, self._thread(evs), self._intern([e.name for e in evs]))
             if is_cpu:
-                dims = [bytes(a.input_dims).decode("utf-8", "replace") if (a := e.args) is not None and a.input_dims is not None else ""
+                dims = [bytes(a.input_dims) if (a := e.args) is not None and a.input_dims is not None else b""
                         for e in evs]
-                self.c.append(cols + (self._intern(dims),))
+                self.c.append(cols + (self._intern(dims, self.dims),))
             else:
                 self.p.append(cols)
         if ker:
@@ -263,12 +270,15 @@ class _Collector:
         names = [""] * len(self.names)
         for s, i in self.names.items():
             names[i] = s
+        dims = [""] * len(self.dims)
+        for b, i in self.dims.items():
+            dims[i] = b.decode("utf-8", "replace")
         threads = [("", "")] * len(self.threads)
         for t, i in self.threads.items():
             threads[i] = t
         k, l, p, c = self.k, self.l, self.p, self.c
         return RawTrace(
-            path=path, names=names, metadata=metadata, threads=threads,
+            path=path, names=names, dims=dims, metadata=metadata, threads=threads,
             k_name=cat(k, 0, i32), k_kind=cat(k, 1, np.int8), k_ts=cat(k, 2, f64), k_dur=cat(k, 3, f64),
             k_device=cat(k, 4, np.int64), k_stream=cat(k, 5, np.int64), k_corr=k_corr,
             l_corr=l_corr, l_ts=cat(l, 1, f64), l_thread=cat(l, 2, i32), l_name=cat(l, 3, i32),
