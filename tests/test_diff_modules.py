@@ -184,3 +184,36 @@ def test_cli_compare_json_xlsx_html(tmp_path, capsys):
     assert main(["compare", str(EAGER), str(SDPA), "--panels", "1"]) == 0
     text = capsys.readouterr().out
     assert "attn_core" in text and "FUSION" in text
+
+
+def test_communication_groups_and_generic_leaf_positions():
+    """A hand-made SGLang-style layer: collectives form the communication block whatever their module;
+    RowParallelLinear under the attention is o_proj; Linear after the MLP's own kernel is down_proj."""
+    import pandas as pd
+
+    from mcp_server.compare.inputs import side_from_frame
+    from mcp_server.traces.models import KERNEL_COLUMNS
+
+    L = "Model_0/Layer_0"
+    rows = [
+        ("rms", f"{L}/RMSNorm_0"), ("gemm_qkv", f"{L}/LlamaAttention_0/QKVParallelLinear_0"),
+        ("rotary", f"{L}/LlamaAttention_0/RotaryEmbedding_0"), ("flash_fwd", f"{L}/LlamaAttention_0/RadixAttention_0"),
+        ("gemm_o", f"{L}/LlamaAttention_0/RowParallelLinear_0"),
+        ("ncclDevKernel_AllReduce_Sum", f"{L}/LlamaAttention_0/RowParallelLinear_0"),
+        ("gemm_up", f"{L}/LlamaMLP_0/Linear_0"), ("silu_mul", f"{L}/LlamaMLP_0"), ("gemm_down", f"{L}/LlamaMLP_0/Linear_1"),
+    ]
+    recs = []
+    for i, (name, path) in enumerate(rows):
+        leaf = path.rsplit("/", 1)[-1]
+        recs.append({c: "" for c in KERNEL_COLUMNS} | dict(
+            name=name, category="", kind="kernel", ts_us=float(i), dur_us=1.0 + i, device=0, stream=0, correlation=i,
+            module=leaf, module_type=leaf.rsplit("_", 1)[0], module_path=path, root_type="Model", graph=False,
+            confidence=1.0, layer=-1, phase="prefill"))
+    side = side_from_frame(pd.DataFrame(recs, columns=list(KERNEL_COLUMNS)), label="x")
+    k = assign_blocks(side.kernels, load_blocks())
+    got = dict(zip(k["name"], k["block"]))
+    assert got["ncclDevKernel_AllReduce_Sum"] == "communication"
+    assert got["gemm_qkv"] == "attn_qkv_proj" and got["gemm_o"] == "attn_o_proj"
+    assert got["rotary"] == "rope" and got["flash_fwd"] == "attn_core"
+    assert got["gemm_up"] == "mlp_gate_up_proj" and got["gemm_down"] == "mlp_down_proj"
+    assert got["silu_mul"] == "mlp_act" and got["rms"] == "norm"

@@ -13,7 +13,7 @@ mlp_down_proj, ...). The CSV header comment documents the key; in short:
 * consecutive kernels with the same key under the same parent instance form one
   group (module type = instance name without its numeric suffix, so
   ``Linear_0, Linear_1, Linear_2`` = q, k, v form one group);
-* a group whose kernels are all ``communication`` is block ``communication``;
+* a kernel in category ``communication`` is block ``communication`` wherever it runs;
   a key no rule matches keeps the owning module type as block; no module ->
   ``(unattributed)``.
 """
@@ -228,12 +228,12 @@ def assign_blocks(df: pd.DataFrame, rules: BlockRules, *, columns: list[str] | N
     blocks = np.asarray([table[k][0] for k in keys], dtype=object)
     roles = np.asarray([table[k][1] for k in keys], dtype=object)
     if "category" in df:
-        is_comm = (df["category"].astype(str).to_numpy(dtype=object) == COMMUNICATION).astype(np.int8)
+        # Collectives are their own block wherever they are launched (e.g. the all-reduce inside
+        # RowParallelLinear): platforms differ in how they communicate, not in the projection.
+        is_comm = df["category"].astype(str).to_numpy(dtype=object) == COMMUNICATION
         if is_comm.any():
-            starts = np.flatnonzero(change)
-            all_comm = np.minimum.reduceat(is_comm, starts).astype(bool)[group]
-            blocks[all_comm] = COMMUNICATION
-            roles[all_comm] = rules.role_of(COMMUNICATION) or "collective communication"
+            blocks[is_comm] = COMMUNICATION
+            roles[is_comm] = rules.role_of(COMMUNICATION) or "collective communication"
     out["block"] = blocks
     out["role"] = roles
     return out
