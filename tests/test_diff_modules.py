@@ -217,3 +217,50 @@ def test_communication_groups_and_generic_leaf_positions():
     assert got["rotary"] == "rope" and got["flash_fwd"] == "attn_core"
     assert got["gemm_up"] == "mlp_gate_up_proj" and got["gemm_down"] == "mlp_down_proj"
     assert got["silu_mul"] == "mlp_act" and got["rms"] == "norm"
+
+
+D = "DeepseekV2ForCausalLM/DeepseekV2Model/DeepseekV2DecoderLayer"
+Q = "Qwen2ForCausalLM/Qwen2Model/Qwen2DecoderLayer"
+M = "MixtralForCausalLM/MixtralModel/MixtralDecoderLayer"
+
+
+@pytest.mark.parametrize("key,block", [
+    # SGLang naming
+    (f"{Q}/Qwen2Attention/QKVParallelLinear", "attn_qkv_proj"), (f"{Q}/Qwen2Attention/RowParallelLinear@pre", "attn_o_proj"),
+    (f"{Q}/Qwen2Attention/RotaryEmbedding", "rope"), (f"{Q}/Qwen2Attention/RadixAttention", "attn_core"),
+    (f"{Q}/Qwen2MLP/MergedColumnParallelLinear", "mlp_gate_up_proj"), (f"{Q}/Qwen2MLP/SiluAndMul", "mlp_act"),
+    (f"{Q}/Qwen2MLP/RowParallelLinear@pre", "mlp_down_proj"), (f"{Q}/RMSNorm", "norm"),
+    ("Qwen2ForCausalLM/Qwen2Model/VocabParallelEmbedding", "embedding"), ("Qwen2ForCausalLM/LogitsProcessor", "lm_head"),
+    (f"{D}/DeepseekV2AttentionMLA/ReplicatedLinear@pre", "attn_qkv_proj"),
+    (f"{D}/DeepseekV2AttentionMLA/ColumnParallelLinear@pre", "attn_qkv_proj"),
+    (f"{D}/DeepseekV2AttentionMLA/RMSNorm", "attn_norm"), (f"{D}/DeepseekV2AttentionMLA/RowParallelLinear@post", "attn_o_proj"),
+    (f"{D}/DeepseekV2AttentionMLA", "attn_core"), (f"{D}/DeepseekV2MoE/MoEGate", "moe_gate"),
+    (f"{D}/DeepseekV2MoE/ReplicatedLinear@pre", "moe_gate"), (f"{D}/DeepseekV2MoE/TopK", "moe_topk"),
+    (f"{D}/DeepseekV2MoE/FusedMoE", "moe_experts"), (f"{D}/DeepseekV2MoE/DeepEPMoE", "moe_experts"),
+    (f"{D}/DeepseekV2MoE/DeepseekV2MLP/MergedColumnParallelLinear", "moe_shared_experts"),
+    (f"{D}/DeepseekV2MoE", "moe_reduce"), (D, "residual"),
+    ("Qwen2MoeForCausalLM/Qwen2MoeModel/Qwen2MoeDecoderLayer/Qwen2MoeSparseMoeBlock/Qwen2MoeMLP/MergedColumnParallelLinear",
+     "moe_shared_experts"),
+    # Hugging Face naming
+    ("Qwen3ForCausalLM/Qwen3Model/Qwen3DecoderLayer/Qwen3Attention/Qwen3RMSNorm", "attn_norm"),
+    (f"{M}/MixtralSparseMoeBlock/Linear@pre", "moe_gate"),
+    (f"{M}/MixtralSparseMoeBlock/MixtralBlockSparseTop2MLP/Linear@pre", "moe_experts"),
+    (f"{M}/MixtralSparseMoeBlock/MixtralExperts", "moe_experts"), (f"{M}/MixtralSparseMoeBlock", "moe_reduce"),
+    (f"{M}/MixtralAttention/Linear@pre", "attn_qkv_proj"), (f"{M}/MixtralAttention/Linear@post", "attn_o_proj"),
+    (f"{M}/MixtralRMSNorm", "norm"), ("LlamaForCausalLM/Linear@pre", "lm_head"),
+])
+def test_functional_blocks_cover_sglang_and_hf_naming(key, block):
+    assert load_blocks().match(key, "?")[0] == block
+
+
+def test_kernelscope_report_diffs_like_its_trace(tmp_path):
+    from mcp_server.traces import analyze_trace
+
+    rep = tmp_path / "eager.xlsx"
+    analyze_trace(str(EAGER), output_xlsx=str(rep))
+    from_report = diff_modules(rep, SDPA)
+    from_trace = diff_modules(EAGER, SDPA)
+    assert from_report.a.kind == "kernelscope-report"
+    got = {b.block: (round(b.a_us, 3), b.a_count, [a.kind for a in b.annotations]) for b in from_report.blocks}
+    want = {b.block: (round(b.a_us, 3), b.a_count, [a.kind for a in b.annotations]) for b in from_trace.blocks}
+    assert got == want
