@@ -37,7 +37,7 @@ _MOD = re.compile(r"^(nn\.Module: .*_)(\d+)$")
 def grow(src: Path, out: Path, target_mb: float) -> dict:
     data = json.loads(gzip.decompress(src.read_bytes()))
     events = data.pop("traceEvents")
-    one = sum(len(json.dumps(e, separators=(",", ":"))) + 2 for e in events)
+    one = sum(len(json.dumps(e)) + 4 for e in events if e.get("ph") != "M")  # as written below
     reps = max(1, int(target_mb * 1e6 / one))
     ts = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
     span = (max(ts) - min(ts)) * 1.05 + 100.0
@@ -86,13 +86,14 @@ def grow(src: Path, out: Path, target_mb: float) -> dict:
     return {"replicas": reps, "events": len(meta_events) + reps * len(body)}
 
 
-def best_wall(cmd: list[str], repeat: int, stdout=subprocess.DEVNULL) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        subprocess.run(cmd, stdout=stdout, stderr=subprocess.DEVNULL, check=True, timeout=900)
-        best = min(best, time.perf_counter() - t0)
-    return best
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, user+sys CPU seconds) of one run, output discarded."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=900)
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
 def peak_rss_mb(cmd: list[str]) -> float:
@@ -111,7 +112,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", default="llama_decode_mixed", help="fixture name under tests/fixtures/traces")
     ap.add_argument("--mb", type=float, default=350.0, help="target JSON size in MB")
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", help="keep the grown trace in this directory")
     args = ap.parse_args()
     tmp = Path(args.keep or tempfile.mkdtemp(prefix="ks-bench-"))
@@ -126,8 +127,14 @@ def main() -> int:
         made = time.perf_counter() - t0
         ks = str(Path(sys.executable).with_name("kernelscope"))
         analyze = [ks, "analyze", str(gz), "--json"]
-        zcat = best_wall(["zcat", str(gz)], args.repeat)
-        ana = best_wall(analyze, args.repeat)
+        # alternate the two commands so both see the same machine load; keep the best of each
+        zc, an = [], []
+        for _ in range(args.repeat):
+            zc.append(timed(["zcat", str(gz)]))
+            an.append(timed(analyze))
+        zcat, zcpu = min(zc)
+        ana, acpu = min(an)
+        pair_ratios = sorted(a[0] / z[0] for a, z in zip(an, zc))
         rss = peak_rss_mb(analyze)
         out = subprocess.run(analyze, capture_output=True, text=True, check=True, timeout=900).stdout
         res = json.loads(out)
@@ -135,6 +142,9 @@ def main() -> int:
             "source": args.source, **info, "json_mb": round(raw.stat().st_size / 1e6, 1),
             "gz_mb": round(gz.stat().st_size / 1e6, 1), "generate_s": round(made, 1),
             "zcat_s": round(zcat, 2), "analyze_s": round(ana, 2), "ratio": round(ana / zcat, 2),
+            "median_pair_ratio": round(pair_ratios[len(pair_ratios) // 2], 2),
+            "zcat_cpu_s": round(zcpu, 2), "analyze_cpu_s": round(acpu, 2),
+            "load_avg_1m": round(os.getloadavg()[0], 2),
             "peak_rss_mb": round(rss, 1), "kernels": res["kernel_count"],
             "unattributed": res["unattributed_count"], "graph_kernels": res["graph"]["graph_kernel_count"],
             "targets_met": {"ratio<=3": ana / zcat <= 3.0, "rss<=600MB": rss <= 600.0},

@@ -131,14 +131,36 @@ def _infer_root_phase(rt: RawTrace, lk: Linked) -> dict[int, str]:
 
 
 def _eager_reference(rt: RawTrace, lk: Linked, table: "PathTable", path_code: np.ndarray) -> G.Reference:
-    m = lk.module_span >= 0
-    idx = np.flatnonzero(m)
-    idx = idx[np.argsort(rt.k_ts[idx], kind="stable")]
-    roots = _roots(lk.modules.parent) if len(lk.modules) else np.zeros(0, dtype=np.int64)
-    names = rt.names
-    paths = table.paths
-    return G.learn([names[rt.k_name[i]] for i in idx], [paths[path_code[i]] for i in idx],
-                   [int(roots[lk.module_span[i]]) for i in idx])
+    """What the attributed eager kernels teach about replays: step sequences and per-name votes."""
+    idx = np.flatnonzero(lk.module_span >= 0)
+    if not len(idx):
+        return G.Reference()
+    names, paths = rt.names, table.paths
+    roots = _roots(lk.modules.parent)[lk.module_span[idx]]
+    order = np.lexsort((rt.k_ts[idx], roots))
+    idx, roots = idx[order], roots[order]
+    cuts = np.flatnonzero(np.diff(roots)) + 1
+    steps: list[tuple[list[str], list[str]]] = []
+    seen: set[tuple] = set()
+    parts = sorted(np.split(idx, cuts), key=lambda part: rt.k_ts[part[0]])
+    for part in parts:
+        key = tuple(rt.k_name[part].tolist())
+        if key in seen:
+            continue
+        seen.add(key)
+        steps.append(([names[i] for i in key], [paths[c] for c in path_code[part].tolist()]))
+        if len(steps) >= 16:
+            break
+    # majority vote per kernel name
+    P = len(paths)
+    pair, cnt = np.unique(rt.k_name[idx].astype(np.int64) * P + path_code[idx], return_counts=True)
+    nm, pc = pair // P, pair % P
+    o = np.lexsort((-cnt, nm))
+    nm, pc, cnt = nm[o], pc[o], cnt[o]
+    first = np.flatnonzero(np.r_[True, nm[1:] != nm[:-1]])
+    tot = np.add.reduceat(cnt, first)
+    vote = {names[int(nm[f])]: (paths[int(pc[f])], float(cnt[f] / t)) for f, t in zip(first, tot)}
+    return G.Reference(steps, vote)
 
 
 def analyze_trace(
@@ -367,10 +389,12 @@ def _summarise(rt: RawTrace, lk: Linked, df: pd.DataFrame, table, arrays, path_c
 
     # per-kernel category / phase codes in load order (df is sorted by time)
     names = rt.names
-    uniq, inv = np.unique(rt.k_name, return_inverse=True)
-    cat_names = sorted({rules.classify(names[u]) for u in uniq})
+    used = np.flatnonzero(np.bincount(rt.k_name, minlength=len(names))) if n else np.zeros(0, np.int64)
+    cat_names = sorted({rules.classify(names[u]) for u in used})
     cat_idx = {c: i for i, c in enumerate(cat_names)}
-    k_cat = np.array([cat_idx[rules.classify(names[u])] for u in uniq], dtype=np.int64)[inv] if n else np.zeros(0, np.int64)
+    name_to_cat = np.zeros(len(names), dtype=np.int64)
+    name_to_cat[used] = [cat_idx[rules.classify(names[u])] for u in used]
+    k_cat = name_to_cat[rt.k_name]
     k_phase = phase.astype(np.int64)
     tree = _tree(rt, table, arrays, path_code, k_cat, cat_names, k_phase)
     modules = _type_stats(rt, lk, table, arrays, path_code, span_pc, total)
@@ -470,7 +494,7 @@ def _type_stats(rt, lk, table, arrays, path_code, span_pc, total) -> list[Module
     cnt = np.bincount(call_of_kernel[has], minlength=nc).astype(np.float64)
     cdepth = depth_pc[cpc]
     _propagate(cparent, cdepth, tot, cnt)
-    type_names, tcode_of_pc = np.unique(np.array(types, dtype=object), return_inverse=True)
+    tcode_of_pc, type_names = pd.factorize(np.array(types, dtype=object), use_na_sentinel=False)
     T = len(type_names)
     live = np.flatnonzero(cnt > 0)
     tc = tcode_of_pc[cpc[live]]
@@ -486,19 +510,29 @@ def _type_stats(rt, lk, table, arrays, path_code, span_pc, total) -> list[Module
     np.minimum.at(dmin, tc, cdepth[live])
     lp = cparent[live]
     ptot = np.bincount(tc, weights=np.where(lp >= 0, tot[np.maximum(lp, 0)], total), minlength=T)
-    # top kernel per type: kernels grouped by the type chain of their path
+    # top kernel per type: kernels grouped by the chain of types on their path (few distinct chains)
     att = np.flatnonzero(path_code > 1)
     top: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     if len(att):
-        chain = {}
-        for c in np.unique(path_code[att]):
-            chain[int(c)] = {module_type(x) for x in table.paths[c].split("/")}
-        key = path_code[att] * (len(rt.names) + 1) + rt.k_name[att]
+        chain_code = np.zeros(P, dtype=np.int64)
+        chain_of: dict[tuple[int, str], int] = {}
+        chains: list[frozenset] = [frozenset()]
+        for c in range(2, P):  # parents are added to the table before their children
+            pc_ = int(parent_pc[c])
+            base = int(chain_code[pc_]) if pc_ >= 0 else 0
+            key = (base, types[c])
+            cc = chain_of.get(key)
+            if cc is None:
+                cc = chain_of[key] = len(chains)
+                chains.append(chains[base] | {types[c]})
+            chain_code[c] = cc
+        N = len(rt.names) + 1
+        key = chain_code[path_code[att]] * N + rt.k_name[att]
         uk, inv = np.unique(key, return_inverse=True)
         sums = np.bincount(inv, weights=dur[att])
         for k_, us in zip(uk.tolist(), sums.tolist()):
-            c, nm = divmod(k_, len(rt.names) + 1)
-            for t in chain[c]:
+            cc, nm = divmod(k_, N)
+            for t in chains[cc]:
                 top[t][nm] += us
     out = []
     for t in np.flatnonzero(count):
