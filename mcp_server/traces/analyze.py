@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
-import pandas as pd
 
 from mcp_server.compare.categories import load_categories
 from mcp_server.errors import KernelscopeError, WriteError
@@ -279,12 +278,12 @@ def analyze_trace(
     # ---- DataFrame
     report(3, "building the kernel table")
     arrays = table.arrays()
-    df = _kernel_frame(rt, lk, table, arrays, path_code, phase, confidence, layer, rules)
     report(4, "module tree and statistics")
-    res = _summarise(rt, lk, df, table, arrays, path_code, span_pc, phase, rules)
+    res = _summarise(rt, lk, table, arrays, path_code, span_pc, phase, rules)
     res.graph = gstat
     res.warnings = warnings + res.warnings
-    res.with_kernels(df)
+    # the DataFrame is built on first access of ``res.kernels`` (pandas is not imported otherwise)
+    res.with_kernels(lambda: _kernel_frame(rt, lk, table, arrays, path_code, phase, confidence, layer, rules))
     report(5, "summary ready")
     if output_xlsx:
         report(6, "writing the xlsx report")
@@ -304,8 +303,10 @@ def analyze_trace(
     return res
 
 
-def _cat(values, codes: np.ndarray) -> pd.Categorical:
+def _cat(values, codes: np.ndarray):
     """Categorical column: ``values[codes]`` without building per-row Python objects."""
+    import pandas as pd
+
     codes = np.asarray(codes, dtype=np.int64)
     if not len(codes):
         return pd.Categorical([])
@@ -319,7 +320,10 @@ def _cat(values, codes: np.ndarray) -> pd.Categorical:
     return pd.Categorical.from_codes(c2[inv], categories=cats)
 
 
-def _kernel_frame(rt, lk, table, arrays, path_code, phase, confidence, layer, rules) -> pd.DataFrame:
+def _kernel_frame(rt, lk, table, arrays, path_code, phase, confidence, layer, rules):
+    """The per-kernel DataFrame (columns ``KERNEL_COLUMNS``), sorted by start time."""
+    import pandas as pd
+
     names = rt.names
     n = len(rt.k_name)
     _, _, inst, mtype, rtype = arrays
@@ -363,7 +367,7 @@ def _kernel_frame(rt, lk, table, arrays, path_code, phase, confidence, layer, ru
     return df.sort_values("ts_us", kind="stable", ignore_index=True)
 
 
-def _summarise(rt: RawTrace, lk: Linked, df: pd.DataFrame, table, arrays, path_code, span_pc, phase, rules) -> TraceAnalysis:
+def _summarise(rt: RawTrace, lk: Linked, table, arrays, path_code, span_pc, phase, rules) -> TraceAnalysis:
     dur = rt.k_dur
     total = float(dur.sum())
     n = len(dur)
@@ -377,17 +381,7 @@ def _summarise(rt: RawTrace, lk: Linked, df: pd.DataFrame, table, arrays, path_c
                                  message=f"{un_n} kernel(s) ({un_us:,.1f} us) have no owning module "
                                          f"({nolaunch} without a launch event in the trace); kept under module ''"))
 
-    cat_rows = []
-    g = df.groupby("category", observed=True)["dur_us"].agg(["count", "sum"]).sort_values("sum", ascending=False)
-    for c, row in g.iterrows():
-        cat_rows.append(CategoryTotal(category=str(c), count=int(row["count"]), total_us=float(row["sum"]),
-                                      pct=100.0 * float(row["sum"]) / total if total else 0.0))
-    phases = []
-    gp = df.groupby("phase", observed=True)["dur_us"].agg(["count", "sum"])
-    for ph, row in gp.iterrows():
-        phases.append(PhaseTotal(phase=str(ph), kernel_count=int(row["count"]), total_us=float(row["sum"])))
-
-    # per-kernel category / phase codes in load order (df is sorted by time)
+    # per-kernel category / phase codes (load order)
     names = rt.names
     used = np.flatnonzero(np.bincount(rt.k_name, minlength=len(names))) if n else np.zeros(0, np.int64)
     cat_names = sorted({rules.classify(names[u]) for u in used})
@@ -396,6 +390,16 @@ def _summarise(rt: RawTrace, lk: Linked, df: pd.DataFrame, table, arrays, path_c
     name_to_cat[used] = [cat_idx[rules.classify(names[u])] for u in used]
     k_cat = name_to_cat[rt.k_name]
     k_phase = phase.astype(np.int64)
+    C = max(len(cat_names), 1)
+    c_us = np.bincount(k_cat, weights=dur, minlength=C)
+    c_n = np.bincount(k_cat, minlength=C)
+    cat_rows = [CategoryTotal(category=cat_names[i], count=int(c_n[i]), total_us=float(c_us[i]),
+                              pct=100.0 * float(c_us[i]) / total if total else 0.0)
+                for i in sorted(np.flatnonzero(c_n).tolist(), key=lambda i: -c_us[i])]
+    p_us = np.bincount(k_phase, weights=dur, minlength=3)
+    p_n = np.bincount(k_phase, minlength=3)
+    phases = [PhaseTotal(phase=ph, kernel_count=int(p_n[i]), total_us=float(p_us[i]))
+              for i, ph in enumerate(("", "prefill", "decode")) if p_n[i]]
     tree = _tree(rt, table, arrays, path_code, k_cat, cat_names, k_phase)
     modules = _type_stats(rt, lk, table, arrays, path_code, span_pc, total)
     md = rt.metadata
@@ -494,7 +498,9 @@ def _type_stats(rt, lk, table, arrays, path_code, span_pc, total) -> list[Module
     cnt = np.bincount(call_of_kernel[has], minlength=nc).astype(np.float64)
     cdepth = depth_pc[cpc]
     _propagate(cparent, cdepth, tot, cnt)
-    tcode_of_pc, type_names = pd.factorize(np.array(types, dtype=object), use_na_sentinel=False)
+    tmap: dict[str, int] = {}
+    tcode_of_pc = np.array([tmap.setdefault(t, len(tmap)) for t in types], dtype=np.int64)
+    type_names = list(tmap)
     T = len(type_names)
     live = np.flatnonzero(cnt > 0)
     tc = tcode_of_pc[cpc[live]]

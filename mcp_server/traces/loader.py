@@ -33,7 +33,6 @@ from typing import Any, Callable, Iterator, Optional, Union
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from mcp_server.errors import FileMissingError, TraceFormatError
 from mcp_server.traces._reader import blocks as _read_blocks, check_path, is_gzip, open_trace

@@ -116,9 +116,16 @@ class TraceAnalysis(Model):
 
     @property
     def kernels(self):
-        """The per-kernel pandas DataFrame (columns: ``KERNEL_COLUMNS``)."""
+        """The per-kernel pandas DataFrame (columns: ``KERNEL_COLUMNS``).
+
+        The analyzer may attach a zero-argument builder instead of a frame; it runs
+        on first access (so a summary-only run never imports pandas).
+        """
+        if callable(self._kernels):
+            self._kernels = self._kernels()
         return self._kernels
 
     def with_kernels(self, df) -> "TraceAnalysis":
+        """Attach the per-kernel DataFrame, or a zero-argument callable that builds it."""
         self._kernels = df
         return self
