@@ -28,7 +28,6 @@ _CELL_S_RE = re.compile(rb'\bs="(\d+)"')
 _REFS_AFTER_RE = re.compile(rb'\b(ref|sqref)="([^"]*)"')
 _REF_SPLIT_RE = re.compile(rb'( r="[A-Z]*)(\d+)(?=")')  # attributes separated by a space (the usual)
 _REF_SPLIT_WS_RE = re.compile(rb'(\sr="[A-Z]*)(\d+)(?=")')  # any whitespace (slower)
-_ODD_WS_RE = re.compile(rb'[\t\n\r]r="')
 _A1_RE = re.compile(rb"([A-Z]{1,3})(\d+)")
 _DIM_RE = re.compile(rb'(<dimension\b[^>]*\bref=")([^"]*)(")')
 _SHEET_RE = re.compile(rb"<sheet\b[^>]*?/>", re.S)
@@ -102,7 +101,8 @@ class SheetXml:
             body = data[tag_end + 1:end]
             self.tail = data[end:]
         self._has_blob = False
-        self._ref_re = _REF_SPLIT_WS_RE if _ODD_WS_RE.search(body) else _REF_SPLIT_RE
+        odd = b'\tr="' in body or b'\nr="' in body or b'\rr="' in body
+        self._ref_re = _REF_SPLIT_WS_RE if odd else _REF_SPLIT_RE
         self.rows: list[_Row] = self._split_rows(body)
         self._index = {r.num: i for i, r in enumerate(self.rows)}
         self.changed = False
