@@ -264,3 +264,20 @@ def test_kernelscope_report_diffs_like_its_trace(tmp_path):
     got = {b.block: (round(b.a_us, 3), b.a_count, [a.kind for a in b.annotations]) for b in from_report.blocks}
     want = {b.block: (round(b.a_us, 3), b.a_count, [a.kind for a in b.annotations]) for b in from_trace.blocks}
     assert got == want
+
+
+def test_improve_compares_per_launch_time():
+    # prefill (128 tokens) vs decode steps (1 token, eager + graph replays) of the same model:
+    # the attention's copy kernels are slower per launch in prefill, though launched less often.
+    r = diff_modules(EAGER, TRACES / "llama_decode_mixed.json.gz", labels=["prefill", "decode"])
+    att = _block(r, "attn_core")
+    imp = [a for a in att.annotations if a.kind == "IMPROVE"]
+    assert imp
+    for a in imp:
+        slow_side, fast_side = (att.a_kernels, att.b_kernels) if a.side == "a" else (att.b_kernels, att.a_kernels)
+        s = next(k for k in slow_side if k.name == a.kernels[0])
+        f = next(k for k in fast_side if k.name == a.kernels[1])
+        assert s.category == f.category
+        assert (s.us / s.count) >= 1.5 * (f.us / f.count)
+    # no IMPROVE is raised from launch counts alone: eager vs sdpa have none
+    assert not [a for b in diff_modules(EAGER, SDPA).blocks for a in b.annotations if a.kind == "IMPROVE"]

@@ -8,8 +8,8 @@ aligned (``matching.align``) and annotated:
 * FUSION: kernels of one side that the other side does with fewer launches:
   a replacement segment where several kernels of one side face fewer on the
   other, or one side covering the same categories with fewer launches;
-* IMPROVE: a kernel paired with a same-category kernel at least 1.5x faster on the
-  other side (and the difference is at least 1 % of the block's larger total);
+* IMPROVE: a kernel paired with a same-category kernel at least 1.5x faster per launch on
+  the other side (and the time difference is at least 1 % of the block's larger total);
 * MISSING: a category present in the block on one side only.
 
 Blocks are sorted by |gap| (b - a); the first is marked for optimisation.
@@ -121,16 +121,19 @@ def _annotate(a: list[Item], b: list[Item], pairs, la: str, lb: str) -> list[Ann
         x, y = a[p.a], b[p.b]
         if x.category != y.category or min(x.us, y.us) <= 0:
             continue
-        hi, lo = max(x.us, y.us), min(x.us, y.us)
-        if hi / lo < IMPROVE_RATIO or hi - lo < floor:
+        # per launch, so that a kernel launched more often on one side is not called slower
+        ax, ay = x.us / max(x.count, 1), y.us / max(y.count, 1)
+        hi, lo = max(ax, ay), min(ax, ay)
+        if hi / lo < IMPROVE_RATIO or abs(y.us - x.us) < floor or (hi - lo) * min(x.count, y.count) < floor:
             continue
-        slow_is_b = y.us > x.us
+        slow_is_b = ay > ax
         s, f = (y, x) if slow_is_b else (x, y)
         ls, lf = (lb, la) if slow_is_b else (la, lb)
         notes.append(Annotation(kind="IMPROVE", side="b" if slow_is_b else "a", category=x.category,
                                 kernels=[s.name, f.name], message=(
-            f"{x.category}: {ls} {short_name(s.name, 48)} takes {s.us:.1f} us vs {lf} {short_name(f.name, 48)} "
-            f"{f.us:.1f} us ({hi / lo:.1f}x)")))
+            f"{x.category}: {ls} {short_name(s.name, 48)} takes {s.us / max(s.count, 1):.2f} us per launch "
+            f"({s.count}x, {s.us:.1f} us) vs {lf} {short_name(f.name, 48)} {f.us / max(f.count, 1):.2f} us "
+            f"({f.count}x, {f.us:.1f} us): {hi / lo:.1f}x slower")))
     return notes
 
 
