@@ -215,3 +215,19 @@ def test_phase_inferred_without_markers(tmp_path, name, marker, expected):
     att = df[df["module"] != ""]
     assert set(att["phase"]) == {expected}
     assert (df.loc[(df["module"] == "") & ~df["graph"], "phase"] == "").all()  # no module call, no inference
+
+
+def test_vote_fallback_and_foreign_reference():
+    from mcp_server.traces.graph import Reference, attribute_sequence
+
+    ref = Reference(steps=[], vote={"gemm": ("M_0/Linear_0", 0.75), "norm": ("M_0/Norm_0", 1.0)})
+    paths, conf, how = attribute_sequence(["gemm", "norm", "gemm", "other"], ref)
+    assert how == "vote"
+    assert paths == ["M_0/Linear_0", "M_0/Norm_0", "M_0/Linear_0", ""] and conf == [0.75, 1.0, 0.75, 0.0]
+    # a reference of another model (DeepSeek-V3 prefill): no alignment, only shared elementwise
+    # names vote; the result is flagged as low confidence
+    res = run("llama_decode_graph", "dsv3_prefill")
+    assert "attribution by vote" in res.graph.notes[0]
+    assert res.graph.mean_confidence < 0.5
+    assert "low_graph_confidence" in {w.code for w in res.warnings}
+    assert "low_graph_confidence" not in {w.code for w in run("llama_decode_graph", "llama_decode_mixed").warnings}

@@ -274,6 +274,11 @@ def analyze_trace(
                            f"attribution by {', '.join(sorted(methods))}")
         if attributed < len(gidx):
             gstat.notes.append(f"{len(gidx) - attributed} replay kernel(s) in '{G.UNATTRIBUTED_GRAPH}'")
+        if attributed and gstat.mean_confidence < 0.5:
+            warnings.append(Warning_(code="low_graph_confidence", count=int(len(gidx)),
+                                     message=f"CUDA-graph replay attribution has mean confidence {gstat.mean_confidence:.2f} "
+                                             f"({', '.join(sorted(methods))}): the eager kernels may come from another model or "
+                                             "phase; pass --reference-trace with an eager trace of the same model and batch shape"))
 
     # ---- DataFrame
     report(3, "building the kernel table")

@@ -10,9 +10,11 @@ kernels of the same model (the same trace, or a reference trace):
    the common ancestor of the eager stretch they replace (or of the matched
    neighbours around them), confidence 0.5. The same kernel name occurring in
    several modules (a gemm in every Linear) is thus placed by position.
-2. Majority vote per name, when no eager step aligns well (ratio < 0.5): the
-   most frequent module path of that name among eager kernels; confidence =
-   the share of that path.
+2. Majority vote per name, when no eager step aligns well (ratio < 0.5) but
+   at least half of the replay's kernels have names seen among eager kernels:
+   the most frequent module path of that name; confidence = the share of that
+   path. (Fewer known names means the eager kernels are of another model or
+   configuration; guessing would mislead.)
 3. Nothing learned: the bucket ``UNATTRIBUTED_GRAPH``.
 
 Layer cuts: inside each replay, at communication kernels when there are any,
@@ -119,7 +121,8 @@ def attribute_sequence(seq: Sequence[str], ref: Reference) -> tuple[list[str], l
             if not out[k] and seq[k] in ref.vote:
                 out[k], conf[k] = ref.vote[seq[k]]
         return out, conf, "align"
-    if ref.vote:
+    known = sum(1 for x in seq if x in ref.vote)
+    if ref.vote and known >= MIN_RATIO * n:
         out = []
         conf = []
         for s in seq:
