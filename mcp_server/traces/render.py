@@ -20,10 +20,14 @@ def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+_TIME_COLS = {"Mean", "Total", "Self"}
+
+
 def _table(title: str, cols: list[str], **_: object) -> Table:
     t = Table(title=title, title_justify="left")
     for i, c in enumerate(cols):
-        t.add_column(c, justify="left" if i == 0 or c.startswith("Top") else "right", no_wrap=True)
+        t.add_column(c, justify="left" if i == 0 or c.startswith("Top") else "right", no_wrap=True,
+                     min_width=None if i == 0 or c.startswith("Top") else max(len(c), 9 if c in _TIME_COLS else 0))
     return t
 
 
@@ -52,8 +56,8 @@ def render_analysis(res: TraceAnalysis, console: Console, *, max_modules: int = 
 
     t = _table("Module types", ["Type", "Calls", "Mean", "Total", "% parent", "Top kernel"], squeeze="Top kernel")
     for m in res.modules[:max_modules]:
-        t.add_row(escape(_cut(m.type, 24)), f"{m.count:,}", _us(m.mean_us), _us(m.total_us),
-                  f"{m.pct_of_parent:.1f}", escape(_cut(m.top_kernel, 18)))
+        t.add_row(escape(_cut(m.type, 20)), f"{m.count:,}", _us(m.mean_us), _us(m.total_us),
+                  f"{m.pct_of_parent:.1f}", escape(_cut(m.top_kernel, 16)))
     if len(res.modules) > max_modules:
         t.caption = f"{len(res.modules) - max_modules} more module types (use --json or -o)"
     c.print(t)
@@ -64,8 +68,8 @@ def render_analysis(res: TraceAnalysis, console: Console, *, max_modules: int = 
                    squeeze="Top category")
         for n in shown:
             topcat = next(iter(n.breakdown.items()), ("", 0.0))
-            t.add_row(escape(_cut("  " * n.depth + n.name, 28)), _us(n.total_us), _us(n.self_us), f"{n.kernel_count:,}",
-                      n.phase, escape(topcat[0]))
+            t.add_row(escape(_cut("  " * n.depth + n.name, 26)), _us(n.total_us), _us(n.self_us), f"{n.kernel_count:,}",
+                      n.phase or "-", escape(topcat[0]))
         c.print(t)
     for w in res.warnings:
         c.print(f"[yellow]warning[/] {escape(w.code)}: {escape(w.message)}")
