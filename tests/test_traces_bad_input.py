@@ -154,3 +154,17 @@ def test_chunked_stream_matches_whole(tmp_path, monkeypatch):
     assert small.event_count == ref.event_count and small.skipped == 0
     assert (small.k_ts == ref.k_ts).all() and (small.p_ts == ref.p_ts).all()
     assert small.metadata == ref.metadata
+
+
+def test_hip_runtime_names(tmp_path):
+    """ROCm traces name the runtime calls hip*: the launch link and graph detection still hold."""
+    raw = gzip.decompress((TRACES / "llama_decode_mixed.json.gz").read_bytes())
+    raw = raw.replace(b'"cudaGraphLaunch"', b'"hipGraphLaunch"').replace(b'"cudaLaunchKernel"', b'"hipLaunchKernel"')
+    raw = raw.replace(b'"cuLaunchKernelEx"', b'"hipExtModuleLaunchKernel"').replace(b'"cuda_runtime_version"', b'"hip_runtime_version"')
+    p = tmp_path / "rocm_like.json"
+    p.write_bytes(raw)
+    res = analyze_trace(p)
+    ref = analyze_trace(TRACES / "llama_decode_mixed.json.gz")
+    assert res.platform == "amd" and ref.platform == "nvidia"
+    assert res.graph.graph_kernel_count == ref.graph.graph_kernel_count == 399
+    assert res.attributed_count == ref.attributed_count
