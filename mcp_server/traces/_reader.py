@@ -61,22 +61,35 @@ def blocks(p: Path, block: int = BLOCK) -> Iterator[bytes]:
 
     t = threading.Thread(target=work, name="kernelscope-trace-reader", daemon=True)
     t.start()
+    return _Blocks(q, stop, t)
 
-    def gen() -> Iterator[bytes]:
-        try:
-            while True:
-                kind, item = q.get()
-                if kind == "error":
-                    raise item
-                yield item
-                if not item:
-                    return
-        finally:
-            stop.set()
-            while t.is_alive():
-                try:
-                    q.get_nowait()
-                except queue.Empty:
-                    t.join(0.01)
 
-    return gen()
+class _Blocks:
+    """Iterator over the reader thread's blocks; ``close()`` stops the thread even if never iterated."""
+
+    def __init__(self, q: "queue.Queue[tuple[str, Any]]", stop: threading.Event, thread: threading.Thread) -> None:
+        self._q, self._stop, self._t = q, stop, thread
+        self._done = False
+
+    def __iter__(self) -> "_Blocks":
+        return self
+
+    def __next__(self) -> bytes:
+        if self._done:
+            raise StopIteration
+        kind, item = self._q.get()
+        if kind == "error":
+            self.close()
+            raise item
+        if not item:
+            self._done = True
+        return item
+
+    def close(self) -> None:
+        self._done = True
+        self._stop.set()
+        while self._t.is_alive():
+            try:
+                self._q.get_nowait()
+            except queue.Empty:
+                self._t.join(0.01)
