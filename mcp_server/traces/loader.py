@@ -422,7 +422,7 @@ def _stream(p: Path, coll: _Collector, progress: Optional[Callable[[int], None]]
                     buf = _drop_front(buf, nxt - 1)
                     break
                 buf[cut] = saved
-            if not ok and len(buf) > 64 * _BLOCK:
+            if not ok and len(buf) > 8 * _BLOCK:  # no event is this large: not a usual layout
                 raise _FallBack()
     finally:
         blocks.close()
