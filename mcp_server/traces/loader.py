@@ -5,14 +5,19 @@ and keeps only what the analyzer uses, in compact numpy columns:
 
 * GPU activities (``cat`` kernel / gpu_memcpy / gpu_memset),
 * runtime / driver API calls that carry a correlation id (launches),
-* ``python_function`` spans and ``cpu_op`` spans (with ``Input Dims``).
+* ``python_function`` spans that the analyzer can use (``nn.Module:`` spans,
+  phase markers, user-code frames; builtins and frames inside torch/ are
+  dropped here) and ``cpu_op`` spans (with ``Input Dims``).
 
-Speed and memory: the decompressed text is read in blocks; each block is cut
-at an event boundary and decoded with msgspec into small typed structs (only
-the fields used; unknown fields are skipped without allocation), with the
-cyclic GC off. Repeated strings (names, input dims) are interned into one
-table and stored as int32 ids. If the streaming cut cannot be made (unusual
-layout), the whole document is decoded at once instead.
+Speed and memory: the decompressed text arrives in 8 MB blocks from a
+read-ahead thread (``_reader``); each block is cut at an event boundary and
+decoded in place with msgspec into small typed structs (only the fields used;
+unknown fields are skipped without allocation), with the cyclic GC off. The
+structs of a chunk are sorted into per-category buckets and turned into numpy
+columns with one list comprehension per field. Names and input dims are
+interned (int32 ids into ``names`` / ``dims``). If the streaming cut cannot be
+made (unusual layout, e.g. a bare event array), the whole document is decoded
+at once instead.
 
 Damaged events (missing fields, odd types) are skipped and counted; the count
 is returned so the caller can warn. Unreadable files raise typed errors that
