@@ -267,3 +267,55 @@ def test_triton_helper_layout_on_cpu():
     d = decode_buffer(buf)
     assert d.tag_layout == "sm" and d.stats.tag_mismatches == 0 and (d.lane_sm == 7).all()
     assert (d.end - d.begin).tolist() == [100 + p for p in range(nprog)]
+
+
+# ---------------------------------------------------------------- fast paths agree with the general matcher
+
+
+def _general(buf):
+    """Decode through the general (nesting-aware) matcher only, for comparison."""
+    from mcp_server.timeline import decode as D
+
+    d = decode_buffer(buf)
+    raw = np.asarray(buf, dtype=np.uint64)
+    nl = d.nlanes
+    rounds = -(-(raw.size - 1) // nl)
+    body = np.zeros(rounds * nl, dtype=np.uint64)
+    body[: raw.size - 1] = raw[1:]
+    grid = body.reshape(rounds, nl).T  # lane-major
+    nz = grid != 0
+    tag = (grid & np.uint64(0xFFFFFFFF)).astype(np.int64)[nz]
+    kind = tag & 3
+    keep = kind < 2
+    lane = np.repeat(np.arange(nl, dtype=np.int32), nz.sum(axis=1))[keep]
+    event = ((tag >> 2) & 0x3FF).astype(np.int16)[keep]
+    # pairing does not look at times: compare which (event, lane, occurrence) pairs each path finds
+    st = D.DecodeStats()
+    zeros = np.zeros(lane.size, dtype=np.int64)
+    return d, D._pair(kind[keep].astype(np.int8), event, lane, zeros, np.zeros(lane.size, np.int16), st), st
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_fast_paths_match_general_matcher(nested):
+    pattern = [(0, B), (1, B), (1, E), (0, E)] if nested else [(0, B), (0, E), (1, B), (1, E)]
+    lanes = {(b, g): [(ev, k, 100 * i + 7 * b + g) for i, (ev, k) in enumerate(pattern * 3)]
+             for b in range(5) for g in range(2)}
+    buf = build(5, 2, lanes)
+    d, gen, st = _general(buf)
+    assert st.unmatched_begins == st.unmatched_ends == 0
+    fast = sorted(zip(d.event.tolist(), d.lane.tolist(), d.occurrence.tolist()))
+    slow = sorted(zip(gen[0].tolist(), gen[1].tolist(), gen[2].tolist()))
+    assert fast == slow and len(fast) == 10 * 6
+    # durations: outer event 0 spans the inner one when nested
+    dur0 = (d.end - d.begin)[d.event == 0]
+    assert (dur0 == (300 if nested else 100)).all()
+
+
+def test_real_fixture_fast_path_matches_general_matcher():
+    from conftest import FIXTURES
+
+    buf = np.fromfile(FIXTURES / "timeline" / "imbalanced_probe.bin", dtype="<u8")
+    d, gen, st = _general(buf)
+    assert st.unmatched_begins == st.unmatched_ends == 0
+    assert sorted(zip(d.event.tolist(), d.lane.tolist(), d.occurrence.tolist())) == \
+        sorted(zip(gen[0].tolist(), gen[1].tolist(), gen[2].tolist()))

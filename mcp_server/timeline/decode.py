@@ -178,13 +178,23 @@ def decode_buffer(buf: BufferLike, tag_layout: Optional[str] = None) -> Decoded:
     if body.size != rounds * nlanes:
         st.partial_round = True
         body = np.concatenate([body, np.zeros(rounds * nlanes - body.size, dtype=body.dtype)])
-    # lane-major copy: row = lane, column = round (record order of that writer)
-    m = body.reshape(rounds, nlanes).T.copy()
-    nz = m != 0
-    counts = nz.sum(axis=1)
+    # round-major 2-D views: row = round, column = lane (writer); no transposed copy needed
+    grid = body.reshape(rounds, nlanes)
+    halves = body.view("<u4").reshape(rounds, nlanes, 2)
+    tag = np.ascontiguousarray(halves[:, :, 0])
+    ts32 = np.ascontiguousarray(halves[:, :, 1])
+    nz = grid != 0
+    counts = np.count_nonzero(nz, axis=0)
     has = counts > 0
-    # last non-zero round per lane; holes = zeros before it
-    last = np.where(has, rounds - 1 - np.argmax(nz[:, ::-1], axis=1), -1)
+    row = np.arange(rounds, dtype=np.int32)[:, None]
+    if np.array_equal(nz, row < counts[None, :]):
+        # the usual case: each writer's records are contiguous from round 0
+        first = np.zeros(nlanes, dtype=np.int64)
+        last = counts.astype(np.int64) - 1
+    else:
+        first = np.where(has, np.min(np.where(nz, row, rounds), axis=0), 0).astype(np.int64)
+        last = np.max(np.where(nz, row, -1), axis=0).astype(np.int64)
+    # holes = zeros before a writer's last record; unused = zeros after it
     st.zero_slots = int((last + 1).sum() - counts.sum())
     st.unused_slots = int(nlanes * rounds - (last + 1).sum() - (body.size - st.slots))
     st.truncated_lanes = int((last == rounds - 1).sum())
@@ -192,72 +202,170 @@ def decode_buffer(buf: BufferLike, tag_layout: Optional[str] = None) -> Decoded:
     if st.records == 0:
         raise BufferFormatError("probe buffer holds a header but no records (every record slot is zero)",
                                 path=where, hint="the probes were compiled out, or the buffer was copied before the kernel ran")
+    lanes_idx = np.arange(nlanes, dtype=np.int64)
+    ts_first = ts32[first, lanes_idx].astype(np.int64)
 
-    tag = (m & np.uint64(0xFFFFFFFF)).astype(np.int64)
-    ts32 = (m >> np.uint64(32)).astype(np.int64)
-    # ---- timer unwrap, per lane, over the lane's non-zero records
-    first = np.argmax(nz, axis=1)
-    lanes_idx = np.arange(nlanes)
-    ts_first = ts32[lanes_idx, first]
-    col = np.arange(rounds)[None, :]
-    src = np.where(nz, col, -1)
-    np.maximum.accumulate(src, axis=1, out=src)
-    filled = np.where(src >= 0, np.take_along_axis(ts32, np.maximum(src, 0), axis=1), ts_first[:, None])
-    d = np.diff(filled, axis=1)
-    wrapped = d < 0
-    st.timer_wraps = int(wrapped.any(axis=1).sum())
-    d &= _U32
-    cum = np.zeros_like(filled)
-    np.cumsum(d, axis=1, out=cum[:, 1:])
+    # ---- timer unwrap per lane: differences of consecutive records mod 2**32 (uint32 arithmetic)
+    if st.zero_slots == 0:
+        filled = ts32          # no holes: a lane's records are contiguous from round 0
+    else:
+        src = np.where(nz, np.arange(rounds)[:, None], -1)
+        np.maximum.accumulate(src, axis=0, out=src)
+        filled = np.where(src >= 0, np.take_along_axis(ts32, np.maximum(src, 0), axis=0),
+                          ts_first.astype(np.uint32)[None, :])
+        del src
+    valid_step = nz[1:]
+    st.timer_wraps = int(((filled[1:] < filled[:-1]) & valid_step).any(axis=0).sum())
+    d = np.diff(filled, axis=0)  # uint32: wraps mod 2**32 by itself
+    st.non_monotonic = int(np.count_nonzero((d > np.uint32(1 << 31)) & valid_step))
+    if nlanes >= 256:  # accumulate row by row: contiguous vector adds
+        ts = np.empty((rounds, nlanes), dtype=np.int64)
+        ts[0] = 0
+        for r in range(1, rounds):
+            np.add(ts[r - 1], d[r - 1], out=ts[r])
+    else:              # few writers, many rounds: accumulate along contiguous lane-major rows
+        ts_t = np.zeros((nlanes, rounds), dtype=np.int64)
+        np.cumsum(np.ascontiguousarray(d.T), axis=1, dtype=np.int64, out=ts_t[:, 1:])
+        ts = ts_t.T
+    del d, filled, ts32, valid_step
     base = _circular_min(ts_first[has])
-    rel_first = (ts_first - base) & _U32
-    ts = rel_first[:, None] + cum
+    ts += ((ts_first - base) & _U32)[None, :]
 
-    # ---- tags: type, event, cross-check
-    kind = tag & 3
-    event = (tag >> 2) & 0x3FF
-    upper = tag >> 12
-    blocks_of_lane = (lanes_idx // ngroups)[:, None]
-    legacy_ok = upper == lanes_idx[:, None]
-    sm_ok = ((upper & 0xFFF) == (blocks_of_lane & 0xFFF)) | ((upper & 0xFFF) == (lanes_idx[:, None] & 0xFFF))
+    # ---- tags: cross-check against positions, layout, SM ids
+    lane_u = lanes_idx.astype(np.uint32)[None, :]
+    block_u = lane_u // np.uint32(ngroups)
+    upper = tag >> np.uint32(12)
     layout_auto = tag_layout is None
+    legacy_ok = sm_ok = None
+    if tag_layout in (None, "legacy"):
+        legacy_ok = upper == lane_u
+    if tag_layout == "sm" or (layout_auto and np.count_nonzero(legacy_ok & nz) < st.records):
+        low12 = upper & np.uint32(0xFFF)
+        sm_ok = low12 == (block_u & np.uint32(0xFFF))
+        if ngroups > 1:
+            sm_ok |= low12 == (lane_u & np.uint32(0xFFF))
+        del low12
     if layout_auto:
-        n_leg = int((legacy_ok & nz).sum())
-        n_sm = int((sm_ok & nz).sum())
+        n_leg = int(np.count_nonzero(legacy_ok & nz))
+        n_sm = int(np.count_nonzero(sm_ok & nz)) if sm_ok is not None else -1
         tag_layout = "legacy" if n_leg >= n_sm else "sm"
     ok = legacy_ok if tag_layout == "legacy" else sm_ok
-    st.tag_mismatches = int((nz & ~ok).sum())
-    smv = (tag >> 24) if tag_layout == "sm" else np.full_like(tag, -1)
-
-    # ---- flatten in (lane, round) order
-    sel = nz.reshape(-1)
-    f_kind = kind.reshape(-1)[sel]
-    f_event = event.reshape(-1)[sel].astype(np.int16)
-    f_lane = np.repeat(lanes_idx.astype(np.int32), counts)
-    f_ts = ts.reshape(-1)[sel]
-    f_sm = smv.reshape(-1)[sel].astype(np.int16)
-    if f_ts.size > 1:
-        same_lane = f_lane[1:] == f_lane[:-1]
-        st.non_monotonic = int((same_lane & (f_ts[1:] < f_ts[:-1])).sum())
+    st.tag_mismatches = int(st.records - np.count_nonzero(ok & nz))
+    del upper, legacy_ok, sm_ok, ok
     lane_sm = np.full(nlanes, -1, dtype=np.int16)
     if tag_layout == "sm":
-        lane_sm = smv[lanes_idx, first].astype(np.int16)
+        lane_sm = (tag[first, lanes_idx] >> np.uint32(24)).astype(np.int16)
         lane_sm[~has] = -1
 
-    bad = f_kind == 3
-    st.bad_type = int(bad.sum())
-    is_inst = f_kind == INSTANT
-    i_event, i_lane, i_ts = f_event[is_inst], f_lane[is_inst], f_ts[is_inst]
-    keep = (f_kind == BEGIN) | (f_kind == END)
-    p_kind, p_event, p_lane, p_ts, p_sm = f_kind[keep], f_event[keep], f_lane[keep], f_ts[keep], f_sm[keep]
+    kind = (tag & np.uint32(3)).astype(np.int8)
+    kind[~nz] = -1                                    # empty slot
+    event = ((tag >> np.uint32(2)) & np.uint32(0x3FF)).astype(np.int16)
+    del tag
+    st.bad_type = int(np.count_nonzero(kind == 3))
+    is_inst = kind == INSTANT
+    lanes2d = np.broadcast_to(lanes_idx.astype(np.int32)[None, :], (rounds, nlanes))
+    i_event, i_ts, i_lane = event[is_inst], ts[is_inst], lanes2d[is_inst]
 
-    iv = _pair(p_kind, p_event, p_lane, p_ts, p_sm, st)
-    event_ids = sorted(set(np.unique(p_event).tolist()) | set(np.unique(i_event).tolist()))
+    iv = _pair_rounds(kind, event, ts, lanes2d, lane_sm)
+    if iv is None:  # nested, unmatched or interleaved records: the general matcher, in lane order
+        kind_t = np.ascontiguousarray(kind.T)
+        keep = (kind_t == BEGIN) | (kind_t == END)
+        f_kind, f_event = kind_t[keep], np.ascontiguousarray(event.T)[keep]
+        del kind_t
+        f_lane = np.repeat(lanes_idx.astype(np.int32), np.count_nonzero(keep, axis=1))
+        if ts.flags.c_contiguous:   # gather times by round-major position instead of transposing them
+            pos = np.flatnonzero(keep)  # lane-major flat index l * rounds + r
+            l, r = np.divmod(pos, rounds)
+            f_ts = ts.reshape(-1)[r * nlanes + l]
+            del pos, r, l
+        else:                        # ts is already a lane-major view's transpose
+            f_ts = np.ascontiguousarray(ts.T)[keep]
+        iv = _pair_alternating(f_kind, f_event, f_lane, f_ts, lane_sm)
+        if iv is None:
+            iv = _pair(f_kind, f_event, f_lane, f_ts, lane_sm[f_lane], st)
+    present = np.bincount(iv[0], minlength=1024) if iv[0].size else np.zeros(1024, np.int64)
+    if i_event.size:
+        present = present + np.bincount(i_event, minlength=1024)
+    event_ids = np.flatnonzero(present).tolist()
     return Decoded(
         source=where, nblocks=nblocks, ngroups=ngroups, tag_layout=tag_layout, layout_auto=layout_auto,
         stats=st, event=iv[0], lane=iv[1], occurrence=iv[2], begin=iv[3], end=iv[4], depth=iv[5], sm=iv[6],
         instant_event=i_event, instant_lane=i_lane, instant_ts=i_ts, lane_sm=lane_sm, event_ids=event_ids,
     )
+
+
+def _pair_rounds(kind, event, ts, lanes2d, lane_sm):
+    """Fast path on the round-major grid: every writer's begin/end records come as pairs in
+    rounds (2j, 2j+1), begin then end of the same event (flat phases: the usual probe pattern);
+    only instants or empty slots follow. Returns None when that does not hold for every writer."""
+    rounds = kind.shape[0]
+    r2 = rounds - rounds % 2
+    if r2 == 0:
+        return None
+    kb, ke = kind[0:r2:2], kind[1:r2:2]
+    eb = event[0:r2:2]
+    pair_ok = (kb == BEGIN) & (ke == END) & (eb == event[1:r2:2])
+    be = np.count_nonzero((kind == BEGIN) | (kind == END), axis=0)
+    if not np.array_equal(2 * np.count_nonzero(pair_ok, axis=0), be):
+        return None
+    if pair_ok.all():
+        sel = slice(None)
+        ev = eb.reshape(-1)
+        ln = lanes2d[0:r2:2].reshape(-1)
+        b = ts[0:r2:2].reshape(-1)
+        e = ts[1:r2:2].reshape(-1)
+    else:
+        sel = pair_ok
+        ev, ln = eb[pair_ok], lanes2d[0:r2:2][pair_ok]
+        b, e = ts[0:r2:2][pair_ok], ts[1:r2:2][pair_ok]
+    # occurrence: per writer, how many earlier pairs had the same event
+    uniq = np.flatnonzero(np.bincount(ev, minlength=1024)) if ev.size else np.zeros(0, np.int64)
+    if uniq.size == 1:
+        occ2d = np.broadcast_to(np.arange(eb.shape[0], dtype=np.int32)[:, None], eb.shape)
+        if not isinstance(sel, slice):
+            occ2d = np.cumsum(pair_ok, axis=0, dtype=np.int32) - 1
+    elif pair_ok.all() and (eb == eb[:, :1]).all():
+        # every writer ran the same event sequence: one occurrence row serves all
+        row = eb[:, 0]
+        occ_row = np.zeros(row.size, dtype=np.int32)
+        for u in uniq.tolist():
+            m = row == u
+            occ_row[m] = np.arange(int(m.sum()), dtype=np.int32)
+        occ2d = np.broadcast_to(occ_row[:, None], eb.shape)
+    else:
+        occ2d = np.zeros(eb.shape, dtype=np.int32)
+        for u in uniq.tolist():
+            m = pair_ok & (eb == u)
+            c = np.cumsum(m, axis=0, dtype=np.int32)
+            c -= 1
+            np.copyto(occ2d, c, where=m)
+    occ = occ2d.reshape(-1) if isinstance(sel, slice) else occ2d[pair_ok]
+    return (ev, ln, np.ascontiguousarray(occ), b, e, np.ones(ev.size, dtype=np.int16), lane_sm[ln])
+
+
+def _pair_alternating(kind, event, lane, ts, lane_sm):
+    """Second fast path (records in lane order): per (lane, event) the records alternate begin,
+    end, begin, end... (different events may interleave or nest, the same event does not)."""
+    n = kind.size
+    if n == 0 or n % 2:
+        return None
+    order = np.argsort(event, kind="stable")  # radix sort on int16: keeps lane and time order
+    k = kind[order]
+    if k[0::2].any() or not k[1::2].all():
+        return None
+    ob, oe = order[0::2], order[1::2]
+    ev, ln = event[ob], lane[ob]
+    if not (np.array_equal(ln, lane[oe]) and np.array_equal(ev, event[oe])):
+        return None
+    m = ev.size
+    start = np.empty(m, dtype=bool)
+    start[0] = True
+    np.not_equal(ev[1:], ev[:-1], out=start[1:])
+    start[1:] |= ln[1:] != ln[:-1]
+    idx = np.arange(m, dtype=np.int32)
+    first = np.where(start, idx, 0)
+    np.maximum.accumulate(first, out=first)
+    return (ev, ln, idx - first, ts[ob], ts[oe], np.ones(m, dtype=np.int16), lane_sm[ln])
 
 
 def _pair(kind, event, lane, ts, sm, st: DecodeStats):
