@@ -19,6 +19,7 @@ mlp_down_proj, ...). The CSV header comment documents the key; in short:
 """
 from __future__ import annotations
 
+import bisect
 import csv
 import hashlib
 import io
@@ -174,16 +175,23 @@ def module_keys(df: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
         code_of = {u: i for i, u in enumerate(uniq)}
         idx = np.arange(n)
         suffix = np.full(n, "", dtype=object)
+        u_parent_arr = np.asarray(u_parent, dtype=object)
+        order = sorted(range(len(uniq)), key=uniq.__getitem__)
+        sorted_u = [uniq[i] for i in order]
         for parent in dict.fromkeys(u_parent[i] for i in np.flatnonzero(generic_u)):
-            pref = parent + "/"
-            in_sub_u = np.asarray([u == parent or u.startswith(pref) for u in uniq], dtype=bool)
+            # the parent's subtree: itself plus the sorted range of paths starting with "parent/"
+            in_sub_u = np.zeros(len(uniq), dtype=bool)
+            lo, hi = bisect.bisect_left(sorted_u, parent + "/"), bisect.bisect_left(sorted_u, parent + "0")
+            in_sub_u[[order[j] for j in range(lo, hi)]] = True
+            if parent in code_of:
+                in_sub_u[code_of[parent]] = True
             rows = np.flatnonzero(in_sub_u[codes])
             if not len(rows):
                 continue
             call = np.cumsum(np.r_[True, np.diff(rows) > 1])  # calls: runs of consecutive rows in the subtree
             pc = code_of.get(parent, -1)
             is_self = codes[rows] == pc
-            child_u = generic_u & (np.asarray(u_parent, dtype=object) == parent)
+            child_u = generic_u & (u_parent_arr == parent)
             is_child = child_u[codes[rows]]
             ncall = int(call[-1]) + 1
             first = np.full(ncall, n, dtype=np.int64)

@@ -85,11 +85,11 @@ def _mismatches(label: str, names: pd.Series, stored: pd.Series, current: pd.Ser
             for r in agg.itertuples(index=False)]
 
 
-def _recategorize(df: pd.DataFrame, rules: CategoryRules) -> pd.DataFrame:
+def _recategorize(df: pd.DataFrame, rules: CategoryRules, *, inplace: bool = False) -> pd.DataFrame:
     names = df["name"].astype(str)
     uniq = names.unique()
     mapping = {n: rules.classify(n) for n in uniq}
-    out = df.copy()
+    out = df if inplace else df.copy()
     out["stored_category"] = out["category"].astype(str) if "category" in out else ""
     out["category"] = names.map(mapping)
     return out
@@ -178,7 +178,7 @@ def _load_report(p: Path, label: str, rules: CategoryRules, purpose: Purpose) ->
                 f"{p}: the upstream 'GPU Kernels' sheet was truncated at its row cap; "
                 f"{label}'s budget is a lower bound (the kernels past the cap are missing)")))
         return side
-    k = _recategorize(kernel_table(rep), rules)
+    k = _recategorize(kernel_table(rep), rules, inplace=True)  # kernel_table returns a new frame
     mism = _mismatches(label, k["name"], k["stored_category"], k["category"], k["dur_us"])
     side = Side(label=label, path=str(p), kind="upstream-report" if upstream else "kernelscope-report", kernels=k,
                 kernels_truncated=rep.kernels_truncated, categories_sha256=rules.sha256, mismatches=mism)
