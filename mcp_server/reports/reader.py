@@ -465,11 +465,12 @@ def _read_full(book: _Book) -> pd.DataFrame:
             raise book.missing(sheet, "empty sheet (expected the kernel columns header)")
         idx = _header_index(rows[0])
         _require(book, sheet, idx, ["name", "category", "dur_us"], 1)
+        width = max((len(r) for r in rows[:1]), default=0)
         data = rows[1:]
-        cols = {}
-        for c, i in idx.items():
-            cols[c] = [r[i] if i < len(r) else "" for r in data]
-        frames.append(pd.DataFrame(cols))
+        if any(len(r) != width for r in data[:1]):
+            data = [list(r) + [""] * (width - len(r)) for r in data]
+        frame = pd.DataFrame(data, columns=list(range(width))) if data else pd.DataFrame(columns=list(range(width)))
+        frames.append(pd.DataFrame({c: frame[i] for c, i in idx.items()}))
     df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     for c in KERNEL_COLUMNS:
         if c not in df.columns:
@@ -478,10 +479,14 @@ def _read_full(book: _Book) -> pd.DataFrame:
         df[c] = pd.to_numeric(df[c], errors="coerce").fillna(-1.0).astype(float)
     for c in ("device", "stream", "correlation", "layer"):
         df[c] = pd.to_numeric(df[c], errors="coerce").fillna(-1).astype("int64")
-    df["graph"] = df["graph"].map(lambda v: v is True or str(v).lower() == "true")
+    g = df["graph"]
+    df["graph"] = g.astype(bool) if pd.api.types.is_bool_dtype(g) else g.map(
+        lambda v: v is True or str(v).lower() == "true")
     for c in KERNEL_COLUMNS:
         if c not in ("ts_us", "dur_us", "confidence", "device", "stream", "correlation", "layer", "graph"):
-            df[c] = df[c].map(_s)
+            col = df[c]
+            if len(col) and pd.api.types.infer_dtype(col, skipna=False) != "string":
+                df[c] = col.map(_s)
     return df
 
 

@@ -397,27 +397,21 @@ def _write_detail(wb, plan: DetailPlan, df) -> None:
             s.append([L.truncated_line()])
 
 
-def _write_full(wb, df) -> None:
+def _write_full(wb, df) -> list:
+    """The full-table sheets with their header row; returns [(sheet, rows)] for ``fill_full_tables``."""
     from mcp_server.traces.models import KERNEL_COLUMNS
 
     cols = list(KERNEL_COLUMNS)
     n = 0 if df is None else len(df)
     chunks = max(1, math.ceil(n / FULL_SHEET_ROWS))
+    parts = []
     for ci in range(chunks):
         title = L.FULL_KERNELS if ci == 0 else f"{L.FULL_KERNELS[:-1]} {ci + 1})"
         s = _Sheet(wb, title, {"A": 80, "K": 60})
         s.header(cols)
-        if not n:
-            continue
-        part = df.iloc[ci * FULL_SHEET_ROWS:(ci + 1) * FULL_SHEET_ROWS]
-        data = [part[c].tolist() if c in part.columns else [None] * len(part) for c in cols]
-        ws_append = s.ws.append
-        needs_clean = {i for i, c in enumerate(cols) if part[c].dtype == object} if len(part) else set()
-        for row in zip(*data):
-            if needs_clean:
-                row = [(s.guard(v) if i in needs_clean else v) for i, v in enumerate(row)]
-            ws_append(list(row))
-        s.row += len(part)
+        if n:
+            parts.append((title, df.iloc[ci * FULL_SHEET_ROWS:(ci + 1) * FULL_SHEET_ROWS]))
+    return parts
 
 
 def _write_metadata(wb, analysis, df, plans) -> None:
@@ -478,24 +472,40 @@ def write_analysis_report(analysis, path: str | os.PathLike) -> None:
     _write_gpu_kernels(wb, df)
     for p in plans:
         _write_detail(wb, p, df)
-    _write_full(wb, df)
+    parts = _write_full(wb, df)
     _write_metadata(wb, analysis, df, plans)
-    atomic_save(wb, out)
+    atomic_save(wb, out, full_tables=parts)
 
 
-def atomic_save(wb, out: Path) -> None:
-    """Save an openpyxl workbook to ``out`` through a temp file + ``os.replace``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=str(out.parent))
-    os.close(fd)
+def atomic_save(wb, out: Path, full_tables: list | None = None) -> None:
+    """Save an openpyxl workbook to ``out`` through a temp file + ``os.replace``.
+
+    ``full_tables``: [(sheet, DataFrame)] whose rows are appended below those sheets'
+    header rows as raw XML (``fast_table``) in a second temp file.
+    """
+    from mcp_server.traces.models import KERNEL_COLUMNS
+
+    tmps = []
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=str(out.parent))
+        os.close(fd)
+        tmps.append(tmp)
         wb.save(tmp)
+        if full_tables:
+            from mcp_server.reports.fast_table import fill_full_tables
+
+            fd, tmp2 = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=str(out.parent))
+            os.close(fd)
+            tmps.append(tmp2)
+            fill_full_tables(tmp, tmp2, full_tables, list(KERNEL_COLUMNS))
+            tmp = tmp2
         os.replace(tmp, out)
+        tmps.remove(tmp)
     except OSError as exc:
-        _unlink(tmp)
         raise WriteError(f"could not write report: {exc.strerror or exc}", path=out) from None
-    except BaseException:
-        _unlink(tmp)
-        raise
+    finally:
+        for t in tmps:
+            _unlink(t)
 
 
 def _unlink(p: str) -> None:
