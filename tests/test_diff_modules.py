@@ -102,7 +102,8 @@ def test_cross_model_missing_blocks():
     assert all(m.kind == "gone" for m in ex.matches)
 
 
-def test_upstream_report_side_and_category_mismatches(tmp_path):
+@pytest.mark.parametrize("layout", ["old", "new"])
+def test_upstream_report_side_and_category_mismatches(tmp_path, layout):
     side = load_side(EAGER)
     k = side.kernels
     details = []
@@ -114,12 +115,16 @@ def test_upstream_report_side_and_category_mismatches(tmp_path):
               for n, c, d, p, t in zip(sub["name"], sub["category"], sub["dur_us"], sub["module_path"], sub["ts_us"])]
         details.append(UDetail("LlamaDecoderLayer", layer, "prefill", "LlamaForCausalLM_0/LlamaModel_0", ks))
     rep = tmp_path / "up.xlsx"
-    build_upstream_report(str(rep), UpstreamSpec(details=details, root_type="LlamaForCausalLM"), "new")
+    build_upstream_report(str(rep), UpstreamSpec(details=details, root_type="LlamaForCausalLM"), layout)
     r = diff_modules(rep, SDPA)
     assert r.a.kind == "upstream-report"
     assert any(w.code == "upstream_detail" for w in r.warnings)
     assert r.mismatches and {m.current for m in r.mismatches} == {"attention"}
-    assert {b.block for b in r.blocks if b.a_us > 0} >= {"norm", "attn_core"}
+    blocks = {b.block for b in r.blocks if b.a_us > 0}
+    assert {"norm", "attn_core", "attn_qkv_proj", "attn_o_proj", "mlp_down_proj"} <= blocks
+    # one layer on A (the representative detail sheet) against two on B
+    att = _block(r, "attn_core")
+    assert att.a_count * 2 == _block(diff_modules(EAGER, SDPA), "attn_core").a_count
 
 
 def test_blocks_csv_errors_name_the_file(tmp_path):
