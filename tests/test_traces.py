@@ -231,3 +231,35 @@ def test_vote_fallback_and_foreign_reference():
     assert res.graph.mean_confidence < 0.5
     assert "low_graph_confidence" in {w.code for w in res.warnings}
     assert "low_graph_confidence" not in {w.code for w in run("llama_decode_graph", "llama_decode_mixed").warnings}
+
+
+def test_layer_aware_vote_when_alignment_is_off(monkeypatch):
+    """With sequence alignment disabled, per-name votes still place replay kernels in the layer the
+    period cut assigns them to (not all in layer 0), and mostly agree with the alignment."""
+    import mcp_server.traces.graph as G
+
+    aligned = run("llama_decode_mixed").kernels
+    monkeypatch.setattr(G, "attribute_sequence", _vote_only(G.attribute_sequence))
+    res = analyze_trace(TRACES / "llama_decode_mixed.json.gz")
+    assert "attribution by vote" in res.graph.notes[0]
+    rep = res.kernels[res.kernels["graph"]]
+    layers = rep["module_path"].astype(str).str.extract(r"(LlamaDecoderLayer_\d)")[0].dropna()
+    assert set(layers) == {"LlamaDecoderLayer_0", "LlamaDecoderLayer_1"}
+    # kernels cut into layer 1 by the period are voted into decoder layer 1
+    l1 = rep[rep["layer"] == 1]["module_path"].astype(str)
+    assert (l1.str.contains("LlamaDecoderLayer_1")).mean() > 0.75  # the rest: names the eager step lacks
+    # same decoder layer as the sequence alignment says (exact paths differ where one elementwise
+    # kernel name occurs in several modules of a layer: the vote picks the most frequent)
+    a = aligned[aligned["graph"]]["module_path"].astype(str).str.extract(r"(LlamaDecoderLayer_\d)")[0].fillna("")
+    v = rep["module_path"].astype(str).str.extract(r"(LlamaDecoderLayer_\d)")[0].fillna("")
+    inside = (rep["layer"] >= 0).to_numpy()
+    assert (a.to_numpy()[inside] == v.to_numpy()[inside]).mean() > 0.75
+
+
+def _vote_only(fn):
+    def wrapped(seq, ref, layers=None):
+        from mcp_server.traces.graph import Reference
+
+        bare = Reference(steps=[], vote=ref.vote, layer_vote=ref.layer_vote, blocks=ref.blocks, members=ref.members)
+        return fn(seq, bare, layers)
+    return wrapped

@@ -159,7 +159,9 @@ def _eager_reference(rt: RawTrace, lk: Linked, table: "PathTable", path_code: np
     first = np.flatnonzero(np.r_[True, nm[1:] != nm[:-1]])
     tot = np.add.reduceat(cnt, first)
     vote = {names[int(nm[f])]: (paths[int(pc[f])], float(cnt[f] / t)) for f, t in zip(first, tot)}
-    return G.Reference(steps, vote)
+    ref = G.Reference(steps, vote)
+    G.learn_layers(ref, [names[i] for i in rt.k_name[idx].tolist()], [paths[c] for c in path_code[idx].tolist()])
+    return ref
 
 
 def analyze_trace(
@@ -251,9 +253,10 @@ def analyze_trace(
             res = memo.get(key)
             if res is None:
                 seq = [names[i] for i in key]
-                ps, cs, how = G.attribute_sequence(seq, ref) if not ref.empty else ([""] * len(seq), [0.0] * len(seq), "none")
-                codes = [table.code(p) if p else 1 for p in ps]
                 lay, cut, nl = G.layer_cuts(np.asarray(key), np.array([cat_comm[i] for i in key], dtype=bool))
+                ps, cs, how = (G.attribute_sequence(seq, ref, lay.tolist()) if not ref.empty
+                               else ([""] * len(seq), [0.0] * len(seq), "none"))
+                codes = [table.code(p) if p else 1 for p in ps]
                 res = memo[key] = (np.array(codes), np.array(cs), how, lay, cut, nl)
             codes, cs, how, lay, cut, nl = res
             path_code[part] = codes

@@ -14,7 +14,10 @@ kernels of the same model (the same trace, or a reference trace):
    at least half of the replay's kernels have names seen among eager kernels:
    the most frequent module path of that name; confidence = the share of that
    path. (Fewer known names means the eager kernels are of another model or
-   configuration; guessing would mislead.)
+   configuration; guessing would mislead.) Votes are layer-aware: a kernel the
+   layer cut puts in layer i takes the path its name most often has *relative
+   to its decoder layer*, instantiated in the i-th eager layer, so a gemm of
+   layer 5 is not piled onto layer 0.
 3. Nothing learned: the bucket ``UNATTRIBUTED_GRAPH``.
 
 Layer cuts: inside each replay, at communication kernels when there are any,
@@ -24,6 +27,7 @@ else at the repeat period of the kernel-name sequence (the longest run where
 from __future__ import annotations
 
 import difflib
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -40,6 +44,11 @@ class Reference:
 
     steps: list[tuple[list[str], list[str]]] = field(default_factory=list)  # (names, paths) per eager step
     vote: dict[str, tuple[str, float]] = field(default_factory=dict)
+    # layer-aware votes: name -> (path relative to its repeated block, share); block paths in order;
+    # (block index, relative path) -> full instance path
+    layer_vote: dict[str, tuple[str, float]] = field(default_factory=dict)
+    blocks: list[str] = field(default_factory=list)
+    members: dict[tuple[int, str], str] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -71,6 +80,72 @@ def learn(names: Sequence[str], paths: Sequence[str], step_ids: Sequence[int]) -
     return Reference(steps[:16], vote)
 
 
+_NUM = re.compile(r"^(.*)_(\d+)$")
+
+
+def _split(inst: str) -> tuple[str, int]:
+    m = _NUM.match(inst)
+    return (m.group(1), int(m.group(2))) if m else (inst, 0)
+
+
+def learn_layers(ref: Reference, names: Sequence[str], paths: Sequence[str]) -> None:
+    """Fill the layer-aware votes of ``ref`` from attributed eager kernels.
+
+    The repeated block is the shallowest module type with two or more instances
+    under one parent (the decoder layer). A kernel's path below its block is
+    written with instance numbers relative to the smallest number of that type
+    in the block (``LlamaAttention_1/Linear_7`` in layer 1 -> ``LlamaAttention_0/Linear_0``),
+    which is the same in every layer because the profiler numbers instances per
+    type in call order.
+    """
+    uniq = sorted(set(p for p in paths if p))
+    children: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for p in uniq:
+        parts = p.split("/")
+        for d in range(1, len(parts)):
+            t, k = _split(parts[d])
+            children[("/".join(parts[:d]), t)].add(k)
+    repeated = [(parent.count("/") + 1, t) for (parent, t), ks in children.items() if len(ks) >= 2]
+    if not repeated:
+        return
+    depth, btype = min(repeated)
+    blocks: dict[str, int] = {}
+    mins: dict[tuple[str, str], int] = {}
+    rel_of: dict[str, tuple[str, str]] = {}
+    for p in uniq:
+        parts = p.split("/")
+        if len(parts) <= depth or _split(parts[depth])[0] != btype:
+            continue
+        bpath = "/".join(parts[: depth + 1])
+        blocks.setdefault(bpath, _split(parts[depth])[1])
+        for x in parts[depth + 1:]:
+            t, k = _split(x)
+            key = (bpath, t)
+            mins[key] = min(mins.get(key, k), k)
+    for p in uniq:
+        parts = p.split("/")
+        if len(parts) <= depth or _split(parts[depth])[0] != btype:
+            continue
+        bpath = "/".join(parts[: depth + 1])
+        rel = []
+        for x in parts[depth + 1:]:
+            t, k = _split(x)
+            rel.append(f"{t}_{k - mins[(bpath, t)]}")
+        rel_of[p] = (bpath, "/".join(rel))
+    order = sorted(blocks, key=lambda b: blocks[b])
+    bidx = {b: i for i, b in enumerate(order)}
+    votes: dict[str, Counter] = defaultdict(Counter)
+    for n, p in zip(names, paths):
+        r = rel_of.get(p)
+        if r is not None:
+            votes[n][r[1]] += 1
+            ref.members[(bidx[r[0]], r[1])] = p
+    for n, c in votes.items():
+        rel, k = c.most_common(1)[0]
+        ref.layer_vote[n] = (rel, k / sum(c.values()))
+    ref.blocks = order
+
+
 def _lca(paths: Sequence[str]) -> str:
     parts = [p.split("/") for p in paths if p]
     if not parts:
@@ -84,8 +159,13 @@ def _lca(paths: Sequence[str]) -> str:
     return "/".join(common)
 
 
-def attribute_sequence(seq: Sequence[str], ref: Reference) -> tuple[list[str], list[float], str]:
-    """Module path and confidence per replay kernel; method 'align' | 'vote' | 'none'."""
+def attribute_sequence(seq: Sequence[str], ref: Reference,
+                       layers: Sequence[int] | None = None) -> tuple[list[str], list[float], str]:
+    """Module path and confidence per replay kernel; method 'align' | 'vote' | 'none'.
+
+    ``layers``: layer index per kernel from ``layer_cuts`` (-1 outside the repeated
+    part); in vote mode a kernel inside layer i goes to the i-th eager block.
+    """
     n = len(seq)
     best = None
     for names, paths in ref.steps:
@@ -125,8 +205,17 @@ def attribute_sequence(seq: Sequence[str], ref: Reference) -> tuple[list[str], l
     if ref.vote and known >= MIN_RATIO * n:
         out = []
         conf = []
-        for s in seq:
+        nb = len(ref.blocks)
+        lay = list(layers) if layers is not None else [-1] * n
+        reps = max(lay) + 1 if lay else 0
+        shift = nb - reps if 0 < reps < nb else 0  # repeated run shorter than the model: assume it ends at the last block
+        for s, li in zip(seq, lay):
             p, c = ref.vote.get(s, ("", 0.0))
+            if li >= 0 and nb and s in ref.layer_vote:
+                rel, share = ref.layer_vote[s]
+                full = ref.members.get((li + shift, rel))
+                if full:
+                    p, c = full, share
             out.append(p)
             conf.append(c)
         return out, conf, "vote"
