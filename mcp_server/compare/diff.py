@@ -85,9 +85,13 @@ def _annotate(a: list[Item], b: list[Item], pairs, la: str, lb: str) -> list[Ann
             continue
         ca = sum(a[i].count for i in seg_a)
         cb = sum(b[j].count for j in seg_b)
-        if ca == cb or (len(seg_a) < 2 and len(seg_b) < 2):
+        # several distinct kernels (and more launches) on one side against fewer on the other
+        if len(seg_a) >= 2 and len(seg_a) > len(seg_b) and ca > cb:
+            many, few, ml, fl, side = seg_a, seg_b, a, b, "a"
+        elif len(seg_b) >= 2 and len(seg_b) > len(seg_a) and cb > ca:
+            many, few, ml, fl, side = seg_b, seg_a, b, a, "b"
+        else:
             continue
-        (many, few, ml, fl, side) = ((seg_a, seg_b, a, b, "a") if ca > cb else (seg_b, seg_a, b, a, "b"))
         lm, lf = (la, lb) if side == "a" else (lb, la)
         fused_sides.add(side)
         notes.append(Annotation(kind="FUSION", side=side, kernels=[ml[i].name for i in many], message=(
