@@ -298,3 +298,30 @@ def test_writer_is_atomic(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["r.xlsx"]
     with pytest.raises(WriteError, match="does not exist"):
         write_analysis_report(a, str(tmp_path / "nodir" / "r.xlsx"))
+
+
+def test_full_table_split_over_several_sheets(tmp_path, monkeypatch):
+    """Past Excel's row limit the full table continues on 'Kernels (full 2)', ...; readers and
+    recategorize treat them as one table (row limit lowered here to keep the test small)."""
+    import mcp_server.reports.xlsx_writer as W
+    from mcp_server.compare.recategorize import recategorize
+
+    monkeypatch.setattr(W, "FULL_SHEET_ROWS", 15)
+    a = make_analysis(n_layers=4)
+    out = tmp_path / "split.xlsx"
+    write_analysis_report(a, str(out))
+    rep = read_report(out)
+    full = [s for s in rep.sheets if s.startswith("Kernels (full")]
+    assert full == ["Kernels (full)", "Kernels (full 2)", "Kernels (full 3)"]
+    assert rep.kernels["correlation"].tolist() == a.kernels["correlation"].tolist()
+    csv = tmp_path / "c.csv"
+    csv.write_text("category,pattern\ngemmish,nvjet\n")
+    res = recategorize([str(out)], categories=str(csv))
+    n_nvjet = int(a.kernels["name"].str.contains("nvjet").sum())
+    names = a.kernels["name"]
+    assert res.files[0].changed == names.nunique()  # every name changes: nvjet -> gemmish, the rest -> other
+    after = read_report(out)
+    assert (after.kernels["category"] == "gemmish").sum() == n_nvjet
+    assert set(after.kernels["category"]) == {"gemmish", "other"}
+    assert dict(zip(after.summary_categories["category"], after.summary_categories["count"])) == {
+        "gemmish": n_nvjet, "other": len(a.kernels) - n_nvjet}
