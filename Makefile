@@ -30,6 +30,7 @@ test: $(STAMP) browser-deps
 
 bench: $(STAMP)
 	$(VPY) bench/bench_trace.py
+	$(VPY) bench/bench_timeline.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

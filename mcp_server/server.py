@@ -22,10 +22,10 @@ from mcp_server import __version__
 from mcp_server.errors import KernelscopeError, redact
 # Result models (pydantic only, cheap to import): they are the tools' output schemas.
 from mcp_server.traces.models import TraceAnalysis
-from mcp_server.timeline.models import TimelineAnalysis, TimelineComparison
 from mcp_server.compare.models import BudgetResult, DiffResult
 from mcp_server.compare.recategorize import RecategorizeResult
 from mcp_server.refs.models import ReferenceResult
+from mcp_server.timeline.models import TimelineAnalysis, TimelineComparison
 
 log = logging.getLogger("kernelscope.server")
 

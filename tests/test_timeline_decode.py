@@ -319,3 +319,12 @@ def test_real_fixture_fast_path_matches_general_matcher():
     assert st.unmatched_begins == st.unmatched_ends == 0
     assert sorted(zip(d.event.tolist(), d.lane.tolist(), d.occurrence.tolist())) == \
         sorted(zip(gen[0].tolist(), gen[1].tolist(), gen[2].tolist()))
+
+
+def test_out_of_order_record_is_flagged():
+    # an end stamped before its begin cannot be told from a wrap by the timer alone: it unwraps
+    # to a ~4.29 s step, which the decoder counts and the analysis reports
+    d = decode_buffer(build(2, 1, {(0, 0): [(0, B, 1000), (0, E, 500)], (1, 0): [(0, B, 1000), (0, E, 1500)]}))
+    assert d.stats.non_monotonic == 1
+    res = analyze_decoded(d, ["p"])
+    assert any(w.code == "non_monotonic" for w in res.warnings)

@@ -93,8 +93,9 @@ def _decode_warnings(dec: Decoded) -> list[Warning_]:
             "of a writer are < 4.29 s apart)")))
     if st.non_monotonic:
         w.append(Warning_(code="non_monotonic", count=st.non_monotonic, message=(
-            f"{st.non_monotonic} record(s) earlier than the writer's previous record after unwrapping: "
-            "records out of order or a corrupted buffer")))
+            f"{st.non_monotonic} step(s) of more than 2.1 s between consecutive records of a writer after "
+            "unwrapping: a record earlier than its predecessor (out of order, corrupted buffer) shows up as a "
+            "~4.29 s jump; or a real stall that long")))
     if st.partial_round:
         w.append(Warning_(code="partial_round", message=(
             "buffer length is not header + a whole number of rounds (nblocks*ngroups slots): "

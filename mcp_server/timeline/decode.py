@@ -40,7 +40,7 @@ class DecodeStats:
     tag_mismatches: int = 0        # tag names another block/lane than the slot position
     truncated_lanes: int = 0       # lanes with a record in the last round (may have run out of room)
     timer_wraps: int = 0           # lanes whose 32-bit timer wrapped (unwrapped)
-    non_monotonic: int = 0         # records whose timer went backwards within a lane after unwrap
+    non_monotonic: int = 0         # consecutive records of a lane > 2**31 ns apart after unwrap (out of order)
     overflow: bool = False         # header bit 63: the bounds guard dropped records
     partial_round: bool = False    # buffer length is not header + whole rounds
 
@@ -55,7 +55,7 @@ class Decoded:
     tag_layout: str
     layout_auto: bool
     stats: DecodeStats
-    # intervals, sorted by (event, lane, occurrence)
+    # intervals (one row per matched begin/end pair; row order unspecified)
     event: np.ndarray      # int16
     lane: np.ndarray       # int32
     occurrence: np.ndarray # int32: k-th matched begin of this (lane, event)
