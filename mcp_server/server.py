@@ -218,7 +218,7 @@ async def find_references(
 )
 async def timeline_analyze(
     buffer_path: Annotated[str, Field(description="Probe buffer: raw little-endian uint64 (.bin) or .npy")],
-    event_names: Annotated[Optional[list[str]], Field(description="Event names in event-id order (id 0 first); default <buffer stem>.events beside the buffer")] = None,
+    event_names: Annotated[Optional[list[str] | str], Field(description="Event names in event-id order (id 0 first): a list, 'N1,N2,...', or a names file (one per line); default <buffer stem>.events beside the buffer")] = None,
     tag_layout: Annotated[Optional[Literal["legacy", "sm"]], Field(description="Tag layout: legacy (block_group<<12) or sm (sm_id<<24 | block<<12); default auto-detect")] = None,
     overhead_path: Annotated[Optional[str], Field(description="JSON of kernel times with/without probes; default <buffer stem>.overhead.json")] = None,
     perfetto_out: Annotated[Optional[str], Field(description="Write a Perfetto/Chrome trace JSON here")] = None,
@@ -245,7 +245,7 @@ async def timeline_analyze(
 async def timeline_compare(
     before_path: Annotated[str, Field(description="Probe buffer before the change (.bin or .npy)")],
     after_path: Annotated[str, Field(description="Probe buffer after the change (.bin or .npy)")],
-    event_names: Annotated[Optional[list[str]], Field(description="Event names in event-id order, used for both buffers")] = None,
+    event_names: Annotated[Optional[list[str] | str], Field(description="Event names in event-id order for both buffers: a list, 'N1,N2,...', or a names file")] = None,
     tag_layout: Annotated[Optional[Literal["legacy", "sm"]], Field(description="Tag layout override; default auto-detect")] = None,
     ctx: Context = None,  # type: ignore[assignment]
 ) -> TimelineComparison:

@@ -93,3 +93,46 @@ def test_mcp_tools_listed_and_answer(tmp_path):
     assert not forced.is_error and forced.structured_content["tag_layout"] == "legacy"
     assert err.is_error and "header" in err.content[0].text and "Traceback" not in err.content[0].text
     assert not cmp.is_error and cmp.structured_content["d_span_ns"] < 0
+
+
+def test_mcp_event_names_as_file_path():
+    async def go():
+        async with Client(mcp) as c:
+            return await c.call_tool("timeline_analyze", {
+                "buffer_path": str(TL / "triton_rows.bin"), "event_names": str(TL / "triton_rows.events")})
+
+    res = anyio.run(go)
+    assert not res.is_error
+    assert [p["name"] for p in res.structured_content["phases"]] == ["rowsum", "scale"]
+
+
+def test_skill_frontmatter_and_commands():
+    """skills/kernel-timeline-analysis/SKILL.md: Agent Skills frontmatter naming tools the server has,
+    and the CLI commands it teaches parse."""
+    import re
+    from pathlib import Path
+
+    from mcp_server.cli import build_parser
+
+    text = (Path(__file__).resolve().parents[1] / "skills" / "kernel-timeline-analysis" / "SKILL.md").read_text()
+    assert text.startswith("---\n")
+    front = text.split("---\n", 2)[1]
+    keys = {m.group(1) for m in re.finditer(r"^([a-z-]+):", front, re.M)}
+    assert {"name", "description", "license", "compatibility", "metadata", "allowed-tools"} <= keys
+    assert re.search(r"^name: kernel-timeline-analysis$", front, re.M)
+    wanted = set(re.findall(r"mcp__kernelscope__([a-z_]+)", front))
+    assert wanted == {"timeline_analyze", "timeline_compare"}
+
+    async def names():
+        async with Client(mcp) as c:
+            return {t.name for t in (await c.list_tools()).tools}
+
+    assert wanted <= anyio.run(names)
+    for verdict in ("fixed_straggler", "moving_straggler", "imbalance", "start_skew", "barrier_wait", "balanced"):
+        assert f"`{verdict}`" in text
+    p = build_parser()
+    a = p.parse_args(["timeline", "analyze", "buf.bin", "--events", "load,compute", "--png", "g.png",
+                      "--perfetto", "t.json", "--json"])
+    assert a.events == "load,compute" and a.png == "g.png" and a.json
+    c = p.parse_args(["timeline", "compare", "a.bin", "b.bin", "--events", "x"])
+    assert (c.before, c.after) == ("a.bin", "b.bin")
