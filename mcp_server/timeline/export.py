@@ -101,7 +101,9 @@ def write_gantt_png(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.Pat
 
     names = _names(res)
     lanes = np.unique(dec.lane)
+    shown_note = ""
     if lanes.size > max_lanes:
+        shown_note = f" (first {max_lanes} of {lanes.size} writers shown)"
         lanes = lanes[:max_lanes]
     row = {int(l): i for i, l in enumerate(lanes.tolist())}
     events = sorted(set(dec.event.tolist()))
@@ -129,7 +131,8 @@ def write_gantt_png(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.Pat
         ax.set_yticks(ticks)
         ax.set_yticklabels([(f"{lanes[t] // ng}.{lanes[t] % ng}" if ng > 1 else str(lanes[t])) for t in ticks],
                            fontsize=7)
-        title = f"{Path(res.source).name}: {res.nblocks} blocks x {res.ngroups} groups, span {res.span_ns / 1000:.1f} us"
+        title = (f"{Path(res.source).name}: {res.nblocks} blocks x {res.ngroups} groups, span "
+                 f"{res.span_ns / 1000:.1f} us{shown_note}")
         worst = max(res.phases, key=lambda p: p.imbalance) if res.phases else None
         if worst is not None and worst.imbalance >= 1.2:
             title += f"; {worst.name} imbalance {worst.imbalance:.2f}x (slowest blocks {', '.join(map(str, worst.slowest_blocks[:3]))})"
