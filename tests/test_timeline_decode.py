@@ -328,3 +328,13 @@ def test_out_of_order_record_is_flagged():
     assert d.stats.non_monotonic == 1
     res = analyze_decoded(d, ["p"])
     assert any(w.code == "non_monotonic" for w in res.warnings)
+
+
+def test_single_occurrence_imbalance_wording():
+    lanes = {(b, 0): [(0, B, 0), (0, E, 5000 if b == 3 else 1000)] for b in range(20)}
+    res = analyze_decoded(decode_buffer(build(20, 1, lanes)), ["work"])
+    p = res.phases[0]
+    assert p.slowest_blocks[0] == 3 and p.last_blocks == [3] and p.imbalance == pytest.approx(5000 / 1200, abs=1e-3)
+    v = [v for v in res.verdicts if v.kind == "imbalance"]
+    assert len(v) == 1 and "One occurrence only" in v[0].message
+    assert v[0].at_stake_ns == pytest.approx(5000 - 1200)

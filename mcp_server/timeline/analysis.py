@@ -259,6 +259,10 @@ def _verdicts(res: TimelineAnalysis) -> list[Verdict]:
                             "of the work is too large; move work off it (split its tile, rebalance the schedule).")
                 out.append(Verdict(kind="fixed_straggler", phase=p.name, at_stake_ns=p.imbalance_at_stake_ns,
                                    message=base + tail))
+            elif k == 1:
+                out.append(Verdict(kind="imbalance", phase=p.name, at_stake_ns=p.imbalance_at_stake_ns, message=(
+                    base + f" One occurrence only: block {p.last_blocks[0]} finished last; record more occurrences "
+                    "(iterations, rounds) to tell a fixed straggler from a moving one.")))
             elif set(p.last_blocks) <= slow_set:
                 out.append(Verdict(kind="imbalance", phase=p.name, at_stake_ns=p.imbalance_at_stake_ns, message=(
                     base + f" The last finisher moves among the same slow blocks ({', '.join(map(str, sorted(set(p.last_blocks))))}): "
