@@ -54,7 +54,7 @@ def test_finds_the_planted_compute_imbalance(imb):
     assert set(c.slowest_blocks[:3]) == {5, 37, 90}
     # the planted blocks are ~4x any other block
     assert min(c.slowest_block_mean_ns[:3]) > 3.5 * c.slowest_block_mean_ns[3]
-    assert set(c.last_blocks) <= {5, 37, 90}
+    assert set(c.last_blocks) <= {5, 37, 90} and c.stragglers_consistent is True
     v = [v for v in imb.verdicts if v.phase == "compute" and v.kind in IMBALANCE_KINDS]
     assert len(v) == 1 and all(str(b) in v[0].message for b in (5, 37, 90))
 
@@ -99,6 +99,7 @@ def test_balanced_variant_shows_no_imbalance(bal):
     assert all(p.imbalance < IMBALANCE_RATIO for p in bal.phases)
     assert all(p.imbalance < 1.1 for p in bal.phases)
     assert not [v for v in bal.verdicts if v.kind in IMBALANCE_KINDS]
+    assert all(p.stragglers_consistent is False for p in bal.phases)  # no block is slow every time
     assert any(v.kind == "balanced" for v in bal.verdicts)
 
 

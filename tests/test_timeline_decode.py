@@ -338,3 +338,36 @@ def test_single_occurrence_imbalance_wording():
     v = [v for v in res.verdicts if v.kind == "imbalance"]
     assert len(v) == 1 and "One occurrence only" in v[0].message
     assert v[0].at_stake_ns == pytest.approx(5000 - 1200)
+
+
+def test_moving_vs_consistent_stragglers():
+    """A different block is slow in each occurrence (moving) versus the same two blocks slow every
+    time with the last one alternating between them (consistent)."""
+    def lanes_for(slow_of_occ):
+        out = {}
+        for b in range(20):
+            recs, t = [], 0
+            for k in range(3):
+                dur = 5000 if b in slow_of_occ(k) else 1000
+                recs += [(0, B, t), (0, E, t + dur + (k if b in slow_of_occ(k) else 0))]
+                t += 10_000
+            out[(b, 0)] = recs
+        return out
+
+    moving = analyze_decoded(decode_buffer(build(20, 1, lanes_for(lambda k: {4 + 5 * k}))), ["work"])
+    p = moving.phases[0]
+    assert p.last_blocks == [4, 9, 14] and p.stragglers_consistent is False
+    assert [v.kind for v in moving.verdicts if v.phase == "work"][0] == "moving_straggler"
+
+    # blocks 2 and 7 both slow every time; 7 ends last in occurrences 0 and 2, 2 in occurrence 1
+    def both(k):
+        return {2, 7}
+    lanes = lanes_for(both)
+    for k, late in enumerate([7, 2, 7]):
+        ev, kind, t = lanes[(late, 0)][2 * k + 1]
+        lanes[(late, 0)][2 * k + 1] = (ev, kind, t + 50)
+    cons = analyze_decoded(decode_buffer(build(20, 1, lanes)), ["work"])
+    p = cons.phases[0]
+    assert p.last_blocks == [7, 2, 7] and p.stragglers_consistent is True and not p.last_block_always_same
+    v = [v for v in cons.verdicts if v.phase == "work" and v.kind == "imbalance"]
+    assert len(v) == 1 and "slow in every occurrence" in v[0].message

@@ -189,6 +189,7 @@ def analyze_decoded(dec: Decoded, event_names=None, *, overhead: Optional[ProbeO
                 block_mean_ns=round(float(blk.loc[blk["event"] == ev, "dur"].mean()), 1),
                 last_blocks=last_blocks,
                 last_block_always_same=len(set(last_blocks)) == 1,
+                stragglers_consistent=_consistent(blk[blk["event"] == ev], last_blocks),
                 total_wall_ns=int(o["wall"].sum()), total_slowest_ns=int(o["slowest"].sum()),
                 total_mean_ns=round(float(o["mean"].sum()), 1), total_skew_ns=int(o["skew"].sum()),
                 wait_after_mean_ns=round(float(wait_ev.loc[ev, "mean"]), 1) if ev in wait_ev.index and pd.notna(wait_ev.loc[ev, "mean"]) else 0.0,
@@ -228,6 +229,16 @@ def analyze_decoded(dec: Decoded, event_names=None, *, overhead: Optional[ProbeO
     return res
 
 
+def _consistent(blk_ev: pd.DataFrame, last_blocks: list[int]) -> Optional[bool]:
+    """Is every occurrence's last block slow (>= IMBALANCE_RATIO x mean) in every occurrence it ran?"""
+    if len(last_blocks) < 2:
+        return None
+    cand = blk_ev[blk_ev["block"].isin(set(last_blocks))]
+    means = blk_ev.groupby("occ")["dur"].mean()
+    ratio = cand["dur"].values / means.reindex(cand["occ"]).values
+    return bool((ratio >= IMBALANCE_RATIO).all())
+
+
 def _verdicts(res: TimelineAnalysis) -> list[Verdict]:
     span = max(res.span_ns, 1)
     out: list[Verdict] = []
@@ -242,8 +253,6 @@ def _verdicts(res: TimelineAnalysis) -> list[Verdict]:
                     f"CV {p.cv_max:.2f}); slowest blocks by mean: {top}, against a block mean of "
                     f"{_fmt_ns(p.block_mean_ns)}. Up to {_fmt_ns(p.imbalance_at_stake_ns)} per run at stake "
                     f"(sum of slowest - mean over {k} occurrence(s), {100 * share:.1f}% of the span).")
-            n_slow = max(1, sum(1 for v in p.slowest_block_mean_ns if v >= IMBALANCE_RATIO * p.block_mean_ns))
-            slow_set = set(p.slowest_blocks[:n_slow])
             if p.wait_after_mean_ns > 0:
                 base += (f" Meanwhile the other writers wait {_fmt_ns(p.wait_after_mean_ns)} on average at the "
                          "following synchronisation.")
@@ -263,14 +272,16 @@ def _verdicts(res: TimelineAnalysis) -> list[Verdict]:
                 out.append(Verdict(kind="imbalance", phase=p.name, at_stake_ns=p.imbalance_at_stake_ns, message=(
                     base + f" One occurrence only: block {p.last_blocks[0]} finished last; record more occurrences "
                     "(iterations, rounds) to tell a fixed straggler from a moving one.")))
-            elif set(p.last_blocks) <= slow_set:
+            elif p.stragglers_consistent:
                 out.append(Verdict(kind="imbalance", phase=p.name, at_stake_ns=p.imbalance_at_stake_ns, message=(
-                    base + f" The last finisher moves among the same slow blocks ({', '.join(map(str, sorted(set(p.last_blocks))))}): "
-                    "they carry similar extra work; give them less, or split their work across more blocks.")))
+                    base + f" The last finisher moves among blocks {', '.join(map(str, sorted(set(p.last_blocks))))}, "
+                    "each slow in every occurrence"
+                    + (f" (blocks {', '.join(map(str, peers))} are within 5% of the slowest)" if len(peers) > 1 else "")
+                    + ": they carry similar extra work; give them less, or split their work across more blocks.")))
             else:
                 out.append(Verdict(kind="moving_straggler", phase=p.name, at_stake_ns=p.imbalance_at_stake_ns, message=(
                     base + f" The last block changes between occurrences ({', '.join(map(str, p.last_blocks))}) and "
-                    "is not consistently among the slowest: contention (memory, atomics, co-scheduled work) or "
+                    "is not slow in every occurrence: contention (memory, atomics, co-scheduled work) or "
                     "synchronisation, not a fixed share of the work.")))
         if p.total_wall_ns > 0:
             sk = p.skew_at_stake_ns

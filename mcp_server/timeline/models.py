@@ -68,6 +68,9 @@ class Phase(Model):
     block_mean_ns: float = Field(description="mean block duration over all blocks and occurrences")
     last_blocks: list[int] = Field(description="the last-finishing block of each occurrence")
     last_block_always_same: bool
+    stragglers_consistent: Optional[bool] = Field(None, description=(
+        "every occurrence's last block is also slow (>= 1.2x the mean) in every other occurrence: a fixed "
+        "share of work; False: the slow block changes (contention, synchronisation); None: one occurrence"))
     total_wall_ns: int
     total_slowest_ns: int
     total_mean_ns: float
