@@ -371,3 +371,18 @@ def test_moving_vs_consistent_stragglers():
     assert p.last_blocks == [7, 2, 7] and p.stragglers_consistent is True and not p.last_block_always_same
     v = [v for v in cons.verdicts if v.phase == "work" and v.kind == "imbalance"]
     assert len(v) == 1 and "slow in every occurrence" in v[0].message
+
+
+def test_start_skew_and_barrier_wait_verdicts():
+    # balanced blocks (1 us each) that start up to 0.9 us apart, then all wait 3 us before the next phase
+    lanes = {}
+    for b in range(10):
+        s0 = 100 * b
+        lanes[(b, 0)] = [(0, B, s0), (0, E, s0 + 1000), (1, B, 5000), (1, E, 6000)]
+    res = analyze_decoded(decode_buffer(build(10, 1, lanes)), ["a", "b"])
+    kinds = {(v.kind, v.phase) for v in res.verdicts}
+    assert ("start_skew", "a") in kinds and ("barrier_wait", "a") in kinds
+    assert not any(k in ("imbalance", "fixed_straggler", "moving_straggler") for k, _ in kinds)
+    a = res.phases[0]
+    assert a.occurrences[0].skew_ns == 900 and a.occurrences[0].wall_ns == 1900
+    assert a.wait_after_mean_ns == pytest.approx(sum(5000 - (100 * b + 1000) for b in range(10)) / 10)
