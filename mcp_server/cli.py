@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mcp_server import __version__
-from mcp_server.errors import KernelscopeError, redact
+from mcp_server.errors import KernelscopeError
 
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
@@ -179,7 +179,7 @@ def _run_budget(a: argparse.Namespace) -> int:
     from mcp_server.compare.budget import budget
     from mcp_server.compare.render import render_budget
 
-    with progress_bar("budget") as _cb:
+    with progress_bar("budget"):
         res = budget(a.a, a.b, labels=a.labels, phase=a.phase, categories=a.categories)
     emit_json(res) if a.json else render_budget(res, out)
     return 0
@@ -208,7 +208,7 @@ def _run_compare(a: argparse.Namespace) -> int:
     from mcp_server.compare.diff import diff_modules
     from mcp_server.compare.render import render_diff
 
-    with progress_bar("compare") as _cb:
+    with progress_bar("compare"):
         res = diff_modules(a.a, a.b, labels=a.labels, phase=a.phase, categories=a.categories, blocks=a.blocks,
                            output_xlsx=a.output_xlsx, output_html=a.output_html)
     emit_json(res) if a.json else render_diff(res, out, panels=a.panels)

@@ -10,13 +10,12 @@ from __future__ import annotations
 import html
 import io
 import os
-import tempfile
 from pathlib import Path
 
 from mcp_server.compare.matching import display_kernel_name
 from mcp_server.compare.models import BlockDiff, DiffResult
 from mcp_server.compare.xlsx import category_budget
-from mcp_server.errors import WriteError
+from mcp_server.atomic import atomic_write_text, check_output_path
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1d1d1f}
@@ -155,30 +154,6 @@ def render_diff_html(res: DiffResult) -> str:
     )
 
 
-def default_file_mode() -> int:
-    """0o666 minus the process umask (``mkstemp`` files are 0o600)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
 def write_diff_html(res: DiffResult, path: str | os.PathLike) -> Path:
-    out = Path(path)
-    if out.is_dir():
-        raise WriteError("output path is a directory, expected an .html file name", path=out)
-    if not out.parent.exists():
-        raise WriteError("output directory does not exist", path=out.parent)
-    text = render_diff_html(res)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=str(out.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, default_file_mode())
-        os.replace(tmp, out)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise WriteError(f"could not write HTML report: {exc.strerror or exc}", path=out) from None
-    return out
+    out = check_output_path(path, "HTML report")
+    return atomic_write_text(out, render_diff_html(res), what="HTML report")

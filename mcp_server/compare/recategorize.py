@@ -22,7 +22,6 @@ second run with the same rules changes nothing.
 """
 from __future__ import annotations
 
-import os
 import shutil
 from collections import defaultdict
 from pathlib import Path
@@ -91,7 +90,7 @@ class _Plan:
 def _reclassify_column(plan: _Plan, book, sheet: str, rows, start: int, name_i: int, cat_i: int, rules,
                        stop_on_truncated: bool = True):
     """Re-classify one Category column; returns [(row_index0, name, old, new)] of changed rows."""
-    from mcp_server.reports.reader import _cell, _s
+    from mcp_server.reports.reader import _s
 
     changed = []
     cells = []
@@ -350,7 +349,7 @@ def plan_file(path: str, rules):
         fidx = _header_index(rows[0])
         _require(book, s, fidx, ["name", "category", "dur_us"], 1)
         ni, ci, di = fidx["name"], fidx["category"], fidx["dur_us"]
-        pi, phi = fidx.get("module_path"), fidx.get("phase")
+        pi = fidx.get("module_path")
         changed = _reclassify_column(plan, book, s, rows, 1, ni, ci, rules, stop_on_truncated=False)
         changed_rows = {rn: new for rn, _, _, new in changed}
         for rn in range(1, len(rows)):

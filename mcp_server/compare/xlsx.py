@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 from mcp_server.compare.models import DiffResult
-from mcp_server.errors import WriteError
+from mcp_server.atomic import check_output_path
 
 
 def category_budget(res: DiffResult) -> list[tuple[str, float, float]]:
@@ -28,11 +28,7 @@ def write_diff_xlsx(res: DiffResult, path: str | os.PathLike) -> Path:
 
     from mcp_server.reports.xlsx_writer import atomic_save
 
-    out = Path(path)
-    if out.is_dir():
-        raise WriteError("output path is a directory, expected an .xlsx file name", path=out)
-    if not out.parent.exists():
-        raise WriteError("output directory does not exist", path=out.parent)
+    out = check_output_path(path, "xlsx diff")
     la, lb = res.a.label, res.b.label
     wb = Workbook(write_only=True)
     bold = Font(bold=True)
@@ -104,10 +100,4 @@ def write_diff_xlsx(res: DiffResult, path: str | os.PathLike) -> Path:
     for w in res.warnings:
         ws.append(["Warning", w.code, w.message])
     atomic_save(wb, out)
-    from mcp_server.compare.html import default_file_mode
-
-    try:
-        os.chmod(out, default_file_mode())
-    except OSError:
-        pass
     return out

@@ -10,11 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from mcp_server.atomic import atomic_write_text
 from mcp_server.errors import redact
 
 DEFAULT_TTL_S = 3600.0
@@ -29,17 +29,7 @@ def cache_dir() -> Path:
 def _atomic_write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     text = redact(json.dumps(data, ensure_ascii=False, sort_keys=True))
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write_text(path, text, what="cache entry")
 
 
 class RefCache:

@@ -9,16 +9,15 @@ levels, fonts) is preserved. New string values are written as inline strings
 """
 from __future__ import annotations
 
-import os
 import posixpath
 import re
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from typing import Any, Optional
 from xml.sax.saxutils import escape
 
-from mcp_server.errors import ReportFormatError, WriteError
+from mcp_server.atomic import atomic_target
+from mcp_server.errors import ReportFormatError
 
 _ROW_RE = re.compile(rb"<row\b[^>]*?(?:/>|>.*?</row>)", re.S)
 _ROW_R_RE = re.compile(rb'\br="(\d+)"')
@@ -374,16 +373,13 @@ def patch_workbook(src: str, dst: str, patch: WorkbookPatch) -> None:
 
     ``dst`` may equal ``src``; on any failure the file at ``dst`` is untouched.
     """
-    dst_dir = os.path.dirname(os.path.abspath(dst))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dst)}.", suffix=".tmp", dir=dst_dir)
-    os.close(fd)
-    try:
-        with zipfile.ZipFile(src) as zin:
-            parts = sheet_parts(zin, src)
-            members = {parts[s]: s for s in patch.edits if s in parts}
-            missing = [s for s in patch.edits if s not in parts]
-            if missing:
-                raise ReportFormatError(f"sheet(s) {missing} not found in the workbook parts", path=src)
+    with zipfile.ZipFile(src) as zin:
+        parts = sheet_parts(zin, src)
+        members = {parts[s]: s for s in patch.edits if s in parts}
+        missing = [s for s in patch.edits if s not in parts]
+        if missing:
+            raise ReportFormatError(f"sheet(s) {missing} not found in the workbook parts", path=src)
+        with atomic_target(dst, what="workbook") as tmp:
             with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zout:
                 for info in zin.infolist():
                     data = zin.read(info)
@@ -397,17 +393,5 @@ def patch_workbook(src: str, dst: str, patch: WorkbookPatch) -> None:
                     zi.compress_type = info.compress_type
                     zi.external_attr = info.external_attr
                     zout.writestr(zi, data, compresslevel=1 if info.compress_type == zipfile.ZIP_DEFLATED else None)
-        os.replace(tmp, dst)
-    except OSError as exc:
-        _unlink(tmp)
-        raise WriteError(f"could not write workbook: {exc.strerror or exc}", path=dst) from None
-    except BaseException:
-        _unlink(tmp)
-        raise
 
 
-def _unlink(p: str) -> None:
-    try:
-        os.unlink(p)
-    except OSError:
-        pass

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from mcp_server import __version__
-from mcp_server.errors import WriteError
+from mcp_server.atomic import atomic_target, check_output_path, new_temp, unlink_quietly
 from mcp_server.reports import layout as L
 
 #: Excel's row limit is 1,048,576; the full table is split into sheets of this many rows.
@@ -456,11 +455,7 @@ def write_analysis_report(analysis, path: str | os.PathLike) -> None:
     """
     from openpyxl import Workbook
 
-    out = Path(path)
-    if out.is_dir():
-        raise WriteError("output path is a directory, expected an .xlsx file name", path=out)
-    if not out.parent.exists():
-        raise WriteError("output directory does not exist", path=out.parent)
+    out = check_output_path(path, "report")
     df = analysis.kernels
     roots = _build_tree(analysis)
     chains, plans = plan_details(roots)
@@ -478,41 +473,25 @@ def write_analysis_report(analysis, path: str | os.PathLike) -> None:
 
 
 def atomic_save(wb, out: Path, full_tables: list | None = None) -> None:
-    """Save an openpyxl workbook to ``out`` through a temp file + ``os.replace``.
+    """Save an openpyxl workbook to ``out`` atomically (``mcp_server.atomic``).
 
     ``full_tables``: [(sheet, DataFrame)] whose rows are appended below those sheets'
-    header rows as raw XML (``fast_table``) in a second temp file.
+    header rows as raw XML (``fast_table``), from a first temp file into the final one.
     """
     from mcp_server.traces.models import KERNEL_COLUMNS
 
-    tmps = []
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=str(out.parent))
-        os.close(fd)
-        tmps.append(tmp)
-        wb.save(tmp)
-        if full_tables:
-            from mcp_server.reports.fast_table import fill_full_tables
+    with atomic_target(out, what="report") as tmp:
+        if not full_tables:
+            wb.save(tmp)
+            return
+        from mcp_server.reports.fast_table import fill_full_tables
 
-            fd, tmp2 = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=str(out.parent))
-            os.close(fd)
-            tmps.append(tmp2)
-            fill_full_tables(tmp, tmp2, full_tables, list(KERNEL_COLUMNS))
-            tmp = tmp2
-        os.replace(tmp, out)
-        tmps.remove(tmp)
-    except OSError as exc:
-        raise WriteError(f"could not write report: {exc.strerror or exc}", path=out) from None
-    finally:
-        for t in tmps:
-            _unlink(t)
-
-
-def _unlink(p: str) -> None:
-    try:
-        os.unlink(p)
-    except OSError:
-        pass
+        first = new_temp(out)
+        try:
+            wb.save(first)
+            fill_full_tables(first, tmp, full_tables, list(KERNEL_COLUMNS))
+        finally:
+            unlink_quietly(first)
 
 
 def file_sha256(path: str | os.PathLike) -> str:

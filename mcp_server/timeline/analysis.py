@@ -1,7 +1,6 @@
 """Phase statistics, critical path and verdicts from a decoded probe buffer."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union

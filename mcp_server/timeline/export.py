@@ -9,36 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Union
 
 import numpy as np
 
-from mcp_server.errors import WriteError
+from mcp_server.atomic import atomic_target, atomic_write_bytes
 from mcp_server.timeline.decode import Decoded
 from mcp_server.timeline.models import TimelineAnalysis
 
 
-def _publish(tmp: str, path: Path) -> None:
-    """Give the temp file ordinary permissions (mkstemp makes it 0600), then move it in place."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    os.replace(tmp, path)
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> Path:
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        _publish(tmp, path)
-    except OSError as exc:
-        raise WriteError(f"cannot write ({exc.strerror or exc})", path=path) from None
-    return path
 
 
 def _names(res: TimelineAnalysis) -> dict[int, str]:
@@ -87,7 +67,7 @@ def write_perfetto(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.Path
         "otherData": {"source": res.source, "nblocks": res.nblocks, "ngroups": res.ngroups,
                       "tag_layout": res.tag_layout, "producer": "kernelscope timeline"},
     }
-    return _atomic_write_bytes(Path(path), json.dumps(doc, separators=(",", ":")).encode())
+    return atomic_write_bytes(path, json.dumps(doc, separators=(",", ":")).encode(), what="Perfetto trace")
 
 
 def write_gantt_png(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.PathLike], *,
@@ -141,14 +121,8 @@ def write_gantt_png(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.Pat
                   loc="upper right", fontsize=7, ncol=min(len(events), 6))
         ax.grid(axis="x", alpha=0.3)
         fig.tight_layout()
-        p = Path(path)
-        fd, tmp = tempfile.mkstemp(dir=p.parent if str(p.parent) else ".", prefix=f".{p.name}.", suffix=".png")
-        os.close(fd)
-        try:
+        with atomic_target(path, what="Gantt PNG", suffix=".png") as tmp:
             fig.savefig(tmp, format="png")
-            _publish(tmp, p)
-        except OSError as exc:
-            raise WriteError(f"cannot write ({exc.strerror or exc})", path=p) from None
     finally:
         plt.close(fig)
     return Path(path)

@@ -83,11 +83,9 @@ def write_overhead(path: Union[str, os.PathLike], with_us: Sequence[float], with
            "method": method}
     if noise_pct is not None:
         doc["noise_pct"] = noise_pct
-    fd, tmp = tempfile.mkstemp(dir=p.parent or ".", prefix=p.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=1)
-    os.replace(tmp, p)
-    return p
+    from mcp_server.atomic import atomic_write_text
+
+    return atomic_write_text(p, json.dumps(doc, indent=1), what="overhead file")
 
 
 def time_callables(with_probes: Callable[[], object], without_probes: Callable[[], object], *,

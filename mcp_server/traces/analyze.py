@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
-from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np

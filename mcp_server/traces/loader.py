@@ -28,9 +28,7 @@ from __future__ import annotations
 import gc
 import gzip
 import os
-import queue
 import re
-import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
