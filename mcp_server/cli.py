@@ -58,14 +58,6 @@ def progress_bar(description: str) -> Iterator[ProgressFn]:
         yield cb
 
 
-def fmt_us(us: float) -> str:
-    if us >= 1e6:
-        return f"{us / 1e6:,.2f} s"
-    if us >= 1e3:
-        return f"{us / 1e3:,.2f} ms"
-    return f"{us:,.1f} us"
-
-
 def simple_table(title: str, columns: list[str], rows: list[list[Any]], *, right: set[int] | None = None) -> Table:
     t = Table(title=title, title_justify="left", show_lines=False)
     right = right if right is not None else set(range(1, len(columns)))
