@@ -15,6 +15,7 @@ from rich.rule import Rule
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "tests" / "fixtures" / "traces"
+TIMELINES = ROOT / "tests" / "fixtures" / "timeline"
 
 #: (file, reference trace or None, what it is)
 TRACE_FIXTURES: list[tuple[str, str | None, str]] = [
@@ -56,9 +57,35 @@ def step_compare(console: Console) -> None:
                               f"{att.a_count} -> {att.b_count} launches, {att.gap_us:+.1f} us")
 
 
+def step_budget(console: Console) -> None:
+    """Category budget of the same two prefills (the view that also works on CUDA-graph decode)."""
+    from mcp_server.compare.budget import budget
+    from mcp_server.compare.render import render_budget
+
+    console.print(Rule("budget llama_prefill_eager vs llama_prefill_sdpa"))
+    res = budget(TRACES / "llama_prefill_eager.json.gz", TRACES / "llama_prefill_sdpa.json.gz",
+                 labels=["eager", "sdpa"])
+    render_budget(res, console)
+
+
+def step_timeline(console: Console) -> None:
+    """Probe timeline of a persistent kernel: the planted imbalance, then before/after a rebalance."""
+    from mcp_server.timeline import analyze_timeline, compare_timelines
+    from mcp_server.timeline.render import render_analysis, render_comparison
+
+    before, after = TIMELINES / "imbalanced_probe.bin", TIMELINES / "balanced_probe.bin"
+    names = TIMELINES / "phases.events"
+    console.print(Rule("timeline analyze imbalanced_probe.bin (persistent kernel, grid barriers, H200)"))
+    render_analysis(analyze_timeline(before, names), console)
+    console.print(Rule("timeline compare imbalanced_probe.bin -> balanced_probe.bin"))
+    render_comparison(compare_timelines(before, after, names), console)
+
+
 STEPS: list[Callable[[Console], None]] = [
     step_analyze,
     step_compare,
+    step_budget,
+    step_timeline,
 ]
 
 

@@ -1,0 +1,43 @@
+"""The demo's budget and timeline steps (make demo) on the bundled H200 data."""
+from __future__ import annotations
+
+import re
+
+from rich.console import Console
+
+from mcp_server import demo
+
+
+def _run(step) -> str:
+    console = Console(record=True, width=220)
+    step(console)
+    return console.export_text()
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_demo_runs_every_job():
+    assert demo.STEPS == [demo.step_analyze, demo.step_compare, demo.step_budget, demo.step_timeline]
+
+
+def test_demo_budget_rows_sorted_by_gap_with_the_fused_attention_kernel_on_sdpa():
+    text = _run(demo.step_budget)
+    rows = {}
+    for ln in text.splitlines():
+        cells = [c.strip() for c in ln.split("│") if c.strip()]
+        if len(cells) == 7 and re.fullmatch(r"[+-]\d+\.\d", cells[5]):
+            rows[cells[0]] = float(cells[5])
+    order = [k for k in rows if k != "total"]
+    assert [abs(rows[k]) for k in order] == sorted((abs(rows[k]) for k in order), reverse=True)
+    # eager attention's matmul/mask/scale chain is gemm + elementwise work that the fused kernel absorbs
+    assert rows["elementwise"] < 0 and rows["gemm"] < 0 and rows["attention"] > 0
+    assert abs(rows["total"] - sum(rows[k] for k in order)) < 0.3  # rows are rounded to 0.1 us
+
+
+def test_demo_timeline_names_the_planted_stragglers_and_the_fix():
+    text = _flat(_run(demo.step_timeline))
+    assert "[imbalance] compute" in text and "slowest blocks by mean: 5 (170" in text
+    assert "Block 17 finishes last in every occurrence" in text
+    assert re.search(r"compute .*3\.7\dx -> 1\.0\dx", text)
