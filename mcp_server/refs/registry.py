@@ -61,7 +61,9 @@ class Registry:
 
 
 def default_registry_path() -> Path:
-    return Path(__file__).resolve().parents[2] / "_shared" / "data-sources.md"
+    from mcp_server import shared_path
+
+    return shared_path("data-sources.md")
 
 
 def _cells(line: str) -> list[str]:
