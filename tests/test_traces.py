@@ -263,3 +263,20 @@ def _vote_only(fn):
         bare = Reference(steps=[], vote=ref.vote, layer_vote=ref.layer_vote, blocks=ref.blocks, members=ref.members)
         return fn(seq, bare, layers)
     return wrapped
+
+
+def test_pct_of_parent_counts_each_parent_call_once():
+    res = analyze_trace(TRACES / "llama_prefill_sdpa.json.gz")
+    mods = {m.type: m for m in res.modules}
+    tree = {n.path: n for n in res.tree}
+    model = sum(n.total_us for n in tree.values() if n.type == "LlamaModel")
+    layers = sum(n.total_us for n in tree.values() if n.type == "LlamaDecoderLayer")
+    assert mods["LlamaForCausalLM"].pct_of_parent == pytest.approx(100.0 * mods["LlamaForCausalLM"].total_us
+                                                                   / res.total_kernel_us)
+    assert mods["LlamaDecoderLayer"].pct_of_parent == pytest.approx(100.0 * layers / model)
+    # four projections under one attention call: the attention call counts once as their parent
+    attn = sum(n.total_us for n in tree.values() if n.type == "LlamaAttention")
+    mlp = sum(n.total_us for n in tree.values() if n.type == "LlamaMLP")
+    root = res.total_kernel_us  # lm_head is a Linear directly under the root module
+    lin = mods["Linear"]
+    assert lin.pct_of_parent == pytest.approx(100.0 * lin.total_us / (attn + mlp + root), rel=1e-6)

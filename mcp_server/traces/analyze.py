@@ -522,7 +522,11 @@ def _type_stats(rt, lk, table, arrays, path_code, span_pc, total) -> list[Module
     np.maximum.at(vmax, tc, v)
     np.minimum.at(dmin, tc, cdepth[live])
     lp = cparent[live]
-    ptot = np.bincount(tc, weights=np.where(lp >= 0, tot[np.maximum(lp, 0)], total), minlength=T)
+    # % of parent: the type's time over the time of the distinct parent calls it ran under (a parent
+    # with four Linear children counts once; root calls' parent is the whole trace, counted once)
+    pair = np.unique(tc.astype(np.int64) * (nc + 1) + (lp.astype(np.int64) + 1))
+    pt, pp = np.divmod(pair, nc + 1)
+    ptot = np.bincount(pt, weights=np.where(pp > 0, tot[np.maximum(pp - 1, 0)], total), minlength=T)
     # top kernel per type: kernels grouped by the chain of types on their path (few distinct chains)
     att = np.flatnonzero(path_code > 1)
     top: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
