@@ -12,7 +12,8 @@ from mcp_server.traces.graph import UNATTRIBUTED_GRAPH, layer_cuts
 
 from conftest import TRACES
 
-ALL = ["llama_prefill_eager", "llama_prefill_sdpa", "llama_decode_mixed", "llama_decode_graph", "dsv3_prefill"]
+ALL = ["llama_prefill_eager", "llama_prefill_sdpa", "llama_decode_mixed", "llama_decode_graph", "dsv3_prefill",
+       "tp2_prefill", "tp2_decode_mixed"]
 
 
 @lru_cache(maxsize=None)
@@ -174,8 +175,32 @@ def test_layer_cuts():
     assert how == "period" and n == 3
     assert layer.tolist() == [-1, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, -1]
     comm = np.array([0, 0, 1, 0, 0, 1, 0], dtype=bool)
-    layer, how, n = layer_cuts(np.arange(7), comm)
-    assert how == "communication" and layer.tolist() == [0, 0, 0, 1, 1, 1, 2] and n == 3
+    layer, how, n = layer_cuts(np.array([5, 1, 9, 2, 1, 9, 7]), comm)
+    assert how == "communication" and layer.tolist() == [-1, 0, 0, 1, 1, 1, -1] and n == 2
+    # two collectives per layer (after attention and after the MLP): grouped by their period
+    E, A, a, C, M, mm, R, N, H = range(9)
+    seq = [E, A, a, C, M, mm, C, R, A, a, C, M, mm, C, R, A, a, C, M, mm, C, R, N, H]
+    layer, how, n = layer_cuts(np.array(seq), np.array([x == C for x in seq]))
+    assert how == "communication" and n == 3
+    assert layer.tolist() == [-1] + [0] * 6 + [1] * 7 + [2] * 7 + [-1] * 3
+
+
+def test_tensor_parallel_decode_cut_at_collectives():
+    """Real 2-GPU trace: two NCCL all-reduces per decoder layer, captured in the CUDA graph."""
+    res = analyze_trace(TRACES / "tp2_decode_mixed.json.gz")
+    k = res.kernels
+    g = k[k["graph"]]
+    assert res.graph.layer_cut == "communication" and res.graph.layers_found == 4
+    comm = g[g["category"] == "communication"]
+    assert len(comm) == 3 * 8  # 3 replays x 4 layers x 2 all-reduces
+    # every collective is attributed to the o_proj / down_proj Linear that launched it in the eager step
+    assert set(comm["module_type"]) == {"Linear"}
+    assert comm["module_path"].str.contains("LlamaDecoderLayer_").all()
+    assert sorted(set(comm["layer"])) == [0, 1, 2, 3]
+    # each layer index holds the collectives of one decoder layer in every replay
+    for li in range(4):
+        layers = {p.split("/")[2] for p in comm[comm["layer"] == li]["module_path"]}
+        assert layers == {f"LlamaDecoderLayer_{li}"}
 
 
 def test_progress_and_json_roundtrip():

@@ -229,9 +229,7 @@ def layer_cuts(seq_ids: np.ndarray, is_comm: np.ndarray) -> tuple[np.ndarray, st
     if n == 0:
         return layer, "none", 0
     if is_comm.any():
-        # a new segment starts after each communication kernel
-        seg = np.concatenate([[0], np.cumsum(is_comm[:-1])])
-        return seg.astype(np.int64), "communication", int(seg.max()) + 1
+        return _comm_cuts(seq_ids, is_comm)
     best = (0, 0, 0)  # coverage, period, run start
     for p in range(2, n // 2 + 1):
         eq = seq_ids[:-p] == seq_ids[p:]
@@ -252,3 +250,49 @@ def layer_cuts(seq_ids: np.ndarray, is_comm: np.ndarray) -> tuple[np.ndarray, st
     idx = np.arange(s, s + reps * p)
     layer[idx] = (idx - s) // p
     return layer, "period", reps
+
+
+def _common_prefix(a: tuple, b: tuple) -> int:
+    k = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        k += 1
+    return k
+
+
+def _comm_cuts(seq_ids: np.ndarray, is_comm: np.ndarray) -> tuple[np.ndarray, str, int]:
+    """Layer cut at collectives.
+
+    Segment k runs from after collective k-1 up to and including collective k; the
+    last segment is the tail after the final collective. The segments strictly
+    between the first and the last collective repeat with some period q (q = 2 for
+    an all-reduce after attention and one after the MLP): q collectives make one
+    layer. A layer ends at its last collective, so work launched after it (the
+    residual add) counts in the next layer. The first segment's kernels that do
+    not match the end of segment q are the prologue (embedding, rope tables) and
+    the tail after the final collective is the epilogue (final norm, lm_head):
+    both get -1. The names alone cannot place the last layer's leftovers, which
+    the tail also holds.
+    """
+    n = len(seq_ids)
+    pos = np.flatnonzero(is_comm)
+    m = len(pos)
+    bounds = np.concatenate([[0], pos + 1, [n]]).astype(np.int64)
+    sig = [tuple(seq_ids[bounds[k]:bounds[k + 1]].tolist()) for k in range(m + 1)]
+    mids = sig[1:m]
+    q = 1
+    for cand in range(1, len(mids) // 2 + 1):
+        if m % cand == 0 and all(mids[i] == mids[i + cand] for i in range(len(mids) - cand)):
+            q = cand
+            break
+    before = np.concatenate([[0], np.cumsum(is_comm[:-1])]).astype(np.int64)  # collectives before each kernel
+    layer = before // q
+    nl = m // q
+    layer[before >= m] = -1  # tail
+    if m > q:
+        ref = sig[q]  # leftovers of layer 0, then the start of layer 1
+        s0 = sig[0]
+        keep = _common_prefix(tuple(reversed(s0)), tuple(reversed(ref)))
+        layer[: len(s0) - keep] = -1
+    return layer, "communication", nl
