@@ -74,8 +74,8 @@ def _kind_of(path: Path) -> Literal["trace", "report"]:
 
 
 def _mismatches(label: str, names: pd.Series, stored: pd.Series, current: pd.Series, us: pd.Series) -> list[CategoryMismatch]:
-    diff = stored.astype(str).str.strip() != current.astype(str)
-    diff &= stored.astype(str).str.strip() != ""
+    st = stored.astype(str).str.strip()
+    diff = (st != current.astype(str)) & (st != "")
     if not diff.any():
         return []
     sub = pd.DataFrame({"kernel": names[diff], "stored": stored[diff], "current": current[diff], "us": us[diff]})

@@ -21,6 +21,8 @@ A sheet or column an operation needs that is missing raises
 """
 from __future__ import annotations
 
+from collections import defaultdict
+
 import os
 import zipfile
 from dataclasses import dataclass, field
@@ -443,8 +445,9 @@ def _text_col(body: list[list[Any]], i: Optional[int]) -> list[str]:
     """Column ``i`` of calamine rows as stripped text ('' where absent)."""
     if i is None:
         return [""] * len(body)
-    out = [r[i] if i < len(r) else "" for r in body]
-    return [x.strip() if type(x) is str else _s(x) for x in out]
+    if all(len(r) > i for r in body):  # calamine rows are rectangular: one pass, no bounds check
+        return [x.strip() if type(x) is str else _s(x) for x in (r[i] for r in body)]
+    return [x.strip() if type(x) is str else _s(x) for x in (r[i] if i < len(r) else "" for r in body)]
 
 
 def _num_col(body: list[list[Any]], i: Optional[int]) -> list[float]:
@@ -543,27 +546,29 @@ def read_report(path: str | os.PathLike, *, need: Iterable[str] = ALL_PARTS) -> 
     if "details" in need or want_detail_rows:
         book.prefetch([s for s in names if s not in L.NON_DETAIL_SHEETS])
         detail_names = [s for s in names if _is_detail(book, s)]
-        parts = []
+        # columns accumulated over every detail sheet, one DataFrame built at the end
+        cols: dict[str, list] = defaultdict(list)
         for s in detail_names:
             ds, rows = _read_detail(book, s, want_detail_rows)
             rep.detail_sheets.append(ds)
             if rows is not None:
-                df = pd.DataFrame(rows)
-                df["sheet"] = s
-                df["module_type"] = ds.module_type
-                df["phase"] = ds.phase
-                df["detail_module"] = ds.module
+                n = len(rows["name"])
+                for key, vals in rows.items():
+                    cols[key].extend(vals)
                 base = "/".join(x for x in (ds.parent_path, ds.module) if x)
-                df["module_path"] = [
-                    base if (not m or m == ds.module) else f"{base}/{m}" for m in df["module"].tolist()
-                ]
-                df["root_type"] = L.module_type_of(ds.parent_path.split("/")[0]) if ds.parent_path else ds.module_type
-                parts.append(df)
+                root = L.module_type_of(ds.parent_path.split("/")[0]) if ds.parent_path else ds.module_type
+                cols["module_path"].extend(
+                    base if (not m or m == ds.module) else f"{base}/{m}" for m in rows["module"])
+                for key, val in (("sheet", s), ("module_type", ds.module_type), ("phase", ds.phase),
+                                 ("detail_module", ds.module), ("root_type", root)):
+                    cols[key].extend([val] * n)
         if want_detail_rows:
             if not detail_names:
                 raise ReportFormatError("no kernel table: neither a 'Kernels (full)' sheet nor any detail sheet",
                                         path=p)
-            rep.kernels = pd.concat(parts, ignore_index=True)
+            order = ["name", "category", "dur_us", "module", "input_dims", "source", "row", "sheet",
+                     "module_type", "phase", "detail_module", "module_path", "root_type"]
+            rep.kernels = pd.DataFrame({k: cols[k] for k in order if k in cols})
             rep.kernels_from = "detail"
             rep.kernels_truncated = any(d.truncated for d in rep.detail_sheets)
     if use_full:
@@ -588,8 +593,10 @@ def kernel_table(report: Report) -> pd.DataFrame:
     for c in KERNEL_COLUMNS:
         if c not in df.columns:
             if c == "kind":
-                df[c] = ["memcpy" if "memcpy" in x.lower() else "memset" if "memset" in x.lower() else "kernel"
-                         for x in df["name"].astype(str)] if n else []
+                names = df["name"].astype(str)
+                kinds = {x: "memcpy" if "memcpy" in x.lower() else "memset" if "memset" in x.lower() else "kernel"
+                         for x in names.unique()}
+                df[c] = names.map(kinds) if n else []
             else:
                 df[c] = _UNKNOWN.get(c, "")
     extra = [c for c in ("sheet", "detail_module") if c in df.columns]
