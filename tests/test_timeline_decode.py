@@ -386,3 +386,18 @@ def test_start_skew_and_barrier_wait_verdicts():
     a = res.phases[0]
     assert a.occurrences[0].skew_ns == 900 and a.occurrences[0].wall_ns == 1900
     assert a.wait_after_mean_ns == pytest.approx(sum(5000 - (100 * b + 1000) for b in range(10)) / 10)
+
+
+def test_torch_tensor_input_matches_the_file():
+    """A probe buffer handed over as the torch tensor the kernel wrote (int64, as torch has no uint64 ops)."""
+    torch = pytest.importorskip("torch")
+    raw = np.fromfile(Path(__file__).parent / "fixtures" / "timeline" / "imbalanced_probe.bin", dtype="<u8")
+    t = torch.from_numpy(raw.view(np.int64).copy())
+    a, b = decode_buffer(t), decode_buffer(raw)
+    assert a.source == "<tensor>" and a.nblocks == b.nblocks == 132 and a.ngroups == b.ngroups == 2
+    assert np.array_equal(a.begin, b.begin) and np.array_equal(a.end, b.end) and np.array_equal(a.lane, b.lane)
+    # a strided (non-contiguous) view of the same data decodes the same
+    wide = torch.zeros((t.numel(), 2), dtype=torch.int64)
+    wide[:, 0] = t
+    c = decode_buffer(wide[:, 0])
+    assert np.array_equal(c.end, b.end)
