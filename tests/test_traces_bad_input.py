@@ -74,6 +74,13 @@ def test_json_without_trace_events(tmp_path):
     _expect(TraceFormatError, p, "traceevents")
 
 
+def test_trace_events_of_the_wrong_type(tmp_path):
+    p = tmp_path / "wrong.json"
+    p.write_text(json.dumps({"traceEvents": 5}))
+    msg = _expect(TraceFormatError, p, "not a kineto trace", "traceevents")
+    assert "not valid json" not in msg.lower()
+
+
 def test_truncated_json(tmp_path):
     text = json.dumps(_events())
     p = tmp_path / "half.json"

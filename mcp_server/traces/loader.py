@@ -459,6 +459,9 @@ def _whole(p: Path, coll: _Collector) -> dict[str, Any]:
         raise TraceFormatError("trace file is empty", path=p)
     try:
         top = _top_dec.decode(blob)
+    except msgspec.ValidationError as exc:  # valid JSON, wrong shape (ValidationError subclasses DecodeError)
+        raise TraceFormatError(f"JSON is not a Kineto trace: {exc}", path=p,
+                               hint="'traceEvents' must be a list of event objects") from None
     except msgspec.DecodeError as exc:
         text = str(exc)
         if "UTF-8" in text:
