@@ -20,42 +20,47 @@ from mcp_server.traces import analyze_trace
 from conftest import TRACES
 
 
+def _program(draw) -> list[tuple[int, int]]:
+    """A random sequence of (event, type) with properly nested phases, every phase closed."""
+    recs, stack = [], []
+    for _ in range(draw(st.integers(1, 12))):
+        can_open = [e for e in range(4) if e not in stack]
+        if stack and (not can_open or draw(st.booleans())):
+            recs.append((stack.pop(), L.END))
+        else:
+            ev = draw(st.sampled_from(can_open))
+            recs.append((ev, L.BEGIN))
+            stack.append(ev)
+    while stack:
+        recs.append((stack.pop(), L.END))
+    return recs
+
+
 @st.composite
 def probe_runs(draw):
-    """Writers that each run a random program of properly nested phases; times start anywhere in
-    the 32-bit window (so some lanes wrap) and every step advances 32..5000 ns."""
+    """Writers that each run a program of properly nested phases (one shared program, as the
+    blocks of a persistent kernel do, or one per writer); times start anywhere in the 32-bit
+    window (so some lanes wrap) and every step advances 32..5000 ns."""
     nblocks = draw(st.integers(1, 6))
     ngroups = draw(st.integers(1, 3))
     layout = draw(st.sampled_from(["legacy", "sm"]))
+    shared = _program(draw) if draw(st.booleans()) else None
     start = draw(st.integers(0, (1 << 32) - 1))
     lanes = {}
     expected = set()
     for b in range(nblocks):
         for g in range(ngroups):
             t = start + draw(st.integers(0, 2000))
-            recs, stack, occ = [], [], {}
-            for _ in range(draw(st.integers(1, 12))):
-                # open a new phase (an event not already open) or close the innermost one
-                can_open = [e for e in range(4) if e not in [s[0] for s in stack]]
-                if stack and (not can_open or draw(st.booleans())):
-                    ev, t0 = stack.pop()
-                    t += draw(st.integers(32, 5000))
-                    recs.append((ev, L.END, t))
+            recs, opened, occ = [], {}, {}
+            for ev, kind in (shared if shared is not None else _program(draw)):
+                t += draw(st.integers(32, 5000))
+                recs.append((ev, kind, t))
+                if kind == L.BEGIN:
+                    opened[ev] = t
+                else:
                     k = occ.get(ev, 0)
                     occ[ev] = k + 1
-                    expected.add((b * ngroups + g, ev, k, t - t0))
-                else:
-                    ev = draw(st.sampled_from(can_open))
-                    t += draw(st.integers(32, 5000))
-                    recs.append((ev, L.BEGIN, t))
-                    stack.append((ev, t))
-            while stack:
-                ev, t0 = stack.pop()
-                t += draw(st.integers(32, 5000))
-                recs.append((ev, L.END, t))
-                k = occ.get(ev, 0)
-                occ[ev] = k + 1
-                expected.add((b * ngroups + g, ev, k, t - t0))
+                    expected.add((b * ngroups + g, ev, k, t - opened.pop(ev)))
             lanes[(b, g)] = recs
     return nblocks, ngroups, layout, lanes, expected
 

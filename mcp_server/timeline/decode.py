@@ -267,7 +267,9 @@ def decode_buffer(buf: BufferLike, tag_layout: Optional[str] = None) -> Decoded:
     i_event, i_ts, i_lane = event[is_inst], ts[is_inst], lanes2d[is_inst]
 
     iv = _pair_rounds(kind, event, ts, lanes2d, lane_sm)
-    if iv is None:  # nested, unmatched or interleaved records: the general matcher, in lane order
+    if iv is None:  # nested or interleaved, but every writer ran the same program: pair it once
+        iv = _pair_uniform(kind, event, ts, lane_sm, st)
+    if iv is None:  # writers differ: the general matcher, in lane order
         kind_t = np.ascontiguousarray(kind.T)
         keep = (kind_t == BEGIN) | (kind_t == END)
         f_kind, f_event = kind_t[keep], np.ascontiguousarray(event.T)[keep]
@@ -341,6 +343,29 @@ def _pair_rounds(kind, event, ts, lanes2d, lane_sm):
             np.copyto(occ2d, c, where=m)
     occ = occ2d.reshape(-1) if isinstance(sel, slice) else occ2d[pair_ok]
     return (ev, ln, np.ascontiguousarray(occ), b, e, np.ones(ev.size, dtype=np.int16), lane_sm[ln])
+
+
+def _pair_uniform(kind, event, ts, lane_sm, st: DecodeStats):
+    """Fast path for nested or interleaved phases when every writer recorded the same sequence of
+    (event, type) (a persistent kernel whose blocks all run the same phase program): the begin/end
+    matching is done once on that sequence (rounds long) and applied to every writer by gathering
+    whole rows of the round-major time grid. Unmatched records count once per writer. None when
+    the writers' sequences differ."""
+    rounds, nlanes = kind.shape
+    k0, e0 = kind[:, 0], event[:, 0]
+    if nlanes > 1 and not (np.array_equal(kind, np.broadcast_to(k0[:, None], kind.shape))
+                           and np.array_equal(event, np.broadcast_to(e0[:, None], event.shape))):
+        return None
+    sel = np.flatnonzero((k0 == BEGIN) | (k0 == END))
+    one = DecodeStats()
+    ev, _, occ, rb, re_, depth, _ = _pair(k0[sel], e0[sel], np.zeros(sel.size, np.int32), sel.astype(np.int64),
+                                          np.full(sel.size, -1, np.int16), one)
+    st.unmatched_begins += one.unmatched_begins * nlanes
+    st.unmatched_ends += one.unmatched_ends * nlanes
+    npairs = ev.size
+    lanes = np.arange(nlanes, dtype=np.int32)
+    return (np.repeat(ev, nlanes), np.tile(lanes, npairs), np.repeat(occ, nlanes),
+            ts[rb].reshape(-1), ts[re_].reshape(-1), np.repeat(depth, nlanes), np.tile(lane_sm, npairs))
 
 
 def _pair_alternating(kind, event, lane, ts, lane_sm):
