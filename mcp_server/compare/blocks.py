@@ -20,9 +20,6 @@ mlp_down_proj, ...). The CSV header comment documents the key; in short:
 from __future__ import annotations
 
 import bisect
-import csv
-import hashlib
-import io
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -32,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from mcp_server import shared_path
-from mcp_server.errors import CategoriesError, FileMissingError
+from mcp_server.rules import parse_rule_table, read_rules_file
 
 GENERIC_LEAVES = frozenset({
     "Linear", "ReplicatedLinear", "ColumnParallelLinear", "RowParallelLinear", "LinearBase",
@@ -82,48 +79,21 @@ class BlockRules:
 
 
 def parse_blocks(text: str, source: str = "<string>") -> BlockRules:
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    rows = list(csv.reader(io.StringIO("\n".join(lines))))
-    if not rows:
-        raise CategoriesError("functional blocks file has no header; expected 'pattern,block,role'", path=source)
-    header = [h.strip().lower() for h in rows[0]]
-    if "pattern" not in header or "block" not in header:
-        raise CategoriesError(f"header must name columns 'pattern' and 'block' (and optionally 'role'), found {rows[0]!r}", path=source)
-    pi, bi = header.index("pattern"), header.index("block")
-    ri = header.index("role") if "role" in header else None
-    rules = []
-    for n, row in enumerate(rows[1:], start=2):
-        if len(row) <= max(pi, bi):
-            raise CategoriesError(f"data row {n}: expected 'pattern,block,role', got {row!r}", path=source)
-        pat, block = row[pi].strip(), row[bi].strip()
-        role = row[ri].strip() if ri is not None and len(row) > ri else ""
-        if not pat or not block:
-            raise CategoriesError(f"data row {n}: empty pattern or block", path=source)
-        try:
-            rx = re.compile(pat, re.IGNORECASE)
-        except re.error as exc:
-            raise CategoriesError(f"data row {n}: bad regex {pat!r}: {exc}", path=source) from None
-        rules.append(BlockRule(pat, block, role, rx))
-    if not rules:
-        raise CategoriesError("no block rules found", path=source)
-    return BlockRules(tuple(rules), source, hashlib.sha256(text.encode()).hexdigest())
+    table = parse_rule_table(text, source, required=("pattern", "block"), optional=("role",),
+                             what="functional block rules")
+    rules = tuple(BlockRule(r.values["pattern"], r.values["block"], r.values["role"], r.regex) for r in table.rows)
+    return BlockRules(rules, source, table.sha256)
 
 
 @lru_cache(maxsize=8)
-def _load_cached(path: str, mtime_ns: int, size: int) -> BlockRules:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise CategoriesError("functional blocks file is not UTF-8 text", path=path) from None
-    return parse_blocks(text, source=path)
+def _parsed(source: str, text: str) -> BlockRules:
+    return parse_blocks(text, source=source)
 
 
 def load_blocks(path: str | Path | None = None) -> BlockRules:
     p = Path(path) if path else default_blocks_path()
-    if not p.is_file():
-        raise FileMissingError("functional blocks file not found", path=p, hint="pass a CSV with header 'pattern,block,role'")
-    st = p.stat()
-    return _load_cached(str(p.resolve()), st.st_mtime_ns, st.st_size)
+    text, resolved = read_rules_file(p, what="functional blocks", hint="pass a CSV with header 'pattern,block,role'")
+    return _parsed(resolved, text)
 
 
 def strip_suffix(instance: str) -> str:

@@ -9,16 +9,13 @@ content) and ``CategoryRules.classify``.
 """
 from __future__ import annotations
 
-import csv
-import hashlib
-import io
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from mcp_server import shared_path
-from mcp_server.errors import CategoriesError, FileMissingError
+from mcp_server.rules import parse_rule_table, read_rules_file
 
 DEFAULT_CATEGORY = "other"
 
@@ -68,54 +65,19 @@ class CategoryRules:
 
 
 def parse_categories(text: str, source: str = "<string>") -> CategoryRules:
-    """Parse categories CSV text; raises ``CategoriesError`` naming row and problem."""
-    reader = csv.reader(io.StringIO(text))
-    rows = [r for r in reader]
-    if not rows:
-        raise CategoriesError("categories file is empty; expected a header 'category,pattern'", path=source)
-    header = [h.strip().lower() for h in rows[0]]
-    if "category" not in header or "pattern" not in header:
-        raise CategoriesError(
-            f"header must name columns 'category' and 'pattern', found {rows[0]!r}", path=source
-        )
-    ci, pi = header.index("category"), header.index("pattern")
-    rules: list[CategoryRule] = []
-    for lineno, row in enumerate(rows[1:], start=2):
-        if not row or all(not c.strip() for c in row) or row[0].lstrip().startswith("#"):
-            continue
-        if len(row) <= max(ci, pi):
-            raise CategoriesError(f"line {lineno}: expected 'category,pattern', got {row!r}", path=source)
-        cat, pat = row[ci].strip(), row[pi].strip()
-        if not cat or not pat:
-            raise CategoriesError(f"line {lineno}: empty category or pattern", path=source)
-        try:
-            rx = re.compile(pat, re.IGNORECASE)
-        except re.error as exc:
-            raise CategoriesError(f"line {lineno}: bad regex for category {cat!r}: {exc}", path=source) from None
-        rules.append(CategoryRule(cat, pat, rx))
-    if not rules:
-        raise CategoriesError("no rules found", path=source)
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    return CategoryRules(tuple(rules), source, digest)
+    """Parse categories CSV text; raises ``CategoriesError`` naming the line and the problem."""
+    table = parse_rule_table(text, source, required=("category", "pattern"), what="category rules")
+    rules = tuple(CategoryRule(r.values["category"], r.values["pattern"], r.regex) for r in table.rows)
+    return CategoryRules(rules, source, table.sha256)
 
 
 @lru_cache(maxsize=16)
-def _load_cached(path: str, mtime_ns: int, size: int) -> CategoryRules:
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise CategoriesError("categories file is not UTF-8 text", path=path) from None
-    return parse_categories(text, source=path)
+def _parsed(source: str, text: str) -> CategoryRules:
+    return parse_categories(text, source=source)  # cached so the per-name memo lives across calls
 
 
 def load_categories(path: str | Path | None = None) -> CategoryRules:
     """Load rules from ``path`` or the shared default."""
     p = Path(path) if path else default_categories_path()
-    if not p.exists():
-        raise FileMissingError("categories file not found", path=p, hint="pass a CSV with header 'category,pattern'")
-    if p.is_dir():
-        raise FileMissingError("categories path is a directory, expected a CSV file", path=p)
-    st = p.stat()
-    rules = _load_cached(str(p.resolve()), st.st_mtime_ns, st.st_size)
-    return rules
+    text, resolved = read_rules_file(p, what="categories", hint="pass a CSV with header 'category,pattern'")
+    return _parsed(resolved, text)

@@ -417,8 +417,6 @@ def _pair(kind, event, lane, ts, sm, st: DecodeStats):
     shifted = np.minimum(s_rel, 0) - gid * big
     runmin = np.minimum.accumulate(shifted) + gid * big
     depth_after = s_rel - np.minimum(runmin, 0)
-    depth_before = depth_after - step
-    # depth_before is exact for begins; for an end it is the open count before it unless it was unmatched
     # an end is unmatched when the clamped depth before it is 0
     prev_depth = np.where(start, 0, np.concatenate([[0], depth_after[:-1]]))
     unmatched_end = (kind == END) & (prev_depth == 0)

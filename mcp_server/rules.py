@@ -1,0 +1,90 @@
+"""Ordered regex-rule tables kept in user-editable CSV files (``_shared/*.csv``).
+
+Both the kernel categories (``category,pattern``) and the functional blocks
+(``pattern,block,role``) are such tables: a header naming the columns (any
+order), one rule per row, ``#`` comment lines and blank lines ignored, each
+pattern a case-insensitive regular expression, first match wins. This module
+parses and loads them (cached per path, mtime and size); the callers turn rows
+into their own rule types.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+from mcp_server.errors import CategoriesError, FileMissingError
+
+
+@dataclass(frozen=True)
+class RuleRow:
+    line: int                 # line number in the file (header = 1)
+    values: dict[str, str]    # column -> stripped text ('' for an absent optional column)
+    regex: re.Pattern[str]    # the compiled pattern column
+
+
+@dataclass(frozen=True)
+class RuleTable:
+    rows: tuple[RuleRow, ...]
+    source: str
+    sha256: str
+
+
+def parse_rule_table(text: str, source: str, *, required: Sequence[str], optional: Sequence[str] = (),
+                     pattern: str = "pattern", what: str = "rules") -> RuleTable:
+    """Parse CSV text; raises ``CategoriesError`` naming the file, the line and the problem."""
+    numbered = [(i, ln) for i, ln in enumerate(text.splitlines(), start=1)
+                if ln.strip() and not ln.lstrip().startswith("#")]
+    if not numbered:
+        raise CategoriesError(f"{what} file is empty; expected a header '{','.join(required)}'", path=source)
+    rows = list(csv.reader(io.StringIO("\n".join(ln for _, ln in numbered))))
+    header = [h.strip().lower() for h in rows[0]]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise CategoriesError(f"header must name the columns {', '.join(map(repr, required))}"
+                              + (f" (optionally {', '.join(map(repr, optional))})" if optional else "")
+                              + f"; found {rows[0]!r}", path=source)
+    idx = {c: header.index(c) for c in (*required, *optional) if c in header}
+    need = max(idx[c] for c in required)
+    out: list[RuleRow] = []
+    for (line, _), row in zip(numbered[1:], rows[1:]):
+        if len(row) <= need:
+            raise CategoriesError(f"line {line}: expected '{','.join(header)}', got {row!r}", path=source)
+        values = {c: (row[i].strip() if i < len(row) else "") for c, i in idx.items()}
+        for c in optional:
+            values.setdefault(c, "")
+        empty = [c for c in required if not values[c]]
+        if empty:
+            raise CategoriesError(f"line {line}: empty {', '.join(empty)}", path=source)
+        try:
+            rx = re.compile(values[pattern], re.IGNORECASE)
+        except re.error as exc:
+            raise CategoriesError(f"line {line}: bad regex {values[pattern]!r}: {exc}", path=source) from None
+        out.append(RuleRow(line, values, rx))
+    if not out:
+        raise CategoriesError(f"no {what} found", path=source)
+    return RuleTable(tuple(out), source, hashlib.sha256(text.encode()).hexdigest())
+
+
+@lru_cache(maxsize=32)
+def _read_cached(path: str, mtime_ns: int, size: int, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise CategoriesError(f"{what} file is not UTF-8 text", path=path) from None
+
+
+def read_rules_file(path: Path, *, what: str, hint: str) -> tuple[str, str]:
+    """(text, resolved path) of a rules file; typed errors for a missing file or a directory."""
+    if not path.exists():
+        raise FileMissingError(f"{what} file not found", path=path, hint=hint)
+    if path.is_dir():
+        raise FileMissingError(f"{what} path is a directory, expected a CSV file", path=path)
+    resolved = str(path.resolve())
+    st = path.stat()
+    return _read_cached(resolved, st.st_mtime_ns, st.st_size, what), resolved

@@ -1,0 +1,84 @@
+"""The shared rule tables: kernel categories and functional blocks (one parser, typed errors)."""
+from __future__ import annotations
+
+import pytest
+
+from mcp_server.compare.blocks import load_blocks
+from mcp_server.compare.categories import DEFAULT_CATEGORY, load_categories, parse_categories
+from mcp_server.errors import CategoriesError, FileMissingError
+
+# Kernel names as they appear in the H200 fixtures and in public NVIDIA / AMD traces.
+CASES = {
+    "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)": "communication",
+    "cross_device_reduce_1stage<__hip_bfloat16, 8>": "communication",
+    "Memcpy DtoH (Device -> Pinned)": "memcpy",
+    "Memset (Device)": "memset",
+    "fused_moe_kernel": "moe",
+    "void aiter::moe_sorting_kernel<...>": "moe",
+    "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x64_4x1x1_kernel0_0": "attention",
+    "void at::native::(anonymous namespace)::softmax_warp_forward<c10::BFloat16, float, float, 8, false, false>": "attention",
+    "flashinfer::BatchPrefillWithPagedKVCacheKernel": "attention",
+    "_fwd_grouped_kernel_stage1": "attention",  # SGLang triton decode attention (MLA and MHA)
+    "_fwd_kernel_stage2": "attention",
+    "void rotary_embedding_kernel<c10::BFloat16, true>": "rope",
+    "void at::native::(anonymous namespace)::indexSelectSmallIndex<c10::BFloat16, long, unsigned int, 2, 2, -2>": "embedding",
+    "_per_token_group_quant_fp8": "quantization",
+    "void vllm::rms_norm_kernel<c10::BFloat16>": "normalization",
+    "nvjet_sm90_tst_64x8_64x16_1x2_h_bz_NNT": "gemm",
+    "Cijk_Alik_Bljk_BBS_BH_MT128x128x64_MI16x16x1": "gemm",
+    "void deep_gemm::fp8_gemm_kernel<...>": "gemm",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel(...)>": "activation",
+    "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(...)>": "elementwise",
+    "some_brand_new_kernel": DEFAULT_CATEGORY,
+}
+
+
+def test_shared_categories_cover_nvidia_and_amd_names():
+    rules = load_categories()
+    got = {name: rules.classify(name) for name in CASES}
+    assert got == CASES
+    assert rules.categories[-1] == DEFAULT_CATEGORY and len(rules.sha256) == 64
+
+
+def test_first_match_wins_and_case_is_ignored():
+    rules = parse_categories("category,pattern\n# comment\nfirst,GEMM\n\nsecond,gemm|x\n")
+    assert rules.classify("my_gemm_kernel") == "first" and rules.classify("x") == "second"
+
+
+@pytest.mark.parametrize("text,words", [
+    ("", "empty"),
+    ("name,regex\na,b\n", "header must name"),
+    ("category,pattern\nattention,flash(\n", "line 2: bad regex"),
+    ("category,pattern\n# a comment\nattention,\n", "line 3: empty pattern"),
+    ("category,pattern\n", "no category rules"),
+])
+def test_malformed_categories_are_typed_errors(tmp_path, text, words):
+    p = tmp_path / "cats.csv"
+    p.write_text(text)
+    with pytest.raises(CategoriesError) as ei:
+        load_categories(p)
+    assert words in str(ei.value) and str(p) in str(ei.value)
+
+
+def test_missing_file_directory_and_edits_are_seen(tmp_path):
+    with pytest.raises(FileMissingError):
+        load_categories(tmp_path / "nope.csv")
+    with pytest.raises(FileMissingError, match="directory"):
+        load_categories(tmp_path)
+    p = tmp_path / "cats.csv"
+    p.write_text("category,pattern\nalpha,foo\n")
+    assert load_categories(p).classify("foo_kernel") == "alpha"
+    p.write_text("category,pattern\nbeta,foo\n# edited by the user\n")
+    assert load_categories(p).classify("foo_kernel") == "beta"  # a changed file is re-read
+
+
+def test_blocks_table_uses_the_same_parser(tmp_path):
+    blocks = load_blocks()
+    assert blocks.match("LlamaForCausalLM/LlamaModel/LlamaDecoderLayer/LlamaAttention/Linear@post", "Linear")[0] \
+        == "attn_o_proj"
+    p = tmp_path / "blocks.csv"
+    p.write_text("pattern,block\nAttention,attn\n")
+    assert load_blocks(p).match("X/MyAttention", "MyAttention") == ("attn", "")
+    p.write_text("block,role\nattn,core\n")
+    with pytest.raises(CategoriesError, match="'pattern'"):
+        load_blocks(p)
