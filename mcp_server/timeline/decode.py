@@ -267,8 +267,8 @@ def decode_buffer(buf: BufferLike, tag_layout: Optional[str] = None) -> Decoded:
     i_event, i_ts, i_lane = event[is_inst], ts[is_inst], lanes2d[is_inst]
 
     iv = _pair_rounds(kind, event, ts, lanes2d, lane_sm)
-    if iv is None:  # nested or interleaved, but every writer ran the same program: pair it once
-        iv = _pair_uniform(kind, event, ts, lane_sm, st)
+    if iv is None:  # nested or interleaved, but the writers ran few distinct programs: pair each once
+        iv = _pair_programs(kind, event, ts, lane_sm, st)
     if iv is None:  # writers differ: the general matcher, in lane order
         kind_t = np.ascontiguousarray(kind.T)
         keep = (kind_t == BEGIN) | (kind_t == END)
@@ -345,27 +345,93 @@ def _pair_rounds(kind, event, ts, lanes2d, lane_sm):
     return (ev, ln, np.ascontiguousarray(occ), b, e, np.ones(ev.size, dtype=np.int16), lane_sm[ln])
 
 
-def _pair_uniform(kind, event, ts, lane_sm, st: DecodeStats):
-    """Fast path for nested or interleaved phases when every writer recorded the same sequence of
-    (event, type) (a persistent kernel whose blocks all run the same phase program): the begin/end
-    matching is done once on that sequence (rounds long) and applied to every writer by gathering
-    whole rows of the round-major time grid. Unmatched records count once per writer. None when
-    the writers' sequences differ."""
+MAX_PROGRAMS = 64  # more distinct writer programs than this: the per-writer matcher
+
+
+def _spread(per_program: np.ndarray, inv: np.ndarray) -> np.ndarray:
+    """(rows x programs) -> (rows x writers): each writer's column is its program's. Broadcast
+    selects for a few programs (contiguous passes), a column gather beyond that."""
+    G = per_program.shape[1]
+    if G > 8:
+        return per_program[:, inv]
+    out = np.empty((per_program.shape[0], inv.size), dtype=per_program.dtype)
+    out[...] = per_program[:, :1]
+    for g in range(1, G):
+        np.copyto(out, per_program[:, g:g + 1], where=(inv == g)[None, :])
+    return out
+
+
+def _pair_programs(kind, event, ts, lane_sm, st: DecodeStats):
+    """Fast path for nested or interleaved phases when the writers ran few distinct programs
+    (sequences of (event, type)): a persistent kernel whose blocks all run one phase program, or
+    a few roles (a block that also reduces, producer and consumer groups). Writers are grouped by
+    program (a hash of their column, then checked exactly); the begin/end matching is done once
+    per program, on its sequence (rounds long), and applied to all its writers by gathering the
+    time grid. Unmatched records count once per writer. None when there are more than
+    ``MAX_PROGRAMS`` programs."""
     rounds, nlanes = kind.shape
-    k0, e0 = kind[:, 0], event[:, 0]
-    if nlanes > 1 and not (np.array_equal(kind, np.broadcast_to(k0[:, None], kind.shape))
-                           and np.array_equal(event, np.broadcast_to(e0[:, None], event.shape))):
+    code = event.astype(np.uint64) * np.uint64(5) + (kind + 1).astype(np.uint64)  # type -1 (empty) .. 3
+    weights = np.random.default_rng(0x6B73).integers(1, 1 << 62, size=rounds, dtype=np.uint64) | np.uint64(1)
+    with np.errstate(over="ignore"):
+        h = (code * weights[:, None]).sum(axis=0, dtype=np.uint64)  # wraps mod 2**64
+    del code
+    uniq, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    if uniq.size > MAX_PROGRAMS:
         return None
-    sel = np.flatnonzero((k0 == BEGIN) | (k0 == END))
-    one = DecodeStats()
-    ev, _, occ, rb, re_, depth, _ = _pair(k0[sel], e0[sel], np.zeros(sel.size, np.int32), sel.astype(np.int64),
-                                          np.full(sel.size, -1, np.int16), one)
-    st.unmatched_begins += one.unmatched_begins * nlanes
-    st.unmatched_ends += one.unmatched_ends * nlanes
-    npairs = ev.size
+    G = uniq.size
+    reps = first.astype(np.int64)  # one writer per program
+    if G == 1:
+        same = (np.array_equal(kind, np.broadcast_to(kind[:, reps[0]][:, None], kind.shape))
+                and np.array_equal(event, np.broadcast_to(event[:, reps[0]][:, None], event.shape)))
+    else:  # every writer's column against its program's representative
+        same = (np.array_equal(kind, _spread(kind[:, reps], inv)) and np.array_equal(event, _spread(event[:, reps], inv)))
+    if not same:
+        return None  # a hash collision: writers that only looked alike
+    progs = []
+    for rep in reps.tolist():
+        k0, e0 = kind[:, rep], event[:, rep]
+        sel = np.flatnonzero((k0 == BEGIN) | (k0 == END))
+        one = DecodeStats()
+        ev, _, occ, rb, re_, depth, _ = _pair(k0[sel], e0[sel], np.zeros(sel.size, np.int32), sel.astype(np.int64),
+                                              np.full(sel.size, -1, np.int16), one)
+        progs.append((ev, occ, rb, re_, depth, one))
+    counts = np.bincount(inv, minlength=G)
+    for g, (*_, one) in enumerate(progs):
+        st.unmatched_begins += one.unmatched_begins * int(counts[g])
+        st.unmatched_ends += one.unmatched_ends * int(counts[g])
     lanes = np.arange(nlanes, dtype=np.int32)
-    return (np.repeat(ev, nlanes), np.tile(lanes, npairs), np.repeat(occ, nlanes),
-            ts[rb].reshape(-1), ts[re_].reshape(-1), np.repeat(depth, nlanes), np.tile(lane_sm, npairs))
+    if G == 1:
+        ev, occ, rb, re_, depth, _ = progs[0]
+        n = ev.size
+        return (np.repeat(ev, nlanes), np.tile(lanes, n), np.repeat(occ, nlanes), ts[rb].reshape(-1),
+                ts[re_].reshape(-1), np.repeat(depth, nlanes), np.tile(lane_sm, n))
+    # pairs of all programs side by side (padded to the longest), then spread to the writers
+    P = max(pr[0].size for pr in progs)
+    EV = np.zeros((P, G), np.int16)
+    OCC = np.zeros((P, G), np.int32)
+    RB = np.zeros((P, G), np.int64)
+    RE = np.zeros((P, G), np.int64)
+    DEP = np.zeros((P, G), np.int16)
+    valid = np.zeros((P, G), bool)
+    for g, (ev, occ, rb, re_, depth, _) in enumerate(progs):
+        n = ev.size
+        EV[:n, g], OCC[:n, g], RB[:n, g], RE[:n, g], DEP[:n, g] = ev, occ, rb, re_, depth
+        valid[:n, g] = True
+    flat = _spread(RB, inv)
+    flat *= nlanes
+    flat += lanes[None, :]  # round-major positions of the begins
+    b = ts.reshape(-1)[flat.reshape(-1)]
+    flat = _spread(RE, inv)
+    flat *= nlanes
+    flat += lanes[None, :]
+    e = ts.reshape(-1)[flat.reshape(-1)]
+    del flat
+    cols = (_spread(EV, inv).reshape(-1), np.tile(lanes, P), _spread(OCC, inv).reshape(-1), b, e,
+            _spread(DEP, inv).reshape(-1), np.tile(lane_sm, P))
+    if valid.all():  # programs of equal length: nothing padded
+        return cols
+    sel = valid[:, inv].reshape(-1)
+    return tuple(c[sel] for c in cols)
 
 
 def _pair_alternating(kind, event, lane, ts, lane_sm):
