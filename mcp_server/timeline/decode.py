@@ -370,6 +370,9 @@ def _pair_programs(kind, event, ts, lane_sm, st: DecodeStats):
     time grid. Unmatched records count once per writer. None when there are more than
     ``MAX_PROGRAMS`` programs."""
     rounds, nlanes = kind.shape
+    if (np.array_equal(kind, np.broadcast_to(kind[:, :1], kind.shape))
+            and np.array_equal(event, np.broadcast_to(event[:, :1], event.shape))):
+        return _spread_pairs(kind, event, ts, lane_sm, st, np.zeros(nlanes, np.int64), np.zeros(1, np.int64))
     code = event.astype(np.uint64) * np.uint64(5) + (kind + 1).astype(np.uint64)  # type -1 (empty) .. 3
     weights = np.random.default_rng(0x6B73).integers(1, 1 << 62, size=rounds, dtype=np.uint64) | np.uint64(1)
     with np.errstate(over="ignore"):
@@ -378,15 +381,18 @@ def _pair_programs(kind, event, ts, lane_sm, st: DecodeStats):
     uniq, first, inv = np.unique(h, return_index=True, return_inverse=True)
     if uniq.size > MAX_PROGRAMS:
         return None
-    G = uniq.size
     reps = first.astype(np.int64)  # one writer per program
-    if G == 1:
-        same = (np.array_equal(kind, np.broadcast_to(kind[:, reps[0]][:, None], kind.shape))
-                and np.array_equal(event, np.broadcast_to(event[:, reps[0]][:, None], event.shape)))
-    else:  # every writer's column against its program's representative
-        same = (np.array_equal(kind, _spread(kind[:, reps], inv)) and np.array_equal(event, _spread(event[:, reps], inv)))
-    if not same:
+    # every writer's column against its program's representative
+    if not (np.array_equal(kind, _spread(kind[:, reps], inv)) and np.array_equal(event, _spread(event[:, reps], inv))):
         return None  # a hash collision: writers that only looked alike
+    return _spread_pairs(kind, event, ts, lane_sm, st, inv.astype(np.int64), reps)
+
+
+def _spread_pairs(kind, event, ts, lane_sm, st: DecodeStats, inv: np.ndarray, reps: np.ndarray):
+    """Pair each program's sequence once (on its representative writer ``reps[g]``) and spread the
+    intervals to the writers of that program (``inv``: program of each writer)."""
+    nlanes = kind.shape[1]
+    G = reps.size
     progs = []
     for rep in reps.tolist():
         k0, e0 = kind[:, rep], event[:, rep]
