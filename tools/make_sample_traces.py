@@ -24,7 +24,6 @@ import argparse
 import gzip
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
