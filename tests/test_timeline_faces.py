@@ -136,3 +136,23 @@ def test_skill_frontmatter_and_commands():
     assert a.events == "load,compute" and a.png == "g.png" and a.json
     c = p.parse_args(["timeline", "compare", "a.bin", "b.bin", "--events", "x"])
     assert (c.before, c.after) == ("a.bin", "b.bin")
+
+
+def test_perfetto_export_is_capped_with_a_warning(tmp_path):
+    from mcp_server.timeline.analysis import analyze_decoded
+    from mcp_server.timeline.decode import decode_buffer
+    from mcp_server.timeline.export import write_perfetto
+
+    dec = decode_buffer(TL / "imbalanced_probe.bin")
+    res = analyze_decoded(dec, (TL / "phases.events").read_text().split())
+    total = int(dec.event.size)
+    out = write_perfetto(dec, res, tmp_path / "cap.json", max_intervals=100)
+    doc = json.loads(out.read_text())
+    phases = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(phases) == 100 and doc["otherData"]["intervals_total"] == total
+    first = sorted(dec.begin.tolist())[:100]
+    assert sorted(round(e["ts"] * 1000) for e in phases) == first  # the earliest intervals are kept
+    w = [x for x in res.warnings if x.code == "perfetto_capped"]
+    assert w and w[0].count == total - 100
+    full = json.loads(write_perfetto(dec, res, tmp_path / "all.json").read_text())
+    assert sum(e["ph"] == "X" for e in full["traceEvents"]) == total

@@ -15,6 +15,7 @@ from typing import Union
 import numpy as np
 
 from mcp_server.atomic import atomic_target, atomic_write_bytes
+from mcp_server.models import Warning_
 from mcp_server.timeline.decode import Decoded
 from mcp_server.timeline.models import TimelineAnalysis
 
@@ -27,7 +28,11 @@ def _names(res: TimelineAnalysis) -> dict[int, str]:
     return m
 
 
-def perfetto_events(dec: Decoded, res: TimelineAnalysis) -> list[dict]:
+MAX_PERFETTO_INTERVALS = 2_000_000  # the Perfetto UI struggles well before this; a JSON of ~250 MB
+
+
+def perfetto_events(dec: Decoded, res: TimelineAnalysis, keep: "np.ndarray | None" = None) -> list[dict]:
+    """Chrome/Perfetto trace events; ``keep``: indices of the intervals to write (default all)."""
     names = _names(res)
     ng = dec.ngroups
     sm_known = bool((dec.lane_sm >= 0).any())
@@ -49,8 +54,9 @@ def perfetto_events(dec: Decoded, res: TimelineAnalysis) -> list[dict]:
     for lane in lanes_used.tolist():
         sm = int(dec.lane_sm[lane]) if sm_known else -1
         lane_pid[lane] = sm + 1 if sm >= 0 else 0
-    for e, lane, occ, b, en in zip(dec.event.tolist(), dec.lane.tolist(), dec.occurrence.tolist(),
-                                   dec.begin.tolist(), dec.end.tolist()):
+    sel = slice(None) if keep is None else keep
+    for e, lane, occ, b, en in zip(dec.event[sel].tolist(), dec.lane[sel].tolist(), dec.occurrence[sel].tolist(),
+                                   dec.begin[sel].tolist(), dec.end[sel].tolist()):
         ev.append({"ph": "X", "name": names.get(e, f"event{e}"), "cat": "phase", "pid": lane_pid[lane],
                    "tid": lane, "ts": b / 1000.0, "dur": (en - b) / 1000.0,
                    "args": {"occurrence": occ, "block": lane // ng, "group": lane % ng}})
@@ -60,12 +66,23 @@ def perfetto_events(dec: Decoded, res: TimelineAnalysis) -> list[dict]:
     return ev
 
 
-def write_perfetto(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.PathLike]) -> Path:
+def write_perfetto(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.PathLike], *,
+                   max_intervals: int = MAX_PERFETTO_INTERVALS) -> Path:
+    """Write the Perfetto JSON. Past ``max_intervals`` only the earliest intervals are written and
+    a ``perfetto_capped`` warning is added to ``res``."""
+    total = int(dec.event.size)
+    keep = None
+    if total > max_intervals:
+        keep = np.sort(np.argsort(dec.begin, kind="stable")[:max_intervals])
+        res.warnings.append(Warning_(code="perfetto_capped", count=total - max_intervals, message=(
+            f"Perfetto export holds the earliest {max_intervals:,} of {total:,} intervals (the viewer does "
+            "not cope with more); the analysis used all of them")))
     doc = {
-        "traceEvents": perfetto_events(dec, res),
+        "traceEvents": perfetto_events(dec, res, keep),
         "displayTimeUnit": "ns",
         "otherData": {"source": res.source, "nblocks": res.nblocks, "ngroups": res.ngroups,
-                      "tag_layout": res.tag_layout, "producer": "kernelscope timeline"},
+                      "tag_layout": res.tag_layout, "producer": "kernelscope timeline",
+                      "intervals_total": total, "intervals_written": total if keep is None else int(keep.size)},
     }
     return atomic_write_bytes(path, json.dumps(doc, separators=(",", ":")).encode(), what="Perfetto trace")
 
