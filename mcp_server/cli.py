@@ -189,6 +189,8 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--phase", choices=["prefill", "decode"], help="keep only this phase's kernels")
     p.add_argument("--categories", help="categories CSV (default _shared/kernel_categories.csv)")
     p.add_argument("--blocks", help="functional blocks CSV (default _shared/functional_blocks.csv)")
+    p.add_argument("--reference-a", help="eager trace of A's model: attributes A's CUDA-graph replays (decode)")
+    p.add_argument("--reference-b", help="eager trace of B's model: attributes B's CUDA-graph replays (decode)")
     p.add_argument("-o", "--output", dest="output_xlsx", help="write the diff workbook (.xlsx) here")
     p.add_argument("--html", dest="output_html", help="write a self-contained HTML report here")
     p.add_argument("--panels", type=int, default=6, help="block panels to print (default 6)")
@@ -202,7 +204,8 @@ def _run_compare(a: argparse.Namespace) -> int:
 
     with progress_bar("compare"):
         res = diff_modules(a.a, a.b, labels=a.labels, phase=a.phase, categories=a.categories, blocks=a.blocks,
-                           output_xlsx=a.output_xlsx, output_html=a.output_html)
+                           output_xlsx=a.output_xlsx, output_html=a.output_html,
+                           reference_a=a.reference_a, reference_b=a.reference_b)
     emit_json(res) if a.json else render_diff(res, out, panels=a.panels)
     return 0
 

@@ -164,11 +164,15 @@ async def diff_modules(
     a: Annotated[str, Field(description="Side A: trace (.json/.json.gz) or report (.xlsx)")],
     b: Annotated[str, Field(description="Side B: trace (.json/.json.gz) or report (.xlsx)")],
     labels: Annotated[Optional[list[str]], Field(description="Two labels for A and B (default: file names)")] = None,
+    reference_a: Annotated[Optional[str], Field(description=(
+        "Eager trace of A's model, to attribute A's CUDA-graph replays (decode) to modules"))] = None,
+    reference_b: Annotated[Optional[str], Field(description=(
+        "Eager trace of B's model, to attribute B's CUDA-graph replays (decode) to modules"))] = None,
     ctx: Context = None,  # type: ignore[assignment]
 ) -> DiffResult:
     from mcp_server.compare.diff import diff_modules as engine
 
-    return await run_engine(ctx, engine, a, b, labels=labels)
+    return await run_engine(ctx, engine, a, b, labels=labels, reference_a=reference_a, reference_b=reference_b)
 
 
 # --------------------------------------------------------------------------- refs

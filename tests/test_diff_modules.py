@@ -161,7 +161,7 @@ def test_mcp_tools_answer_with_output_schemas(tmp_path):
             return tools, d, bu, bad
 
     tools, d, bu, bad = anyio.run(go)
-    assert set(tools["diff_modules"].input_schema["properties"]) == {"a", "b", "labels"}
+    assert set(tools["diff_modules"].input_schema["properties"]) == {"a", "b", "labels", "reference_a", "reference_b"}
     assert {"a", "b", "labels", "phase"} == set(tools["budget"].input_schema["properties"])
     assert "blocks" in tools["diff_modules"].output_schema["properties"]
     assert "rows" in tools["budget"].output_schema["properties"]
@@ -286,3 +286,33 @@ def test_improve_compares_per_launch_time():
         assert (s.us / s.count) >= 1.5 * (f.us / f.count)
     # no IMPROVE is raised from launch counts alone: eager vs sdpa have none
     assert not [a for b in diff_modules(EAGER, SDPA).blocks for a in b.annotations if a.kind == "IMPROVE"]
+
+
+def test_graph_only_decode_side_attributed_through_a_reference_trace():
+    """A graph-replay-only decode trace has no module spans; with an eager reference trace of the same
+    model its kernels land in the same blocks as the mixed trace's replays."""
+    from conftest import TRACES
+
+    from mcp_server.compare.diff import diff_modules as diff
+
+    graph, mixed = TRACES / "llama_decode_graph.json.gz", TRACES / "llama_decode_mixed.json.gz"
+    bare = diff(graph, mixed, labels=["graph", "mixed"], phase="decode")
+    assert bare.blocks[0].block == "graph replay, unattributed" and bare.blocks[0].a_us == bare.a.total_us
+    res = diff(graph, mixed, labels=["graph", "mixed"], phase="decode", reference_a=mixed)
+    blocks = {b.block: b for b in res.blocks}
+    assert "graph replay, unattributed" not in blocks
+    assert blocks["attn_core"].a_us > 0 and blocks["mlp_down_proj"].a_us > 0
+    # the graph trace holds 3 replays and the mixed one an eager step plus the same 3 replays
+    assert res.a.kernel_count == 399 and res.b.kernel_count > res.a.kernel_count
+
+
+def test_reference_trace_is_refused_for_a_report(tmp_path):
+    import pytest as _pytest
+
+    from mcp_server.compare.inputs import load_side
+    from mcp_server.errors import InputError
+
+    p = tmp_path / "r.xlsx"
+    p.write_bytes(b"PK")
+    with _pytest.raises(InputError, match="reference trace applies to trace inputs only"):
+        load_side(p, reference=p)

@@ -144,10 +144,13 @@ def _annotate(a: list[Item], b: list[Item], pairs, la: str, lb: str) -> list[Ann
 def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = None,
                  categories: str | os.PathLike | None = None, blocks: str | os.PathLike | None = None,
                  phase: Optional[str] = None, output_xlsx: str | os.PathLike | None = None,
-                 output_html: str | os.PathLike | None = None) -> DiffResult:
-    """Module-grouped comparison of two runs (see module doc)."""
+                 output_html: str | os.PathLike | None = None, reference_a: str | os.PathLike | None = None,
+                 reference_b: str | os.PathLike | None = None) -> DiffResult:
+    """Module-grouped comparison of two runs (see module doc). ``reference_a`` / ``reference_b``:
+    an eager trace of the same model per side, to attribute a graph-replay (decode) trace."""
     rules = load_blocks(blocks)
-    sa, sb = load_sides(a, b, categories=categories, phase=phase, purpose="diff")
+    sa, sb = load_sides(a, b, categories=categories, phase=phase, purpose="diff",
+                        references=(reference_a, reference_b))
     distinct_labels(sa, sb, list(labels) if labels else None)
     for s in (sa, sb):
         if s.kernels is None:

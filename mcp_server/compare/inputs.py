@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Sequence, Literal, Optional
 
 import pandas as pd
 
@@ -108,12 +108,14 @@ def side_from_frame(df: pd.DataFrame, *, label: str, path: str = "<table>", cate
 
 
 def load_side(path: str | os.PathLike, *, categories: str | os.PathLike | None = None, phase: Optional[str] = None,
-              label: Optional[str] = None, purpose: Purpose = "diff") -> Side:
+              label: Optional[str] = None, purpose: Purpose = "diff",
+              reference: str | os.PathLike | None = None) -> Side:
     """Load one side of a comparison (see module doc).
 
     ``phase`` (prefill | decode) keeps only that phase's kernels; it is an error when the
     side has kernels but none in that phase. ``purpose='budget'`` reads only what the budget
-    needs (for an upstream report: the ``GPU Kernels`` sheet).
+    needs (for an upstream report: the ``GPU Kernels`` sheet). ``reference``: an eager trace of
+    the same model that attributes a trace's CUDA-graph replays to modules (traces only).
     """
     if phase not in (None, "", "prefill", "decode"):
         raise InputError(f"phase must be 'prefill' or 'decode', got {phase!r}")
@@ -125,20 +127,23 @@ def load_side(path: str | os.PathLike, *, categories: str | os.PathLike | None =
     lbl = label or default_label(p)
     rules = load_categories(categories)
     if _kind_of(p) == "trace":
-        side = _load_trace(p, lbl, categories, rules)
+        side = _load_trace(p, lbl, categories, rules, reference)
     else:
+        if reference:
+            raise InputError("a reference trace applies to trace inputs only, not to reports", path=p)
         side = _load_report(p, lbl, rules, purpose)
     if phase:
         side = filter_phase(side, phase)
     return side
 
 
-def _load_trace(p: Path, label: str, categories, rules: CategoryRules) -> Side:
+def _load_trace(p: Path, label: str, categories, rules: CategoryRules, reference=None) -> Side:
     try:
         from mcp_server.traces import analyze_trace
     except ImportError:  # pragma: no cover - depends on the build
         raise ToolMissingError("the trace analyzer is not available in this build; pass a report (.xlsx)", path=p) from None
-    res = analyze_trace(str(p), categories=str(categories) if categories else None)
+    res = analyze_trace(str(p), categories=str(categories) if categories else None,
+                        reference_trace=str(reference) if reference else None)
     df = res.kernels
     if df is None:
         raise InputError("the trace analysis returned no kernel table", path=p)
@@ -192,19 +197,21 @@ def _load_report(p: Path, label: str, rules: CategoryRules, purpose: Purpose) ->
 
 
 def load_sides(a, b, *, categories: str | os.PathLike | None = None, phase: Optional[str] = None,
-               purpose: Purpose = "diff") -> tuple[Side, Side]:
-    """Load both sides concurrently (the xlsx parser releases the GIL); a ``Side`` passes through."""
+               purpose: Purpose = "diff", references: Sequence = (None, None)) -> tuple[Side, Side]:
+    """Load both sides concurrently (the xlsx parser releases the GIL); a ``Side`` passes through.
+    ``references``: per side, an eager trace that attributes that trace's CUDA-graph replays."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def one(x) -> Side:
+    def one(x, ref) -> Side:
         if isinstance(x, Side):
             return filter_phase(x, phase) if phase else x
-        return load_side(x, categories=categories, phase=phase, purpose=purpose)
+        return load_side(x, categories=categories, phase=phase, purpose=purpose, reference=ref)
 
+    ra, rb = references
     if isinstance(a, Side) or isinstance(b, Side):
-        return one(a), one(b)
+        return one(a, ra), one(b, rb)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="kernelscope-load") as pool:
-        fa, fb = pool.submit(one, a), pool.submit(one, b)
+        fa, fb = pool.submit(one, a, ra), pool.submit(one, b, rb)
         return fa.result(), fb.result()
 
 
