@@ -302,8 +302,12 @@ def test_graph_only_decode_side_attributed_through_a_reference_trace():
     blocks = {b.block: b for b in res.blocks}
     assert "graph replay, unattributed" not in blocks
     assert blocks["attn_core"].a_us > 0 and blocks["mlp_down_proj"].a_us > 0
-    # the graph trace holds 3 replays and the mixed one an eager step plus the same 3 replays
+    # the graph trace holds 3 replays and the mixed one an eager step plus the same 3 replays: 4 steps vs 3
     assert res.a.kernel_count == 399 and res.b.kernel_count > res.a.kernel_count
+    w = [x for x in res.warnings if x.code == "step_count_differs"]
+    assert w and "1.33x" in w[0].message
+    same = diff(TRACES / "llama_prefill_eager.json.gz", TRACES / "llama_prefill_sdpa.json.gz")
+    assert not [x for x in same.warnings if x.code == "step_count_differs"]
 
 
 def test_reference_trace_is_refused_for_a_report(tmp_path):

@@ -16,6 +16,8 @@ Blocks are sorted by |gap| (b - a); the first is marked for optimisation.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 import os
 from typing import Optional, Sequence, Union
 
@@ -188,6 +190,12 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
     out.sort(key=lambda d: (-abs(d.gap_us), d.block))
     if out and abs(out[0].gap_us) > 0:
         out[0].optimize = True
+    steps = _step_ratio(out)
+    if steps is not None:
+        warnings.append(Warning_(code="step_count_differs", message=(
+            f"{sb.label} launches {steps:.2f}x as many kernels as {sa.label} in most blocks: the runs cover "
+            f"different numbers of steps (iterations, replays or layers), so totals, gaps and FUSION notes "
+            f"compare unequal amounts of work; profile the same number of steps, or read ratios per launch")))
     tot_a = float(sa.kernels["dur_us"].sum()) if len(sa.kernels) else 0.0
     tot_b = float(sb.kernels["dur_us"].sum()) if len(sb.kernels) else 0.0
     res = DiffResult(
@@ -206,6 +214,18 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
 
         res.output_html = str(write_diff_html(res, output_html))
     return res
+
+
+def _step_ratio(blocks: list[BlockDiff]) -> Optional[float]:
+    """The kernel-count ratio B/A shared by at least three quarters of the blocks (and at least
+    three of them), when it is not 1: the two runs hold different numbers of steps."""
+    ratios = [round(b.b_count / b.a_count, 2) for b in blocks if b.a_count and b.b_count]
+    if len(ratios) < 3:
+        return None
+    common, n = Counter(ratios).most_common(1)[0]
+    if n >= 0.75 * len(ratios) and abs(common - 1.0) > 0.05:
+        return common
+    return None
 
 
 def replacements(block: BlockDiff) -> list[tuple[str, str, str]]:
