@@ -75,3 +75,14 @@ def test_every_tool_is_documented():
     readme = (ROOT / "README.md").read_text()
     for tool in _tools():
         assert f"`{tool}`" in readme, f"README does not name the MCP tool `{tool}`"
+
+
+def test_standalone_scripts_run_their_verb():
+    """scripts/*.py are shims over the CLI: each answers --help with its verb's usage, outside the venv's PATH."""
+    scripts = sorted((ROOT / "scripts").glob("*.py"))
+    assert {p.stem for p in scripts} >= {"analyze_trace", "budget", "compare_kernels", "find_references",
+                                         "recategorize", "timeline"}
+    for p in scripts:
+        out = subprocess.run([sys.executable, str(p), "--help"], capture_output=True, text=True, timeout=60,
+                             cwd="/")
+        assert out.returncode == 0 and "usage: kernelscope " in out.stdout, p.name

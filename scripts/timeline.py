@@ -1,0 +1,14 @@
+#!/usr/bin/env python3
+"""Decode in-kernel probe buffers: phases, stragglers, critical path; compare before/after.
+
+Same as ``kernelscope timeline analyze|compare ...``.
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mcp_server.cli import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main(["timeline", *sys.argv[1:]]))
