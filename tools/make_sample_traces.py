@@ -120,9 +120,10 @@ def save(prof, out_dir: str, name: str, meta: dict) -> dict:
         f.write(blob)
     ev = data.get("traceEvents", [])
     kernels = sum(1 for e in ev if e.get("cat") == "kernel")
+    nccl = sum(1 for e in ev if e.get("cat") == "kernel" and "nccl" in str(e.get("name", "")).lower())
     modules = sum(1 for e in ev if str(e.get("name", "")).startswith("nn.Module:"))
     info = {"file": name, "json_bytes": len(blob), "gz_bytes": os.path.getsize(path),
-            "events": len(ev), "kernels": kernels, "module_spans": modules, **meta}
+            "events": len(ev), "kernels": kernels, "nccl_kernels": nccl, "module_spans": modules, **meta}
     print(json.dumps(info), flush=True)
     return info
 

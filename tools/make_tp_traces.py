@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gzip
 import json
 import os
 import sys
-import tempfile
 
 import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
+
+from make_sample_traces import save  # the same gzip writer and summary line as the other fixtures
 
 LAYERS = 4
 
@@ -71,25 +71,6 @@ def _profile(rank: int):
         return contextlib.nullcontext()
     return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
                    record_shapes=True, with_stack=True, with_modules=True)
-
-
-def save(prof, out_dir: str, name: str, meta: dict) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        raw = os.path.join(tmp, "trace.json")
-        prof.export_chrome_trace(raw)
-        with open(raw, "rb") as f:
-            data = json.load(f)
-    data.setdefault("kernelscope_fixture", {}).update(meta)
-    blob = json.dumps(data, separators=(",", ":")).encode()
-    path = os.path.join(out_dir, name)
-    with gzip.open(path, "wb", compresslevel=9) as f:
-        f.write(blob)
-    ev = data.get("traceEvents", [])
-    info = {"file": name, "json_bytes": len(blob), "gz_bytes": os.path.getsize(path),
-            "kernels": sum(1 for e in ev if e.get("cat") == "kernel"),
-            "nccl_kernels": sum(1 for e in ev if e.get("cat") == "kernel" and "nccl" in e.get("name", "").lower()),
-            **meta}
-    print(json.dumps(info), flush=True)
 
 
 def main() -> int:
