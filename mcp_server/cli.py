@@ -38,6 +38,15 @@ def emit_json(model: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
+def show(args: argparse.Namespace, res: Any, render: Callable[..., None], **kw: Any) -> int:
+    """``--json``: the tool-identical JSON; otherwise the rich rendering. Returns exit status 0."""
+    if args.json:
+        emit_json(res)
+    else:
+        render(res, out, **kw)
+    return 0
+
+
 @contextlib.contextmanager
 def progress_bar(description: str) -> Iterator[ProgressFn]:
     """A rich progress bar on stderr; yields the engine's ``progress`` callback."""
@@ -109,11 +118,7 @@ def _run_analyze(a: argparse.Namespace) -> int:
             a.trace, output_xlsx=a.output_xlsx, categories=a.categories,
             reference_trace=a.reference_trace, progress=cb,
         )
-    if a.json:
-        emit_json(res)
-    else:
-        render_analysis(res, out)
-    return 0
+    return show(a, res, render_analysis)
 
 
 # --------------------------------------------------------------------------- compare
@@ -173,8 +178,7 @@ def _run_budget(a: argparse.Namespace) -> int:
 
     with progress_bar("budget"):
         res = budget(a.a, a.b, labels=a.labels, phase=a.phase, categories=a.categories)
-    emit_json(res) if a.json else render_budget(res, out)
-    return 0
+    return show(a, res, render_budget)
 
 
 def _add_compare(sub: argparse._SubParsersAction) -> None:
@@ -206,8 +210,7 @@ def _run_compare(a: argparse.Namespace) -> int:
         res = diff_modules(a.a, a.b, labels=a.labels, phase=a.phase, categories=a.categories, blocks=a.blocks,
                            output_xlsx=a.output_xlsx, output_html=a.output_html,
                            reference_a=a.reference_a, reference_b=a.reference_b)
-    emit_json(res) if a.json else render_diff(res, out, panels=a.panels)
-    return 0
+    return show(a, res, render_diff, panels=a.panels)
 
 
 # --------------------------------------------------------------------------- refs
@@ -240,11 +243,7 @@ def _run_refs(a: argparse.Namespace) -> int:
         a.keyword, category=a.category, sources=a.sources, max_results=a.max_results, days=a.days,
         timeout_s=a.timeout, no_cache=a.no_cache, registry=a.registry,
     )
-    if a.json:
-        emit_json(res)
-    else:
-        render_references(res, out)
-    return 0
+    return show(a, res, render_references)
 
 
 # --------------------------------------------------------------------------- timeline
@@ -286,11 +285,7 @@ def _run_timeline_analyze(a: argparse.Namespace) -> int:
     with progress_bar("timeline") as cb:
         res = analyze_timeline(a.buffer, a.events, tag_layout=a.tag_layout, overhead_path=a.overhead,
                                perfetto_path=a.perfetto, png_path=a.png, progress=cb)
-    if a.json:
-        emit_json(res)
-    else:
-        render_analysis(res, out)
-    return 0
+    return show(a, res, render_analysis)
 
 
 def _run_timeline_compare(a: argparse.Namespace) -> int:
@@ -299,11 +294,7 @@ def _run_timeline_compare(a: argparse.Namespace) -> int:
 
     with progress_bar("timeline compare") as cb:
         res = compare_timelines(a.before, a.after, a.events, tag_layout=a.tag_layout, progress=cb)
-    if a.json:
-        emit_json(res)
-    else:
-        render_comparison(res, out)
-    return 0
+    return show(a, res, render_comparison)
 
 
 
