@@ -1,0 +1,166 @@
+"""One declaration per operation; the MCP tool and the CLI verb are generated from it.
+
+An operation is declared once, in its engine package's ``ops.py``, as an
+``Operation``: a request model (pydantic, ``Request`` subclass, declared next to
+the engine), the result model, the engine function, annotations, and how the
+CLI spells it. ``server.py`` turns every declared operation into an MCP tool
+whose input schema *is* the request model's JSON schema; ``cli.py`` builds the
+verb's argparse options from the same model. Unknown arguments are refused by
+name on both faces. See docs/ARCHITECTURE.md, "Three faces".
+
+The engine is called as ``engine(**fields)`` where ``fields`` are the request's
+fields minus the face-level ones (``top_n``, ``detail``), plus ``progress=`` when
+the operation reports progress. tests/test_faces.py proves for every operation
+that the engine's signature takes exactly those names with the same defaults.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mcp_server.errors import InputError
+
+#: Packages whose ``ops.py`` declares operations, in the order tools and verbs are listed.
+OPERATION_MODULES: tuple[str, ...] = (
+    "mcp_server.traces.ops",
+    "mcp_server.compare.ops",
+    "mcp_server.refs.ops",
+    "mcp_server.timeline.ops",
+    "mcp_server.ncu.ops",
+    "mcp_server.validate.ops",
+    "mcp_server.kernels.ops",
+    "mcp_server.ledger.ops",
+)
+
+#: Request fields handled by the faces (result sizing), never passed to the engine.
+FACE_FIELDS = frozenset({"top_n", "detail"})
+
+ProgressFn = Callable[[float, "float | None", "str | None"], None]
+
+
+class Request(BaseModel):
+    """Base of every operation's request model: unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class SizedRequest(Request):
+    """A request whose result is trimmed to a summary unless ``detail`` is asked for."""
+
+    top_n: int = Field(default=10, ge=1, le=10000, description=(
+        "Rows kept in each list of the answer (largest first); the rest are counted in a "
+        "'summary_truncated' warning"))
+    detail: bool = Field(default=False, description="Return every row (can be large); default a summary")
+
+
+@dataclass(frozen=True)
+class Hints:
+    """MCP tool annotations (what the tool does to the world)."""
+
+    read_only: bool = True
+    destructive: bool = False
+    idempotent: bool = True
+    open_world: bool = False
+
+
+READ_ONLY = Hints()
+WRITES_FILES = Hints(read_only=False)
+OPEN_WORLD_READ = Hints(open_world=True)
+EXECUTES_CODE = Hints(read_only=False, idempotent=False, open_world=True)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation, declared once; both faces are generated from it.
+
+    ``engine`` and ``render`` are ``"module:function"`` strings, imported only when
+    the operation runs, so listing tools never imports pandas, torch or triton.
+    ``render(result, console, request)`` prints the CLI's human view.
+    """
+
+    tool: str                               # MCP tool name, e.g. "run_ncu"
+    verb: str                               # CLI verb path, e.g. "ncu run" or "analyze"
+    title: str
+    description: str                        # the tool description and the verb's --help text
+    request: type[Request]
+    result: type[BaseModel]
+    engine: str
+    render: str | None = None
+    hints: Hints = READ_ONLY
+    help: str = ""                          # one line for the verb list (default: first sentence)
+    positional: tuple[str, ...] = ()        # request fields given positionally on the CLI
+    remainder: str | None = None            # a list field taking everything after "--" (target argv)
+    aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # extra CLI flags per field
+    progress: bool = False                  # the engine takes progress=(done, total, message)
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(self.request.model_fields)
+
+    def engine_fn(self) -> Callable[..., Any]:
+        return _load(self.engine)
+
+    def render_fn(self) -> Callable[..., None] | None:
+        return _load(self.render) if self.render else None
+
+    def make_request(self, arguments: Mapping[str, Any]) -> Request:
+        """Validate raw arguments; unknown names are refused with the accepted ones listed."""
+        unknown = sorted(set(arguments) - set(self.field_names))
+        if unknown:
+            raise UnknownArgumentError(self, unknown)
+        return self.request.model_validate(dict(arguments))
+
+    def call(self, req: Request, progress: ProgressFn | None = None) -> BaseModel:
+        """Run the engine on a validated request; trims the result unless ``detail``."""
+        kwargs = {k: getattr(req, k) for k in self.field_names if k not in FACE_FIELDS}
+        if self.progress:
+            kwargs["progress"] = progress
+        res = self.engine_fn()(**kwargs)
+        if isinstance(req, SizedRequest) and not req.detail:
+            from mcp_server.sizing import trim
+
+            res = trim(res, req.top_n)
+        return res
+
+
+class UnknownArgumentError(InputError):
+    """An argument name the operation does not take."""
+
+    def __init__(self, op: Operation, unknown: list[str]):
+        self.unknown = unknown
+        super().__init__(
+            f"{op.tool}: unknown argument(s) {', '.join(unknown)}",
+            hint=f"accepted: {', '.join(op.field_names)}",
+        )
+
+
+def _load(spec: str) -> Callable[..., Any]:
+    mod, _, fn = spec.partition(":")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def operations() -> list[Operation]:
+    """Every declared operation, in listing order (packages without ``ops.py`` yet are skipped)."""
+    ops: list[Operation] = []
+    for name in OPERATION_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and name.startswith(exc.name):
+                continue  # the package (or its ops module) does not exist in this build
+            raise
+        ops.extend(mod.OPERATIONS)
+    names = [o.tool for o in ops]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise RuntimeError(f"operations declared twice: {sorted(dup)}")
+    return ops
+
+
+def engine_parameters(op: Operation) -> dict[str, inspect.Parameter]:
+    """The engine's parameters (for the signature test)."""
+    return dict(inspect.signature(op.engine_fn()).parameters)
