@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_server.errors import InputError
+from mcp_server.vocab import ProgressFn
 
 #: Packages whose ``ops.py`` declares operations, in the order tools and verbs are listed.
 OPERATION_MODULES: tuple[str, ...] = (
@@ -38,8 +39,6 @@ OPERATION_MODULES: tuple[str, ...] = (
 
 #: Request fields handled by the faces (result sizing), never passed to the engine.
 FACE_FIELDS = frozenset({"top_n", "detail"})
-
-ProgressFn = Callable[[float, "float | None", "str | None"], None]
 
 
 class Request(BaseModel):
