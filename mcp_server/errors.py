@@ -60,6 +60,18 @@ class WriteError(KernelscopeError):
     """An output could not be written; the original file is left intact."""
 
 
+class LedgerError(InputError):
+    """The experiment ledger cannot be used (unreadable, newer schema, a record id that does not exist)."""
+
+
+class ProposalError(InputError):
+    """A loop proposals file (or one proposal in it) is malformed."""
+
+
+class ChangeConflictError(KernelscopeError):
+    """A file or patch the loop applies is not in the state the ledger expects (edited meanwhile)."""
+
+
 _SECRET_PATTERNS = [
     re.compile(r"(gh[pousr]_[A-Za-z0-9]{16,})"),
     re.compile(r"(github_pat_[A-Za-z0-9_]{20,})"),
