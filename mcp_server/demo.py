@@ -13,9 +13,15 @@ from typing import Callable
 from rich.console import Console
 from rich.rule import Rule
 
-ROOT = Path(__file__).resolve().parent.parent
-TRACES = ROOT / "tests" / "fixtures" / "traces"
-TIMELINES = ROOT / "tests" / "fixtures" / "timeline"
+from mcp_server import DEMO_DIR, package_file
+
+
+def demo_file(name: str) -> Path:
+    """A bundled demo file, shipped in the package (``mcp_server/demo_data``; in the repository
+    those are symlinks to the real fixtures under ``tests/fixtures``), so the demo runs from an
+    installed wheel too."""
+    return package_file(DEMO_DIR, name)
+
 
 #: (file, reference trace or None, what it is)
 TRACE_FIXTURES: list[tuple[str, str | None, str]] = [
@@ -34,7 +40,7 @@ def step_analyze(console: Console) -> None:
 
     for name, ref, what in TRACE_FIXTURES:
         console.print(Rule(f"analyze {name}: {what}"))
-        res = analyze_trace(TRACES / name, reference_trace=(TRACES / ref) if ref else None)
+        res = analyze_trace(demo_file(name), reference_trace=demo_file(ref) if ref else None)
         render_analysis(res, console, max_modules=12, max_tree_depth=2)
 
 
@@ -45,7 +51,7 @@ def step_compare(console: Console) -> None:
     from mcp_server.compare.render import render_diff
 
     console.print(Rule("compare llama_prefill_eager vs llama_prefill_sdpa (diff_modules)"))
-    res = diff_modules(TRACES / "llama_prefill_eager.json.gz", TRACES / "llama_prefill_sdpa.json.gz",
+    res = diff_modules(demo_file("llama_prefill_eager.json.gz"), demo_file("llama_prefill_sdpa.json.gz"),
                        labels=["eager", "sdpa"])
     render_diff(res, console, panels=1)
     att = next((b for b in res.blocks if b.block == "attn_core"), None)
@@ -63,7 +69,7 @@ def step_budget(console: Console) -> None:
     from mcp_server.compare.render import render_budget
 
     console.print(Rule("budget llama_prefill_eager vs llama_prefill_sdpa"))
-    res = budget(TRACES / "llama_prefill_eager.json.gz", TRACES / "llama_prefill_sdpa.json.gz",
+    res = budget(demo_file("llama_prefill_eager.json.gz"), demo_file("llama_prefill_sdpa.json.gz"),
                  labels=["eager", "sdpa"])
     render_budget(res, console)
 
@@ -73,8 +79,8 @@ def step_timeline(console: Console) -> None:
     from mcp_server.timeline import analyze_timeline, compare_timelines
     from mcp_server.timeline.render import render_analysis, render_comparison
 
-    before, after = TIMELINES / "imbalanced_probe.bin", TIMELINES / "balanced_probe.bin"
-    names = TIMELINES / "phases.events"
+    before, after = demo_file("imbalanced_probe.bin"), demo_file("balanced_probe.bin")
+    names = demo_file("phases.events")
     console.print(Rule("timeline analyze imbalanced_probe.bin (persistent kernel, grid barriers, H200)"))
     render_analysis(analyze_timeline(before, names), console)
     console.print(Rule("timeline compare imbalanced_probe.bin -> balanced_probe.bin"))
