@@ -114,16 +114,19 @@ class Operation:
         return self.request.model_validate(dict(arguments))
 
     def call(self, req: Request, progress: ProgressFn | None = None) -> BaseModel:
-        """Run the engine on a validated request; trims the result unless ``detail``."""
+        """Run the engine on a validated request; the full result."""
         kwargs = {k: getattr(req, k) for k in self.field_names if k not in FACE_FIELDS}
         if self.progress:
             kwargs["progress"] = progress
-        res = self.engine_fn()(**kwargs)
+        return self.engine_fn()(**kwargs)
+
+    def shape(self, result: BaseModel, req: Request) -> BaseModel:
+        """The answer both faces give: a summary unless ``detail`` was asked for."""
         if isinstance(req, SizedRequest) and not req.detail:
             from mcp_server.sizing import trim
 
-            res = trim(res, req.top_n)
-        return res
+            return trim(result, req.top_n)
+        return result
 
 
 class UnknownArgumentError(InputError):

@@ -19,7 +19,7 @@ def test_text_summary(capsys):
 
 def test_json_matches_engine(capsys):
     path = TRACES / "llama_decode_mixed.json.gz"
-    assert main(["analyze", str(path), "--json"]) == 0
+    assert main(["analyze", str(path), "--json", "--detail"]) == 0
     data = json.loads(capsys.readouterr().out)
     ref = analyze_trace(path).model_dump(mode="json")
     assert data == ref

@@ -133,9 +133,9 @@ def test_skill_frontmatter_and_commands():
     p = build_parser()
     a = p.parse_args(["timeline", "analyze", "buf.bin", "--events", "load,compute", "--png", "g.png",
                       "--perfetto", "t.json", "--json"])
-    assert a.events == "load,compute" and a.png == "g.png" and a.json
+    assert a.event_names == "load,compute" and a.png_path == "g.png" and a.perfetto_path == "t.json" and a._json
     c = p.parse_args(["timeline", "compare", "a.bin", "b.bin", "--events", "x"])
-    assert (c.before, c.after) == ("a.bin", "b.bin")
+    assert (c.before_path, c.after_path, c.event_names) == ("a.bin", "b.bin", "x")
 
 
 def test_perfetto_export_is_capped_with_a_warning(tmp_path):

@@ -32,6 +32,7 @@ from pydantic import Field
 from mcp_server.errors import FileMissingError, ReportFormatError, WriteError
 from mcp_server.models import Model, Warning_
 from mcp_server.reports import layout as L
+from mcp_server.vocab import WarningCode
 
 
 class CategoryChange(Model):
@@ -56,6 +57,7 @@ class RecategorizeResult(Model):
     categories_sha256: str
     files: list[RecategorizedFile]
     total_changed: int
+    warnings: list[Warning_] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- planning
@@ -138,7 +140,7 @@ def _plan_detail(plan: _Plan, book, sheet: str, rules, nd: int) -> None:
         return
     ch = _find_header(rows, "Category", "Total Duration (us)", 1)
     if ch is None or ch > kh:
-        plan.warnings.append(Warning_(code="no-category-table",
+        plan.warnings.append(Warning_(code=WarningCode.no_category_table,
                                       message=f"sheet '{sheet}': no category table above the kernel table; "
                                               "only the Category column was updated"))
         return
@@ -295,7 +297,7 @@ def _plan_tree(plan: _Plan, book, moves_by_node, global_frac) -> None:
     plan.set_cells(sheet, cells)
     if estimated:
         plan.warnings.append(Warning_(
-            code="tree-breakdown-estimated",
+            code=WarningCode.tree_breakdown_estimated,
             message="Module Tree breakdowns: this report does not record which kernels sit under which node, and "
                     "a category was split between new categories, so its time was moved in proportion to the "
                     "global move (estimate)"))
@@ -393,7 +395,7 @@ def plan_file(path: str, rules):
         _write_summary_table(plan, c, last, sidx, new_table, tot, nd, table)
     if gk_truncated and not full_sheets:
         plan.warnings.append(Warning_(
-            code="gpu-kernels-truncated",
+            code=WarningCode.gpu_kernels_truncated,
             message="GPU Kernels is truncated at 1000 rows: kernels beyond the cap are not listed, so their "
                     "time stays in its old category in the Summary table"))
 
@@ -429,7 +431,7 @@ def _out_path(path: Path, output_dir: Optional[str]) -> Path:
 def recategorize(paths: list[str], *, categories: Optional[str] = None,
                  output_dir: Optional[str] = None) -> RecategorizeResult:
     """Re-apply the category rules (``categories`` CSV or the shared default) to each report."""
-    from mcp_server.compare.categories import load_categories
+    from mcp_server.categories import load_categories
     from mcp_server.reports.xlsx_patch import patch_workbook
 
     if not paths:
@@ -460,4 +462,4 @@ def recategorize(paths: list[str], *, categories: Optional[str] = None,
             changed=len({c.kernel for c in changes}), rows_changed=plan.rows_changed, changes=changes,
             sheets_updated=list(plan.sheets), warnings=plan.warnings))
     return RecategorizeResult(categories_source=rules.source, categories_sha256=rules.sha256, files=files,
-                              total_changed=sum(f.changed for f in files))
+                              total_changed=sum(f.changed for f in files), warnings=rules.reserved_warnings())

@@ -1,7 +1,7 @@
-"""Rich renderers for ``budget`` and ``diff_modules`` results (terminal faces)."""
+"""Rich renderers for ``recategorize``, ``budget`` and ``diff_modules`` results (terminal faces)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from rich.console import Console, Group
 from rich.markup import escape
@@ -88,7 +88,9 @@ def block_panel(b: BlockDiff, la: str, lb: str) -> Panel:
     return Panel(Group(t, *notes), title=title, title_align="left", border_style="red" if b.optimize else "blue")
 
 
-def render_diff(res: DiffResult, console: Console, *, panels: int = 6) -> None:
+def render_diff(res: DiffResult, console: Console, request: Any = None, *, panels: int = 6) -> None:
+    if request is not None:  # the CLI's --top-n / --panels
+        panels = request.top_n
     console.print(_side_line(res))
     la, lb = escape(res.a.label), escape(res.b.label)
     t = Table(title="Blocks (sorted by |gap|; ★ = optimise first)", title_justify="left")
@@ -111,3 +113,20 @@ def render_diff(res: DiffResult, console: Console, *, panels: int = 6) -> None:
     for label, p in (("xlsx", res.output_xlsx), ("html", res.output_html)):
         if p:
             console.print(f"wrote {label}: {escape(p)}")
+
+
+def render_recategorize(res: Any, console: Console) -> None:
+    """Per report: kernels whose category changed, the first changes, warnings."""
+    t = Table(title=f"recategorize ({escape(res.categories_source)})", title_justify="left")
+    for c, right in (("report", False), ("layout", False), ("kernels changed", True), ("cells", True), ("sheets", True)):
+        t.add_column(c, justify="right" if right else "left")
+    for f in res.files:
+        t.add_row(escape(f.output), escape(f.source), str(f.changed), str(f.rows_changed), str(len(f.sheets_updated)))
+    console.print(t)
+    for f in res.files:
+        for c in f.changes[:20]:
+            console.print(f"  {c.kernel[:100]}: {c.old} -> {c.new}", markup=False)
+        if len(f.changes) > 20:
+            console.print(f"  ... {len(f.changes) - 20} more (--json --detail lists all)")
+        for w in f.warnings:
+            console.print(f"warning: {w.message}", markup=False, style="yellow")

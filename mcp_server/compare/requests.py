@@ -1,0 +1,43 @@
+"""Request models of the compare operations (docs/ARCHITECTURE.md, "Three faces")."""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from mcp_server.faces import SizedRequest
+
+SIDE_HELP = "Side {}: trace (.json/.json.gz) or report (.xlsx, kernelscope or trace_module_analyzer)"
+CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"
+Labels = Optional[list[str]]
+LABELS_FIELD = Field(default=None, min_length=2, max_length=2, description="Two labels for A and B (default: file names)")
+PHASE_FIELD = Field(default=None, description="Keep only this phase's kernels")
+
+
+class RecategorizeRequest(SizedRequest):
+    paths: list[str] = Field(min_length=1, description="Report workbooks (.xlsx) to update")
+    categories: Optional[str] = Field(default=None, description=CATEGORIES_HELP)
+    output_dir: Optional[str] = Field(default=None, description="Write updated copies here instead of editing in place")
+
+
+class BudgetRequest(SizedRequest):
+    a: str = Field(description=SIDE_HELP.format("A"))
+    b: str = Field(description=SIDE_HELP.format("B"))
+    labels: Labels = LABELS_FIELD
+    phase: Optional[Literal["prefill", "decode"]] = PHASE_FIELD
+    categories: Optional[str] = Field(default=None, description=CATEGORIES_HELP)
+
+
+class DiffModulesRequest(SizedRequest):
+    a: str = Field(description=SIDE_HELP.format("A"))
+    b: str = Field(description=SIDE_HELP.format("B"))
+    labels: Labels = LABELS_FIELD
+    categories: Optional[str] = Field(default=None, description=CATEGORIES_HELP)
+    blocks: Optional[str] = Field(default=None, description="Functional blocks CSV; default: the shared functional_blocks.csv")
+    phase: Optional[Literal["prefill", "decode"]] = PHASE_FIELD
+    output_xlsx: Optional[str] = Field(default=None, description="Write the diff workbook (.xlsx) here")
+    output_html: Optional[str] = Field(default=None, description="Write a self-contained HTML report here")
+    reference_a: Optional[str] = Field(default=None, description=(
+        "Eager trace of A's model, to attribute A's CUDA-graph replays (decode) to modules"))
+    reference_b: Optional[str] = Field(default=None, description=(
+        "Eager trace of B's model, to attribute B's CUDA-graph replays (decode) to modules"))

@@ -1,0 +1,75 @@
+"""Results sized for an agent's context: the summary every tool answers by default.
+
+``trim(result, top_n)`` keeps the first ``top_n`` rows of every list in the
+result, at every depth (engines sort their lists largest-first, so the first rows
+are the ones that matter), and appends one ``summary_truncated`` warning that
+names each trimmed list with how many rows it held. Lists an agent needs whole
+to read the rest (warnings, names, labels) are never trimmed. The full result is
+one ``detail=true`` away, and the files an operation writes always hold every
+row. See docs/ARCHITECTURE.md, "Result size".
+"""
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from mcp_server.models import Warning_
+from mcp_server.vocab import WarningCode
+
+M = TypeVar("M", bound=BaseModel)
+
+#: List fields kept whole: they are small and the rest of the answer refers to them.
+KEEP_WHOLE = frozenset({
+    "warnings", "event_names", "labels", "outcomes", "unanswered", "phases_present", "reasons", "checks",
+    "evidence", "advice", "duration_ns", "module_types", "kernels_involved",
+})
+
+
+def trim(result: M, top_n: int) -> M:
+    """A copy of ``result`` with every list cut to ``top_n`` rows and a warning saying what was cut."""
+    cut: dict[str, list[int]] = {}
+    trimmed = _trim_model(result, top_n, "", cut)
+    if not cut or "warnings" not in type(result).model_fields:
+        return trimmed
+    parts = []
+    for path, sizes in cut.items():
+        if len(sizes) == 1:
+            parts.append(f"{path}: {top_n} of {sizes[0]}")
+        else:
+            parts.append(f"{path}: {top_n} of up to {max(sizes)} in {len(sizes)} lists")
+    warning = Warning_(
+        code=WarningCode.summary_truncated,
+        message=("summary: lists cut to the first " + str(top_n) + " rows (" + "; ".join(parts)
+                 + "); pass detail=true (CLI --detail) or a larger top_n for every row"),
+    )
+    return trimmed.model_copy(update={"warnings": [*trimmed.warnings, warning]})  # type: ignore[attr-defined]
+
+
+def _trim_model(model: M, top_n: int, path: str, cut: dict[str, list[int]]) -> M:
+    update: dict[str, Any] = {}
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        sub = f"{path}.{name}" if path else name
+        new = _trim_value(value, top_n, sub, cut, keep=name in KEEP_WHOLE)
+        if new is not value:
+            update[name] = new
+    return model.model_copy(update=update) if update else model
+
+
+def _trim_value(value: Any, top_n: int, path: str, cut: dict[str, list[int]], *, keep: bool) -> Any:
+    if isinstance(value, BaseModel):
+        return _trim_model(value, top_n, path, cut)
+    if isinstance(value, list):
+        rows = value
+        if not keep and len(rows) > top_n:
+            cut.setdefault(path, []).append(len(rows))
+            rows = rows[:top_n]
+        inner = [_trim_value(v, top_n, f"{path}[*]", cut, keep=False) for v in rows]
+        if len(inner) != len(value) or any(a is not b for a, b in zip(inner, value)):
+            return inner
+        return value
+    if isinstance(value, dict) and value and all(isinstance(v, BaseModel) for v in value.values()):
+        new = {k: _trim_model(v, top_n, f"{path}[{k}]", cut) for k, v in value.items()}
+        return new if any(new[k] is not value[k] for k in value) else value
+    return value

@@ -1,0 +1,32 @@
+"""Request models of the timeline operations (docs/ARCHITECTURE.md, "Three faces")."""
+from __future__ import annotations
+
+from typing import Literal, Optional, Union
+
+from pydantic import Field
+
+from mcp_server.faces import SizedRequest
+
+EventNames = Optional[Union[list[str], str]]
+EVENTS_HELP = ("Event names in event-id order (id 0 first): a list, 'N1,N2,...', or a names file (one per line); "
+               "default <buffer stem>.events beside the buffer")
+LAYOUT_HELP = "Tag layout: legacy (block_group<<12) or sm (sm_id<<24 | block<<12); default auto-detect"
+
+
+class TimelineAnalyzeRequest(SizedRequest):
+    buffer_path: str = Field(description="Probe buffer: raw little-endian uint64 (.bin) or .npy")
+    event_names: EventNames = Field(default=None, description=EVENTS_HELP)
+    tag_layout: Optional[Literal["legacy", "sm"]] = Field(default=None, description=LAYOUT_HELP)
+    overhead_path: Optional[str] = Field(default=None, description=(
+        "JSON of kernel times with/without probes; default <buffer stem>.overhead.json"))
+    perfetto_path: Optional[str] = Field(default=None, description="Write a Perfetto/Chrome trace JSON here")
+    png_path: Optional[str] = Field(default=None, description="Write a Gantt chart PNG here")
+
+
+class TimelineCompareRequest(SizedRequest):
+    before_path: str = Field(description="Probe buffer before the change (.bin or .npy)")
+    after_path: str = Field(description="Probe buffer after the change (.bin or .npy)")
+    event_names: EventNames = Field(default=None, description=EVENTS_HELP + " (used for both buffers)")
+    after_event_names: EventNames = Field(default=None, description=(
+        "Event names of the after buffer when they differ from the before buffer's"))
+    tag_layout: Optional[Literal["legacy", "sm"]] = Field(default=None, description=LAYOUT_HELP)

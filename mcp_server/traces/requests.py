@@ -1,0 +1,18 @@
+"""Request models of the traces operations (docs/ARCHITECTURE.md, "Three faces")."""
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field
+
+from mcp_server.faces import SizedRequest
+
+CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"
+
+
+class AnalyzeTraceRequest(SizedRequest):
+    trace_path: str = Field(description="Path to a Kineto trace (.json or .json.gz)")
+    output_xlsx: Optional[str] = Field(default=None, description="Write the xlsx report (upstream layout + full kernel table) here")
+    categories: Optional[str] = Field(default=None, description=CATEGORIES_HELP)
+    reference_trace: Optional[str] = Field(default=None, description=(
+        "Eager trace of the same model used to attribute CUDA-graph replays to modules"))

@@ -1,0 +1,175 @@
+"""Every operation is declared once: the MCP tool and the CLI verb are provably the request model.
+
+These tests walk every declared operation (new ones included automatically) and fail on
+any difference in names, types, defaults or descriptions between the request model, the
+tool's published input schema, the engine's signature and the CLI verb's options.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import typing
+
+import anyio
+import pytest
+from mcp import Client
+
+from mcp_server.cli import build_parser, cli_flags, main, option_spec
+from mcp_server.faces import FACE_FIELDS, SizedRequest, UnknownArgumentError, engine_parameters, operations
+from mcp_server.sizing import KEEP_WHOLE
+from mcp_server.server import build_server, mcp, tool_input_schema
+
+from conftest import TRACES
+
+OPS = operations()
+IDS = [op.tool for op in OPS]
+
+
+def _verb_parser(op) -> argparse.ArgumentParser:
+    parser = build_parser(OPS)
+    for word in op.verb.split():
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = action.choices[word]
+    return parser
+
+
+async def _tools():
+    async with Client(mcp) as c:
+        return {t.name: t for t in (await c.list_tools()).tools}
+
+
+def test_every_operation_is_a_tool_and_instructions_list_exactly_them():
+    tools = anyio.run(_tools)
+    assert set(tools) == set(IDS)
+    listed = [line[2:].split(":")[0] for line in mcp.instructions.splitlines() if line.startswith("- ")]
+    assert listed == IDS
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_tool_schema_is_the_request_model(op):
+    tool = anyio.run(_tools)[op.tool]
+    assert tool.input_schema == op.request.model_json_schema() == tool_input_schema(op)
+    assert tool.input_schema.get("additionalProperties") is False
+    assert tool.output_schema is not None and tool.output_schema.get("properties")
+    assert tool.description == op.description and tool.title == op.title
+    ann = tool.annotations
+    assert (ann.read_only_hint, ann.destructive_hint, ann.idempotent_hint, ann.open_world_hint) == (
+        op.hints.read_only, op.hints.destructive, op.hints.idempotent, op.hints.open_world)
+    for name, field in op.request.model_fields.items():
+        assert field.description, f"{op.tool}.{name} has no description"
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_engine_takes_exactly_the_request_fields(op):
+    params = engine_parameters(op)
+    wanted = [n for n in op.field_names if n not in FACE_FIELDS]
+    for name in wanted:
+        assert name in params, f"{op.engine} lacks parameter {name!r} of {op.request.__name__}"
+        field = op.request.model_fields[name]
+        if field.is_required():
+            continue
+        assert params[name].default == field.default, (
+            f"{op.tool}.{name}: engine default {params[name].default!r} != request default {field.default!r}")
+    for name, p in params.items():
+        if name in wanted or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        assert p.default is not inspect.Parameter.empty, f"{op.engine}: {name!r} is required but not in the request"
+    assert ("progress" in params) == op.progress
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_cli_options_are_the_request_fields(op):
+    parser = _verb_parser(op)
+    actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "_json")}
+    expected = set(op.field_names) - ({op.remainder} if op.remainder else set())
+    assert set(actions) == expected
+    for name, action in actions.items():
+        field = op.request.model_fields[name]
+        spec = option_spec(name, field)
+        if name in op.positional:
+            assert not action.option_strings
+        else:
+            assert f"--{name.replace('_', '-')}" in action.option_strings
+            assert set(op.aliases.get(name, ())) <= set(action.option_strings)
+            assert action.default is argparse.SUPPRESS  # the model's default applies on both faces
+        assert (field.description or "").replace("%", "%%") in (action.help or "")
+        if "choices" in spec:
+            assert list(action.choices) == spec["choices"]
+        if field.annotation is bool:
+            assert isinstance(action, argparse.BooleanOptionalAction)
+    if op.remainder:  # the target argv after '--': a list of strings, never a shell string
+        assert op.request.model_fields[op.remainder].annotation == list[str]
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_unknown_argument_refused_on_every_face(op, capsys):
+    required = {n: "x" for n, f in op.request.model_fields.items() if f.is_required()}
+    with pytest.raises(UnknownArgumentError) as exc:
+        op.make_request({**required, "no_such_option": 1})
+    assert "no_such_option" in str(exc.value) and op.field_names[0] in str(exc.value)
+
+    async def call():
+        async with Client(build_server(OPS)) as c:
+            return await c.call_tool(op.tool, {**required, "no_such_option": 1})
+
+    res = anyio.run(call)
+    assert res.is_error
+    text = res.content[0].text
+    assert "no_such_option" in text and "accepted:" in text
+
+    argv = [*op.verb.split(), *["x" for _ in op.positional], "--no-such-option", "1"]
+    assert main(argv) == 2
+    msg = capsys.readouterr().err
+    assert "--no-such-option" in msg and ", ".join(cli_flags(op)) in msg
+
+
+def test_diff_modules_takes_phase_over_mcp():
+    """The drift this design removes: phase reached the engine only from the CLI."""
+    async def call():
+        async with Client(mcp) as c:
+            return await c.call_tool("diff_modules", {
+                "a": str(TRACES / "llama_decode_mixed.json.gz"), "b": str(TRACES / "llama_decode_mixed.json.gz"),
+                "phase": "decode"})
+
+    res = anyio.run(call)
+    assert not res.is_error, res.content[0].text
+    data = res.structured_content
+    assert data["a"]["phases_present"] == ["decode"]
+    assert not any(w["code"] == "mixed_phases" for w in data["warnings"])
+
+
+def test_default_answer_is_a_summary_and_detail_is_everything(capsys):
+    a, b = str(TRACES / "llama_prefill_eager.json.gz"), str(TRACES / "llama_prefill_sdpa.json.gz")
+    assert main(["compare", a, b, "--json", "--top-n", "3"]) == 0
+    small = json.loads(capsys.readouterr().out)
+    assert main(["compare", a, b, "--json", "--detail"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert len(full["blocks"]) > 3 and len(small["blocks"]) == 3
+    _assert_prefix(small["blocks"], full["blocks"], 3)
+    warn = [w for w in small["warnings"] if w["code"] == "summary_truncated"]
+    assert len(warn) == 1 and f"blocks: 3 of {len(full['blocks'])}" in warn[0]["message"]
+    assert not any(w["code"] == "summary_truncated" for w in full["warnings"])
+
+
+def _assert_prefix(small, full, n):
+    """``small`` is ``full`` with every list cut to its first ``n`` rows, at every depth."""
+    if isinstance(full, list):
+        assert len(small) == min(n, len(full))
+        for s_item, f_item in zip(small, full):
+            _assert_prefix(s_item, f_item, n)
+    elif isinstance(full, dict):
+        assert small.keys() == full.keys()
+        for k in full:
+            if k in KEEP_WHOLE:
+                assert small[k] == full[k] or k == "warnings"
+            else:
+                _assert_prefix(small[k], full[k], n)
+    else:
+        assert small == full
+
+
+def test_sized_requests_have_face_fields_only_there():
+    for op in OPS:
+        has = FACE_FIELDS <= set(op.field_names)
+        assert has == issubclass(op.request, SizedRequest), op.tool
