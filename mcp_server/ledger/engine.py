@@ -1,0 +1,286 @@
+"""The ledger operations: ledger_record, ledger_list, ledger_show, ledger_export.
+
+Also the typed helpers the loop writes through (``record_*``), so the loop and an
+agent calling ``ledger_record`` produce the same records.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from mcp_server.errors import FileMissingError, LedgerError
+from mcp_server.ledger import env as envmod
+from mcp_server.ledger.models import (
+    CandidateRow,
+    CandidateView,
+    DecisionRow,
+    ExperimentRow,
+    ExperimentSummary,
+    LedgerExportResult,
+    LedgerListResult,
+    LedgerRecordResult,
+    LedgerShowResult,
+    ProfileRow,
+    ValidationRow,
+)
+from mcp_server.ledger.store import Ledger
+
+#: Patches up to this size are kept in the ledger itself (change_text).
+MAX_CHANGE_TEXT = 256 * 1024
+
+
+# ---------------------------------------------------------------------------
+# Typed writers (one committed transaction each)
+# ---------------------------------------------------------------------------
+
+def record_experiment(led: Ledger, target: list[str], *, cwd: Optional[str] = None, note: Optional[str] = None,
+                      key: Optional[str] = None, environment: Optional[dict[str, Any]] = None) -> tuple[int, bool]:
+    if not target:
+        raise LedgerError("target is required for an experiment (the target's argument list)", path=led.path)
+    if key is not None:
+        hit = led.by_key("experiments", key)
+        if hit is not None:  # skip the (slow) environment probe on a resume
+            return int(hit["id"]), False
+    run_dir = str(Path(cwd or os.getcwd()).resolve())
+    repo_dir = envmod.target_repo_dir(list(target), run_dir)
+    git = envmod.git_state(repo_dir)
+    return led.insert("experiments", {
+        "key": key, "target_key": envmod.target_key(list(target), repo_dir), "target": list(target),
+        "cwd": run_dir, "repo": git["repo"], "git_rev": git["git_rev"],
+        "git_dirty": None if git["git_dirty"] is None else int(git["git_dirty"]),
+        "env": environment if environment is not None else envmod.environment(), "note": note,
+    })
+
+
+def record_profile(led: Ledger, experiment_id: Optional[int], *, report_path: Optional[str] = None,
+                   classification: Any = None, note: Optional[str] = None,
+                   key: Optional[str] = None) -> tuple[int, bool]:
+    led.require("experiments", experiment_id, "experiment_id")
+    sha = None
+    if report_path:
+        p = Path(report_path)
+        if not p.is_file():
+            raise FileMissingError("ncu report not found", path=p, hint="record the report file run_ncu wrote")
+        sha = envmod.sha256_file(p)
+        report_path = str(p.resolve())
+    elif classification is None:
+        raise LedgerError("a profile needs report_path or classification", path=led.path)
+    return led.insert("profiles", {"experiment_id": experiment_id, "key": key, "report_path": report_path,
+                                   "report_sha256": sha, "classification": classification, "note": note})
+
+
+def record_candidate(led: Ledger, experiment_id: Optional[int], *, profile_id: Optional[int] = None,
+                     kernel: Optional[str] = None, diagnosis: Optional[str] = None, proposal: Optional[str] = None,
+                     proposal_id: Optional[str] = None, change_kind: str = "none",
+                     change_path: Optional[str] = None, change_target: Optional[str] = None,
+                     spec: Any = None, fingerprint: Optional[str] = None, base_sha256: Optional[str] = None,
+                     key: Optional[str] = None) -> tuple[int, bool]:
+    led.require("experiments", experiment_id, "experiment_id")
+    if profile_id is not None:
+        prof = led.require("profiles", profile_id, "profile_id")
+        if prof["experiment_id"] != experiment_id:
+            raise LedgerError(f"profile_id={profile_id} belongs to experiment {prof['experiment_id']}, "
+                              f"not {experiment_id}", path=led.path)
+    if not (proposal or proposal_id):
+        raise LedgerError("a candidate needs proposal (the text) or proposal_id", path=led.path)
+    sha = text = None
+    if change_kind in ("file", "patch"):
+        if not change_path:
+            raise LedgerError(f"change_kind={change_kind} needs change_path", path=led.path)
+        p = Path(change_path)
+        if not p.is_file():
+            raise FileMissingError("change file not found", path=p)
+        sha = envmod.sha256_file(p)
+        change_path = str(p.resolve())
+        if change_kind == "patch" and p.stat().st_size <= MAX_CHANGE_TEXT:
+            text = p.read_text(encoding="utf-8", errors="replace")
+        if change_kind == "file" and change_target and base_sha256 is None and Path(change_target).is_file():
+            base_sha256 = envmod.sha256_file(Path(change_target))
+    return led.insert("candidates", {
+        "experiment_id": experiment_id, "profile_id": profile_id, "key": key, "proposal_id": proposal_id,
+        "fingerprint": fingerprint, "kernel": kernel, "diagnosis": diagnosis, "proposal": proposal,
+        "change_kind": change_kind, "change_path": change_path, "change_target": change_target,
+        "change_sha256": sha, "base_sha256": base_sha256, "change_text": text, "spec": spec})
+
+
+def record_validation(led: Ledger, candidate_id: Optional[int], result: Any,
+                      *, key: Optional[str] = None) -> tuple[int, bool]:
+    led.require("candidates", candidate_id, "candidate_id")
+    if hasattr(result, "model_dump"):
+        result = result.model_dump(mode="json")
+    if not isinstance(result, dict) or not isinstance(result.get("accepted"), bool) \
+            or not isinstance(result.get("verdict"), str):
+        raise LedgerError("result is not a validate_candidate result (needs boolean 'accepted' and "
+                          "string 'verdict')", path=led.path, hint="pass the tool's whole JSON result")
+    return led.insert("validations", {"candidate_id": candidate_id, "key": key, "verdict": result["verdict"],
+                                      "accepted": int(result["accepted"]), "result": result})
+
+
+def record_decision(led: Ledger, candidate_id: Optional[int], decision: Optional[str], *, by: Optional[str],
+                    why: Optional[str], key: Optional[str] = None) -> tuple[int, bool]:
+    led.require("candidates", candidate_id, "candidate_id")
+    if decision not in ("accepted", "reverted", "abandoned"):
+        raise LedgerError("decision must be accepted, reverted or abandoned", path=led.path)
+    if not by or not why:
+        raise LedgerError("a decision needs by (who decided) and why (one line)", path=led.path)
+    if key is not None and led.by_key("decisions", key) is not None:
+        return int(led.by_key("decisions", key)["id"]), False
+    if decision == "accepted":
+        vals = led.validations(int(candidate_id))  # type: ignore[arg-type]
+        if not vals or not vals[-1]["accepted"]:
+            raise LedgerError(f"candidate {candidate_id} has no accepted validation: a change is accepted only "
+                              "on a validate_candidate result that accepts it", path=led.path,
+                              hint="record the validation first, or decide reverted/abandoned")
+    return led.insert("decisions", {"candidate_id": candidate_id, "key": key, "decision": decision,
+                                    "by": by, "why": why})
+
+
+# ---------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------
+
+def validation_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a validate_candidate result a reader needs first."""
+    corr = result.get("correctness") or {}
+    timing = result.get("timing") or {}
+    return {
+        "verdict": result.get("verdict"), "accepted": result.get("accepted"),
+        "reasons": result.get("reasons", []), "speedup": result.get("speedup"), "mode": result.get("mode"),
+        "correctness": {"passed": corr.get("passed"), "max_abs_err": corr.get("max_abs_err"),
+                        "max_rel_err": corr.get("max_rel_err"),
+                        "failed": [c.get("name") for c in corr.get("checks", []) if isinstance(c, dict)
+                                   and c.get("passed") is False]},
+        "cache": timing.get("cache"), "samples": timing.get("samples"),
+    }
+
+
+def _summary(led: Ledger, exp: dict[str, Any]) -> ExperimentSummary:
+    cands = led.candidates(exp["id"])
+    counts = {"accepted": 0, "reverted": 0, "abandoned": 0, "pending": 0}
+    for c in cands:
+        counts[led.status(c["id"])] += 1
+    last = led.query(
+        "SELECT max(t) AS t FROM ("
+        " SELECT created_at AS t FROM profiles WHERE experiment_id = ?1"
+        " UNION ALL SELECT created_at FROM candidates WHERE experiment_id = ?1"
+        " UNION ALL SELECT d.created_at FROM decisions d JOIN candidates c ON c.id = d.candidate_id"
+        " WHERE c.experiment_id = ?1)", (exp["id"],))[0]["t"]
+    return ExperimentSummary(
+        id=exp["id"], created_at=exp["created_at"], target=exp["target"], git_rev=exp["git_rev"],
+        git_dirty=None if exp["git_dirty"] is None else bool(exp["git_dirty"]), gpu=(exp["env"] or {}).get("gpu"),
+        profiles=len(led.profiles(exp["id"])), candidates=len(cands), last_activity=last or exp["created_at"],
+        **counts)
+
+
+def _experiment_row(exp: dict[str, Any]) -> ExperimentRow:
+    row = dict(exp)
+    row["git_dirty"] = None if row["git_dirty"] is None else bool(row["git_dirty"])
+    return ExperimentRow(**row)
+
+
+def show(led: Ledger, experiment_id: int, *, full_results: bool = True) -> LedgerShowResult:
+    exp = led.require("experiments", experiment_id, "id")
+    views = []
+    for c in led.candidates(experiment_id):
+        vals = []
+        for v in led.validations(c["id"]):
+            v = dict(v)
+            v["accepted"] = bool(v["accepted"])
+            if not full_results:
+                v["result"] = validation_summary(v["result"])
+            vals.append(ValidationRow(**v))
+        views.append(CandidateView(candidate=CandidateRow(**c), status=led.status(c["id"]), validations=vals,
+                                   decisions=[DecisionRow(**d) for d in led.decisions(c["id"])]))
+    return LedgerShowResult(ledger=str(led.path), summary=_summary(led, exp), experiment=_experiment_row(exp),
+                            profiles=[ProfileRow(**p) for p in led.profiles(experiment_id)], candidates=views)
+
+
+# ---------------------------------------------------------------------------
+# Operations (engine functions of ops.py)
+# ---------------------------------------------------------------------------
+
+def ledger_record(ledger: Optional[str] = None, kind: str = "experiment", key: Optional[str] = None,
+                  experiment_id: Optional[int] = None, candidate_id: Optional[int] = None,
+                  profile_id: Optional[int] = None, target: Optional[list[str]] = None, cwd: Optional[str] = None,
+                  note: Optional[str] = None, report_path: Optional[str] = None, classification: Any = None,
+                  kernel: Optional[str] = None, diagnosis: Optional[str] = None, proposal: Optional[str] = None,
+                  proposal_id: Optional[str] = None, change_kind: str = "none", change_path: Optional[str] = None,
+                  change_target: Optional[str] = None, spec: Any = None, result: Optional[dict[str, Any]] = None,
+                  result_path: Optional[str] = None, decision: Optional[str] = None, by: Optional[str] = None,
+                  why: Optional[str] = None) -> LedgerRecordResult:
+    """Write one record of the experiment log (one committed transaction)."""
+    with Ledger.open(ledger) as led:
+        cand_id: Optional[int] = None
+        if kind == "experiment":
+            rid, created = record_experiment(led, list(target or []), cwd=cwd, note=note, key=key)
+            exp_id = rid
+        elif kind == "profile":
+            rid, created = record_profile(led, experiment_id, report_path=report_path,
+                                          classification=classification, note=note, key=key)
+            exp_id = int(experiment_id)  # type: ignore[arg-type]
+        elif kind == "candidate":
+            rid, created = record_candidate(
+                led, experiment_id, profile_id=profile_id, kernel=kernel, diagnosis=diagnosis, proposal=proposal,
+                proposal_id=proposal_id, change_kind=change_kind, change_path=change_path,
+                change_target=change_target, spec=spec, key=key)
+            exp_id, cand_id = int(experiment_id), rid  # type: ignore[arg-type]
+        elif kind == "validation":
+            if result is None and result_path:
+                p = Path(result_path)
+                if not p.is_file():
+                    raise FileMissingError("validation result file not found", path=p)
+                try:
+                    result = json.loads(p.read_text(encoding="utf-8"))
+                except (ValueError, UnicodeDecodeError) as exc:
+                    raise LedgerError(f"result_path is not JSON ({exc})", path=p) from None
+            if result is None:
+                raise LedgerError("a validation needs result (or result_path)", path=led.path)
+            rid, created = record_validation(led, candidate_id, result, key=key)
+            cand_id = candidate_id
+            exp_id = int(led.get("candidates", int(candidate_id))["experiment_id"])  # type: ignore[index,arg-type]
+        elif kind == "decision":
+            rid, created = record_decision(led, candidate_id, decision, by=by, why=why, key=key)
+            cand_id = candidate_id
+            exp_id = int(led.get("candidates", int(candidate_id))["experiment_id"])  # type: ignore[index,arg-type]
+        else:
+            raise LedgerError(f"kind={kind!r}: expected experiment, profile, candidate, validation or decision",
+                              path=led.path)
+        return LedgerRecordResult(ledger=str(led.path), kind=kind, id=rid, experiment_id=exp_id,  # type: ignore[arg-type]
+                                  candidate_id=cand_id, created=created)
+
+
+def ledger_list(ledger: Optional[str] = None, target_contains: Optional[str] = None) -> LedgerListResult:
+    """The experiments of a ledger, newest first, with their candidates' outcomes counted."""
+    with Ledger.open(ledger, create=False) as led:
+        exps = [e for e in reversed(led.experiments())
+                if not target_contains or target_contains in " ".join(e["target"])]
+        return LedgerListResult(ledger=str(led.path), schema_version=led.schema_version,
+                                experiments=[_summary(led, e) for e in exps], total=len(exps))
+
+
+def ledger_show(id: int, ledger: Optional[str] = None, full_results: bool = False) -> LedgerShowResult:
+    """One experiment with its profiles, candidates, validations and decisions."""
+    with Ledger.open(ledger, create=False) as led:
+        return show(led, id, full_results=full_results)
+
+
+def ledger_export(ledger: Optional[str] = None, format: str = "md", output: Optional[str] = None,
+                  experiment_id: Optional[int] = None) -> LedgerExportResult:
+    """The ledger as JSON, or as the markdown experiment log; written atomically to ``output`` if given."""
+    from mcp_server.atomic import atomic_write_text
+    from mcp_server.ledger.export import to_json, to_markdown
+
+    if format not in ("md", "json"):
+        raise LedgerError(f"format={format!r}: expected md or json")
+    with Ledger.open(ledger, create=False) as led:
+        ids = [experiment_id] if experiment_id is not None else [e["id"] for e in led.experiments()]
+        shows = [show(led, i, full_results=True) for i in ids]
+        text = to_markdown(str(led.path), shows) if format == "md" else to_json(str(led.path),
+                                                                                 led.schema_version, shows)
+        path = str(led.path)
+    if output:
+        atomic_write_text(output, text, what="ledger export")
+        return LedgerExportResult(ledger=path, format=format, output=str(output), experiments=len(shows))  # type: ignore[arg-type]
+    return LedgerExportResult(ledger=path, format=format, experiments=len(shows), text=text)  # type: ignore[arg-type]

@@ -1,0 +1,304 @@
+"""The ledger file: schema, migrations and the transactions (stdlib ``sqlite3``).
+
+Durability and concurrency, the two promises the loop relies on:
+
+* **WAL mode, ``synchronous=FULL``**, one transaction per record: a record is on disk
+  when its insert returns, so a process killed at any point loses at most the record it
+  was writing (SQLite rolls the unfinished transaction back on the next open).
+* **Concurrent writers** (two agents, the CLI and the server) wait for each other:
+  every write is ``BEGIN IMMEDIATE`` (takes the write lock up front, so no
+  read-then-upgrade deadlock) under a busy timeout.
+* **Keys**: a record may carry a unique ``key``; inserting a second record with the
+  same key returns the first one (``created=False``). The loop keys every record it
+  writes, so a resumed loop never duplicates one.
+
+The schema version lives in ``PRAGMA user_version``; ``MIGRATIONS[n]`` takes a file
+from version ``n - 1`` to ``n`` inside one write transaction, so two processes opening
+an old file at once migrate it once.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from mcp_server.errors import LedgerError
+
+#: Schema version this code writes; files with a higher version are refused.
+SCHEMA_VERSION = 1
+#: Seconds a writer waits for another writer's lock before giving up.
+BUSY_TIMEOUT_S = 30.0
+
+DEFAULT_PATH = Path(".kernelscope") / "ledger.db"
+ENV_VAR = "KERNELSCOPE_LEDGER"
+
+#: ``MIGRATIONS[n]``: statements taking the schema from version n-1 to n.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        """CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
+        """CREATE TABLE experiments (
+            id INTEGER PRIMARY KEY,
+            key TEXT UNIQUE,
+            target_key TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            target TEXT NOT NULL,
+            cwd TEXT,
+            repo TEXT,
+            git_rev TEXT,
+            git_dirty INTEGER,
+            env TEXT NOT NULL,
+            note TEXT
+        )""",
+        """CREATE INDEX experiments_target ON experiments(target_key)""",
+        """CREATE TABLE profiles (
+            id INTEGER PRIMARY KEY,
+            experiment_id INTEGER NOT NULL REFERENCES experiments(id),
+            key TEXT UNIQUE,
+            created_at TEXT NOT NULL,
+            report_path TEXT,
+            report_sha256 TEXT,
+            classification TEXT,
+            note TEXT
+        )""",
+        """CREATE INDEX profiles_experiment ON profiles(experiment_id)""",
+        """CREATE TABLE candidates (
+            id INTEGER PRIMARY KEY,
+            experiment_id INTEGER NOT NULL REFERENCES experiments(id),
+            profile_id INTEGER REFERENCES profiles(id),
+            key TEXT UNIQUE,
+            created_at TEXT NOT NULL,
+            proposal_id TEXT,
+            fingerprint TEXT,
+            kernel TEXT,
+            diagnosis TEXT,
+            proposal TEXT,
+            change_kind TEXT NOT NULL CHECK (change_kind IN ('file', 'patch', 'none')),
+            change_path TEXT,
+            change_target TEXT,
+            change_sha256 TEXT,
+            base_sha256 TEXT,
+            change_text TEXT,
+            spec TEXT
+        )""",
+        """CREATE INDEX candidates_experiment ON candidates(experiment_id)""",
+        """CREATE INDEX candidates_fingerprint ON candidates(fingerprint)""",
+        """CREATE TABLE validations (
+            id INTEGER PRIMARY KEY,
+            candidate_id INTEGER NOT NULL REFERENCES candidates(id),
+            key TEXT UNIQUE,
+            created_at TEXT NOT NULL,
+            verdict TEXT NOT NULL,
+            accepted INTEGER NOT NULL,
+            result TEXT NOT NULL
+        )""",
+        """CREATE INDEX validations_candidate ON validations(candidate_id)""",
+        """CREATE TABLE decisions (
+            id INTEGER PRIMARY KEY,
+            candidate_id INTEGER NOT NULL REFERENCES candidates(id),
+            key TEXT UNIQUE,
+            created_at TEXT NOT NULL,
+            decision TEXT NOT NULL CHECK (decision IN ('accepted', 'reverted', 'abandoned')),
+            by TEXT NOT NULL,
+            why TEXT NOT NULL
+        )""",
+        """CREATE INDEX decisions_candidate ON decisions(candidate_id)""",
+    ),
+}
+
+TABLES = ("experiments", "profiles", "candidates", "validations", "decisions")
+_JSON_COLUMNS = {"target", "env", "classification", "spec", "result"}
+
+
+def now_utc() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def resolve_path(ledger: Optional[str] = None) -> Path:
+    """The ledger file: ``ledger`` if given, else ``$KERNELSCOPE_LEDGER``, else ``./.kernelscope/ledger.db``."""
+    if ledger:
+        return Path(ledger).expanduser()
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    return DEFAULT_PATH
+
+
+def _decode(row: sqlite3.Row) -> dict[str, Any]:
+    out = dict(row)
+    for k in _JSON_COLUMNS & out.keys():
+        if out[k] is not None:
+            out[k] = json.loads(out[k])
+    return out
+
+
+class Ledger:
+    """An open ledger file. Use as a context manager; every ``add_*`` is one committed transaction."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection):
+        self.path = path
+        self._conn = conn
+
+    # -- opening ---------------------------------------------------------------------------
+    @classmethod
+    def open(cls, ledger: Optional[str | os.PathLike] = None, *, create: bool = True) -> "Ledger":
+        """Open (and, with ``create``, make and migrate) the ledger file.
+
+        ``create=False`` refuses a missing file (read-only operations never make one).
+        """
+        path = resolve_path(str(ledger) if ledger is not None else None)
+        if path.is_dir():
+            raise LedgerError("the ledger path is a directory, expected a file", path=path,
+                              hint="give a file name such as .kernelscope/ledger.db")
+        if not path.exists():
+            if not create:
+                raise LedgerError("no ledger here", path=path,
+                                  hint="run `kernelscope loop` or ledger_record first, or pass --ledger / set KERNELSCOPE_LEDGER")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise LedgerError(f"cannot create the ledger directory: {exc.strerror or exc}", path=path.parent) from None
+        try:
+            conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                   check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"cannot open the ledger: {exc}", path=path) from None
+        conn.row_factory = sqlite3.Row
+        led = cls(path, conn)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise LedgerError(f"the ledger cannot use WAL mode (journal_mode={mode})", path=path,
+                                  hint="put it on a local file system")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            led._migrate()
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise LedgerError(f"not a kernelscope ledger ({exc})", path=path,
+                              hint="point --ledger / KERNELSCOPE_LEDGER at a ledger file or a new path") from None
+        except BaseException:
+            conn.close()
+            raise
+        return led
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "Ledger":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._conn.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        if self.schema_version == SCHEMA_VERSION:
+            return
+        with self.write() as c:
+            version = int(c.execute("PRAGMA user_version").fetchone()[0])  # another process may have migrated
+            if version > SCHEMA_VERSION:
+                raise LedgerError(f"written by a newer kernelscope (schema {version}, this one reads up to "
+                                  f"{SCHEMA_VERSION})", path=self.path, hint="upgrade kernelscope")
+            if version == 0 and c.execute(
+                    "SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]:
+                raise LedgerError("an SQLite file that is not a kernelscope ledger (it has tables but no schema "
+                                  "version)", path=self.path, hint="choose another path")
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                for stmt in MIGRATIONS[v]:
+                    c.execute(stmt)
+                c.execute(f"PRAGMA user_version = {v}")
+            c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('migrated_at', ?)", (now_utc(),))
+
+    # -- transactions ----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken with ``BEGIN IMMEDIATE`` (waits for other writers)."""
+        c = self._conn
+        try:
+            c.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise LedgerError(f"the ledger stayed locked for {BUSY_TIMEOUT_S:.0f} s ({exc})", path=self.path,
+                              hint="another process holds a write lock; retry") from None
+        try:
+            yield c
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        else:
+            c.execute("COMMIT")
+
+    def insert(self, table: str, row: dict[str, Any]) -> tuple[int, bool]:
+        """Insert ``row``; with a ``key`` already present, return that record's id and ``False``."""
+        assert table in TABLES
+        vals = {k: (json.dumps(v, sort_keys=True, default=str) if k in _JSON_COLUMNS and v is not None else v)
+                for k, v in row.items()}
+        vals.setdefault("created_at", now_utc())
+        cols = ", ".join(vals)
+        marks = ", ".join("?" for _ in vals)
+        with self.write() as c:
+            key = vals.get("key")
+            if key is not None:
+                hit = c.execute(f"SELECT id FROM {table} WHERE key = ?", (key,)).fetchone()
+                if hit is not None:
+                    return int(hit[0]), False
+            try:
+                cur = c.execute(f"INSERT INTO {table} ({cols}) VALUES ({marks})", tuple(vals.values()))
+            except sqlite3.IntegrityError as exc:
+                raise LedgerError(f"{table}: record refused ({exc})", path=self.path) from None
+            return int(cur.lastrowid), True
+
+    # -- reads -----------------------------------------------------------------------------
+    def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        return [_decode(r) for r in self._conn.execute(sql, args).fetchall()]
+
+    def get(self, table: str, rid: int) -> Optional[dict[str, Any]]:
+        assert table in TABLES
+        rows = self.query(f"SELECT * FROM {table} WHERE id = ?", (rid,))
+        return rows[0] if rows else None
+
+    def require(self, table: str, rid: Optional[int], field: str) -> dict[str, Any]:
+        """The record ``rid`` of ``table``, or a LedgerError naming the request field."""
+        if rid is None:
+            raise LedgerError(f"{field} is required for this record", path=self.path)
+        row = self.get(table, rid)
+        if row is None:
+            raise LedgerError(f"{field}={rid}: no such record in {table}", path=self.path,
+                              hint="`kernelscope ledger list` shows the ids")
+        return row
+
+    def by_key(self, table: str, key: str) -> Optional[dict[str, Any]]:
+        assert table in TABLES
+        rows = self.query(f"SELECT * FROM {table} WHERE key = ?", (key,))
+        return rows[0] if rows else None
+
+    def experiments(self) -> list[dict[str, Any]]:
+        return self.query("SELECT * FROM experiments ORDER BY id")
+
+    def profiles(self, experiment_id: int) -> list[dict[str, Any]]:
+        return self.query("SELECT * FROM profiles WHERE experiment_id = ? ORDER BY id", (experiment_id,))
+
+    def candidates(self, experiment_id: int) -> list[dict[str, Any]]:
+        return self.query("SELECT * FROM candidates WHERE experiment_id = ? ORDER BY id", (experiment_id,))
+
+    def validations(self, candidate_id: int) -> list[dict[str, Any]]:
+        return self.query("SELECT * FROM validations WHERE candidate_id = ? ORDER BY id", (candidate_id,))
+
+    def decisions(self, candidate_id: int) -> list[dict[str, Any]]:
+        return self.query("SELECT * FROM decisions WHERE candidate_id = ? ORDER BY id", (candidate_id,))
+
+    def status(self, candidate_id: int) -> str:
+        """``pending`` (no decision yet) or the latest decision."""
+        d = self._conn.execute("SELECT decision FROM decisions WHERE candidate_id = ? ORDER BY id DESC LIMIT 1",
+                               (candidate_id,)).fetchone()
+        return "pending" if d is None else str(d[0])
+
+    def integrity(self) -> str:
+        return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])
