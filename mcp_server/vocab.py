@@ -163,7 +163,7 @@ def reserved_category_message(missing: Iterable[str], source: str) -> str:
 # Module instances
 # ---------------------------------------------------------------------------
 
-_INSTANCE = re.compile(r"^(.*)_(\d+)$")
+_INSTANCE = re.compile(r"^(.*)_(\d+)$", re.DOTALL)
 
 
 def module_type(instance: str) -> str:

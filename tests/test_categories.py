@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from mcp_server.compare.blocks import load_blocks
-from mcp_server.compare.categories import DEFAULT_CATEGORY, load_categories, parse_categories
+from mcp_server.categories import DEFAULT_CATEGORY, load_categories, parse_categories
 from mcp_server.errors import CategoriesError, FileMissingError
 
 # Kernel names as they appear in the H200 fixtures and in public NVIDIA / AMD traces.

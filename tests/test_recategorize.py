@@ -12,7 +12,7 @@ import openpyxl
 import pytest
 
 from conftest import TRACES
-from mcp_server.compare.categories import load_categories
+from mcp_server.categories import load_categories
 from mcp_server.compare.recategorize import recategorize
 from mcp_server.errors import FileMissingError, ReportFormatError, WriteError
 from mcp_server.reports import layout as L
@@ -177,7 +177,7 @@ def test_recategorize_upstream_report(tmp_path, custom_csv, layout):
     # the tree of an upstream report is an estimate when a category was split; the result says so
     split = any(0 < sum(1 for n, c, _, _ in allk if c == old and rules.classify(n) != old) <
                 sum(1 for n, c, _, _ in allk if c == old) for old in {c for _, c, _, _ in allk})
-    assert split == any(w.code == "tree-breakdown-estimated" for w in f.warnings)
+    assert split == any(w.code == "tree_breakdown_estimated" for w in f.warnings)
 
     again = recategorize([str(out)], categories=custom_csv)
     assert again.files[0].changed == 0
@@ -191,7 +191,7 @@ def test_upstream_truncated_gpu_kernels_warns(tmp_path, custom_csv):
     build_upstream_report(str(p), spec, "new")
     res = recategorize([str(p)], categories=custom_csv)
     f = res.files[0]
-    assert any(w.code == "gpu-kernels-truncated" for w in f.warnings)
+    assert any(w.code == "gpu_kernels_truncated" for w in f.warnings)
     rep = read_report(p)
     assert rep.gpu_kernels_truncated
     listed = set(rep.gpu_kernels["name"])

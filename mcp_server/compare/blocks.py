@@ -30,14 +30,13 @@ import pandas as pd
 
 from mcp_server import shared_path
 from mcp_server.rules import parse_rule_table, read_rules_file
+from mcp_server.vocab import COMMUNICATION, module_type
 
 GENERIC_LEAVES = frozenset({
     "Linear", "ReplicatedLinear", "ColumnParallelLinear", "RowParallelLinear", "LinearBase",
     "NonDynamicallyQuantizableLinear", "Conv1D",
 })
 UNATTRIBUTED = "(unattributed)"
-COMMUNICATION = "communication"
-_SUFFIX = re.compile(r"_\d+$")
 
 
 def default_blocks_path() -> Path:
@@ -96,10 +95,6 @@ def load_blocks(path: str | Path | None = None) -> BlockRules:
     return _parsed(resolved, text)
 
 
-def strip_suffix(instance: str) -> str:
-    return _SUFFIX.sub("", instance)
-
-
 def module_keys(df: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
     """Per kernel (in ``df`` row order = execution order): module key, parent instance path, module type.
 
@@ -124,8 +119,8 @@ def module_keys(df: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
             u_generic.append(False)
             continue
         parent, _, leaf = u.rpartition("/")
-        t = strip_suffix(leaf)
-        u_chain.append("/".join(strip_suffix(x) for x in u.split("/")))
+        t = module_type(leaf)
+        u_chain.append("/".join(module_type(x) for x in u.split("/")))
         u_parent.append(parent)
         u_type.append(t)
         u_generic.append(t in GENERIC_LEAVES and bool(parent))
@@ -137,7 +132,7 @@ def module_keys(df: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
     no_path = np.asarray([u in empty for u in uniq], dtype=bool)[codes]
     if no_path.any():
         mt, md = col("module_type")[no_path], col("module")[no_path]
-        fb = [t if t not in empty else (strip_suffix(m) if m not in empty else "") for t, m in zip(mt, md)]
+        fb = [t if t not in empty else (module_type(m) if m not in empty else "") for t, m in zip(mt, md)]
         keys[no_path] = fb
         types[no_path] = fb
     generic_u = np.asarray(u_generic, dtype=bool)

@@ -14,6 +14,7 @@ import pandas as pd
 from mcp_server.compare.inputs import Side, distinct_labels, filter_phase, load_sides
 from mcp_server.compare.models import BudgetResult, BudgetRow, SideInfo
 from mcp_server.models import Warning_
+from mcp_server.vocab import WarningCode
 
 SideArg = Union[str, os.PathLike, Side]
 
@@ -55,7 +56,7 @@ def budget(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = None, ph
     else:
         for s in (sa, sb):
             if len(phases[id(s)]) > 1:
-                warnings.append(Warning_(code="mixed_phases", message=(
+                warnings.append(Warning_(code=WarningCode.mixed_phases, message=(
                     f"{s.label} holds both prefill and decode kernels; the budget mixes them "
                     "(pass phase='prefill' or 'decode')")))
     warnings += sa.warnings + sb.warnings
@@ -64,7 +65,7 @@ def budget(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = None, ph
     tot_a, tot_b = float(ga["us"].sum()), float(gb["us"].sum())
     for s, tot in ((sa, tot_a), (sb, tot_b)):
         if tot <= 0:
-            warnings.append(Warning_(code="empty_side", message=f"{s.label}: no kernel time to budget"))
+            warnings.append(Warning_(code=WarningCode.empty_side, message=f"{s.label}: no kernel time to budget"))
     cats = list(dict.fromkeys(list(ga.index) + list(gb.index)))
     rows = []
     for c in cats:

@@ -1,83 +1,9 @@
-"""The one kernel-category loader and classifier.
-
-``_shared/kernel_categories.csv`` holds ``category,pattern`` rows. Each pattern
-is a case-insensitive regular expression (usually an alternation). Rules are
-tried in file order; the first whose pattern is found anywhere in the kernel
-name wins; a name no rule matches is ``other``. Users edit the CSV; every
-engine that needs a category calls ``load_categories`` (cached per file
-content) and ``CategoryRules.classify``.
-"""
-from __future__ import annotations
-
-import re
-from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
-
-from mcp_server import shared_path
-from mcp_server.rules import parse_rule_table, read_rules_file
-
-DEFAULT_CATEGORY = "other"
-
-
-def default_categories_path() -> Path:
-    return shared_path("kernel_categories.csv")
-
-
-@dataclass(frozen=True)
-class CategoryRule:
-    category: str
-    pattern: str
-    regex: re.Pattern[str] = field(compare=False, repr=False)
-
-
-@dataclass
-class CategoryRules:
-    """Ordered rules; ``classify`` memoises per unique name."""
-
-    rules: tuple[CategoryRule, ...]
-    source: str
-    sha256: str
-    _memo: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
-
-    def classify(self, name: str) -> str:
-        hit = self._memo.get(name)
-        if hit is not None:
-            return hit
-        cat = DEFAULT_CATEGORY
-        for rule in self.rules:
-            if rule.regex.search(name):
-                cat = rule.category
-                break
-        self._memo[name] = cat
-        return cat
-
-    def classify_many(self, names) -> list[str]:
-        return [self.classify(n) for n in names]
-
-    @property
-    def categories(self) -> list[str]:
-        seen: dict[str, None] = {}
-        for r in self.rules:
-            seen.setdefault(r.category, None)
-        seen.setdefault(DEFAULT_CATEGORY, None)
-        return list(seen)
-
-
-def parse_categories(text: str, source: str = "<string>") -> CategoryRules:
-    """Parse categories CSV text; raises ``CategoriesError`` naming the line and the problem."""
-    table = parse_rule_table(text, source, required=("category", "pattern"), what="category rules")
-    rules = tuple(CategoryRule(r.values["category"], r.values["pattern"], r.regex) for r in table.rows)
-    return CategoryRules(rules, source, table.sha256)
-
-
-@lru_cache(maxsize=16)
-def _parsed(source: str, text: str) -> CategoryRules:
-    return parse_categories(text, source=source)  # cached so the per-name memo lives across calls
-
-
-def load_categories(path: str | Path | None = None) -> CategoryRules:
-    """Load rules from ``path`` or the shared default."""
-    p = Path(path) if path else default_categories_path()
-    text, resolved = read_rules_file(p, what="categories", hint="pass a CSV with header 'category,pattern'")
-    return _parsed(resolved, text)
+"""Moved to ``mcp_server.categories`` (shared by every engine); kept as an alias for old imports."""
+from mcp_server.categories import (  # noqa: F401
+    DEFAULT_CATEGORY,
+    CategoryRule,
+    CategoryRules,
+    default_categories_path,
+    load_categories,
+    parse_categories,
+)

@@ -28,6 +28,7 @@ from mcp_server.compare.matching import Item, align, display_kernel_name, segmen
 from mcp_server.compare.models import Annotation, BlockDiff, DiffResult, KernelMatch, KernelRow
 from mcp_server.errors import InputError
 from mcp_server.models import Warning_
+from mcp_server.vocab import WarningCode
 
 SideArg = Union[str, os.PathLike, Side]
 IMPROVE_RATIO = 1.5
@@ -161,7 +162,7 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
     if not phase:
         for s in (sa, sb):
             if len(s.phases) > 1:
-                warnings.append(Warning_(code="mixed_phases", message=(
+                warnings.append(Warning_(code=WarningCode.mixed_phases, message=(
                     f"{s.label} holds both prefill and decode kernels; blocks sum both (pass phase)")))
     ia, ma = _block_tables(sa, rules)
     ib, mb = _block_tables(sb, rules)
@@ -192,7 +193,7 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
         out[0].optimize = True
     steps = _step_ratio(out)
     if steps is not None:
-        warnings.append(Warning_(code="step_count_differs", message=(
+        warnings.append(Warning_(code=WarningCode.step_count_differs, message=(
             f"{sb.label} launches {steps:.2f}x as many kernels as {sa.label} in most blocks: the runs cover "
             f"different numbers of steps (iterations, replays or layers), so totals, gaps and FUSION notes "
             f"compare unequal amounts of work; profile the same number of steps, or read ratios per launch")))

@@ -22,10 +22,11 @@ from typing import Sequence, Literal, Optional
 
 import pandas as pd
 
-from mcp_server.compare.categories import CategoryRules, load_categories
+from mcp_server.categories import CategoryRules, load_categories
 from mcp_server.compare.models import CategoryMismatch, SideKind
 from mcp_server.errors import FileMissingError, InputError, ToolMissingError
 from mcp_server.models import Warning_
+from mcp_server.vocab import PHASES, WarningCode
 
 Purpose = Literal["budget", "diff"]
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -51,7 +52,7 @@ class Side:
     def phases(self) -> list[str]:
         if self.kernels is None or "phase" not in self.kernels or not len(self.kernels):
             return []
-        return sorted(p for p in self.kernels["phase"].astype(str).unique() if p in ("prefill", "decode"))
+        return sorted(p for p in self.kernels["phase"].astype(str).unique() if p in PHASES)
 
 
 def default_label(path: str | os.PathLike) -> str:
@@ -117,8 +118,8 @@ def load_side(path: str | os.PathLike, *, categories: str | os.PathLike | None =
     needs (for an upstream report: the ``GPU Kernels`` sheet). ``reference``: an eager trace of
     the same model that attributes a trace's CUDA-graph replays to modules (traces only).
     """
-    if phase not in (None, "", "prefill", "decode"):
-        raise InputError(f"phase must be 'prefill' or 'decode', got {phase!r}")
+    if phase:
+        _check_phase(phase)
     p = Path(path)
     if not p.exists():
         raise FileMissingError("input not found", path=p, hint="pass a trace (.json/.json.gz) or a report (.xlsx)")
@@ -132,9 +133,16 @@ def load_side(path: str | os.PathLike, *, categories: str | os.PathLike | None =
         if reference:
             raise InputError("a reference trace applies to trace inputs only, not to reports", path=p)
         side = _load_report(p, lbl, rules, purpose)
+    if not any(w.code == WarningCode.reserved_category_missing for w in side.warnings):  # traces carry it
+        side.warnings[:0] = rules.reserved_warnings()
     if phase:
         side = filter_phase(side, phase)
     return side
+
+
+def _check_phase(phase: str) -> None:
+    if phase not in PHASES:
+        raise InputError(f"phase must be {' or '.join(repr(p) for p in PHASES)}, got {phase!r}")
 
 
 def _load_trace(p: Path, label: str, categories, rules: CategoryRules, reference=None) -> Side:
@@ -179,7 +187,7 @@ def _load_report(p: Path, label: str, rules: CategoryRules, purpose: Purpose) ->
         side = Side(label=label, path=str(p), kind="upstream-report", kernels=None, gpu_kernels=gk,
                     gpu_kernels_truncated=rep.gpu_kernels_truncated, categories_sha256=rules.sha256, mismatches=mism)
         if rep.gpu_kernels_truncated:
-            side.warnings.append(Warning_(code="gpu_kernels_truncated", message=(
+            side.warnings.append(Warning_(code=WarningCode.gpu_kernels_truncated, message=(
                 f"{p}: the upstream 'GPU Kernels' sheet was truncated at its row cap; "
                 f"{label}'s budget is a lower bound (the kernels past the cap are missing)")))
         return side
@@ -188,10 +196,10 @@ def _load_report(p: Path, label: str, rules: CategoryRules, purpose: Purpose) ->
     side = Side(label=label, path=str(p), kind="upstream-report" if upstream else "kernelscope-report", kernels=k,
                 kernels_truncated=rep.kernels_truncated, categories_sha256=rules.sha256, mismatches=mism)
     if rep.kernels_truncated:
-        side.warnings.append(Warning_(code="detail_truncated", message=(
+        side.warnings.append(Warning_(code=WarningCode.detail_truncated, message=(
             f"{p}: at least one upstream detail sheet was cut at 1000 rows; {label}'s module totals are lower bounds")))
     if upstream:
-        side.warnings.append(Warning_(code="upstream_detail", message=(
+        side.warnings.append(Warning_(code=WarningCode.upstream_detail, message=(
             f"{p}: upstream report: kernels come from the detail sheets (one representative instance per sheet)")))
     return side
 
@@ -209,17 +217,21 @@ def load_sides(a, b, *, categories: str | os.PathLike | None = None, phase: Opti
 
     ra, rb = references
     if isinstance(a, Side) or isinstance(b, Side):
-        return one(a, ra), one(b, rb)
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="kernelscope-load") as pool:
-        fa, fb = pool.submit(one, a, ra), pool.submit(one, b, rb)
-        return fa.result(), fb.result()
+        sa, sb = one(a, ra), one(b, rb)
+    else:
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="kernelscope-load") as pool:
+            fa, fb = pool.submit(one, a, ra), pool.submit(one, b, rb)
+            sa, sb = fa.result(), fb.result()
+    # both sides read one categories CSV: say once that it lacks a reserved name
+    if any(w.code == WarningCode.reserved_category_missing for w in sa.warnings):
+        sb.warnings = [w for w in sb.warnings if w.code != WarningCode.reserved_category_missing]
+    return sa, sb
 
 
 def filter_phase(side: Side, phase: str) -> Side:
-    if phase not in ("prefill", "decode"):
-        raise InputError(f"phase must be 'prefill' or 'decode', got {phase!r}")
+    _check_phase(phase)
     if side.kernels is None:
-        side.warnings.append(Warning_(code="phase_ignored", message=(
+        side.warnings.append(Warning_(code=WarningCode.phase_ignored, message=(
             f"{side.path}: phase '{phase}' not applied: the 'GPU Kernels' table has no phase")))
         return side
     k = side.kernels
@@ -228,7 +240,7 @@ def filter_phase(side: Side, phase: str) -> Side:
     present = set(k["phase"].astype(str))
     if phase not in present:
         if present <= {""}:
-            side.warnings.append(Warning_(code="phase_unknown", message=(
+            side.warnings.append(Warning_(code=WarningCode.phase_unknown, message=(
                 f"{side.path}: the kernels carry no phase; phase '{phase}' not applied")))
             return side
         raise InputError(f"no {phase} kernels (phases present: {', '.join(sorted(x for x in present if x)) or 'none'})",

@@ -18,6 +18,7 @@ from mcp_server.refs.jira_src import browse_url, build_jql, search_jira
 from mcp_server.refs.localgit import code_search_url, search_local
 from mcp_server.refs.models import RefItem, RefSection, ReferenceResult
 from mcp_server.refs.registry import SourceSpec, load_registry
+from mcp_server.vocab import WarningCode
 
 DEFAULT_TIMEOUT_S = 20.0
 DEFAULT_SOURCE_TIMEOUT_S = 15.0
@@ -102,10 +103,10 @@ def find_references(
         cat_source = "given"
     else:
         try:
-            from mcp_server.compare.categories import load_categories
+            from mcp_server.categories import DEFAULT_CATEGORY, load_categories
 
             derived = load_categories(None).classify(kw)
-            if derived and derived != "other":
+            if derived and derived != DEFAULT_CATEGORY:
                 category, cat_source = derived, "classified"
         except Exception:  # categories are a ranking aid only; never fail the search for them
             category = None
@@ -133,13 +134,13 @@ def find_references(
                     results[spec.key] = fut.result()
                 except Exception as exc:  # a bug in one source must not lose the others
                     results[spec.key] = _fallback(spec, params, f"internal error ({type(exc).__name__})")
-                    warnings.append(Warning_(code="source_error", message=f"{spec.key}: {type(exc).__name__}"))
+                    warnings.append(Warning_(code=WarningCode.source_error, message=f"{spec.key}: {type(exc).__name__}"))
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     for fut in pending:
         spec = futures[fut]
         results[spec.key] = _fallback(spec, params, f"timeout: no answer within the {float(timeout_s):g}s bound")
-        warnings.append(Warning_(code="timeout", message=f"{spec.key} gave no answer within {float(timeout_s):g}s"))
+        warnings.append(Warning_(code=WarningCode.timeout, message=f"{spec.key} gave no answer within {float(timeout_s):g}s"))
 
     sections = []
     for spec in specs:
@@ -150,9 +151,9 @@ def find_references(
             sec = sec.model_copy(update={"items": ranked})
         sections.append(sec)
         if sec.incomplete:
-            warnings.append(Warning_(code="incomplete", message=f"{spec.key}: results may be partial ({sec.reason})"))
+            warnings.append(Warning_(code=WarningCode.incomplete, message=f"{spec.key}: results may be partial ({sec.reason})"))
         if sec.rate_limit_reset:
-            warnings.append(Warning_(code="rate_limited", message=f"{spec.key}: search limit resets at {sec.rate_limit_reset}"))
+            warnings.append(Warning_(code=WarningCode.rate_limited, message=f"{spec.key}: search limit resets at {sec.rate_limit_reset}"))
 
     outcomes: list = []
     if any(s.items for s in sections if s.kind == "github-prs"):

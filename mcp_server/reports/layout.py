@@ -56,7 +56,6 @@ WALL_RE = re.compile(r"Wall time:\s*(-?[\d,.]+)\s*us")
 OVERLAP_RE = re.compile(r"Overlap:\s*(-?[\d,.]+)\s*us")
 
 _BREAKDOWN_ITEM_RE = re.compile(r"(?:^|, )(?P<cat>[^:]+?): (?P<us>-?[\d,]+(?:\.\d+)?) us \((?P<pct>-?[\d.]+)%\)")
-_SUFFIX_NUM_RE = re.compile(r"_\d+$")
 
 
 def detail_sheet_name(module_type: str, phase: str = "", variant: str = "") -> str:
@@ -79,11 +78,6 @@ def parse_detail_sheet_name(sheet: str) -> tuple[str, str, str]:
         return sheet, "", ""
     ph = m.group("phase") or ""
     return m.group("base"), PHASE_ABBREV.get(ph, ph), m.group("variant") or ""
-
-
-def module_type_of(instance: str) -> str:
-    """Instance name without its numeric suffix (``Linear_3`` -> ``Linear``)."""
-    return _SUFFIX_NUM_RE.sub("", instance or "")
 
 
 def format_breakdown(by_cat: dict[str, float], total: float) -> str:

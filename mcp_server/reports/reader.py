@@ -33,6 +33,7 @@ import pandas as pd
 
 from mcp_server.errors import FileMissingError, ReportFormatError
 from mcp_server.reports import layout as L
+from mcp_server.vocab import module_type
 
 Source = Literal["kernelscope", "upstream-old", "upstream-new"]
 ALL_PARTS = ("kernels", "gpu_kernels", "summary", "tree", "overview", "details", "metadata")
@@ -305,7 +306,7 @@ def _read_tree(book: _Book) -> pd.DataFrame:
         stack = stack[:depth] + [name]
         path = _s(_cell(r, pai)) or "/".join(stack)
         out["module"].append(name)
-        out["module_type"].append(L.module_type_of(name))
+        out["module_type"].append(module_type(name))
         out["depth"].append(depth)
         out["total_us"].append(_num(_cell(r, ti)))
         out["kernel_count"].append(int(_num(_cell(r, ki))))
@@ -386,7 +387,7 @@ def _read_detail(book: _Book, sheet: str, want_rows: bool) -> tuple[DetailSheet,
     lay, inst, tphase, count, parent = t
     base, sphase, variant = L.parse_detail_sheet_name(sheet)
     phase = sphase or tphase
-    mtype = L.module_type_of(inst) or base
+    mtype = module_type(inst) or base
     ds = DetailSheet(sheet=sheet, layout=lay, module=inst, module_type=mtype, phase=phase, variant=variant,
                      parent_path=parent, title_count=count)
     if len(rows) > 1:
@@ -458,7 +459,7 @@ def _num_col(body: list[list[Any]], i: Optional[int]) -> list[float]:
 
 
 def _read_full(book: _Book) -> pd.DataFrame:
-    from mcp_server.traces.models import KERNEL_COLUMNS
+    from mcp_server.vocab import KERNEL_COLUMNS
 
     frames = []
     for sheet in [s for s in book.names if s == L.FULL_KERNELS or (s.startswith(L.FULL_KERNELS[:-1]) and
@@ -556,7 +557,7 @@ def read_report(path: str | os.PathLike, *, need: Iterable[str] = ALL_PARTS) -> 
                 for key, vals in rows.items():
                     cols[key].extend(vals)
                 base = "/".join(x for x in (ds.parent_path, ds.module) if x)
-                root = L.module_type_of(ds.parent_path.split("/")[0]) if ds.parent_path else ds.module_type
+                root = module_type(ds.parent_path.split("/")[0]) if ds.parent_path else ds.module_type
                 cols["module_path"].extend(
                     base if (not m or m == ds.module) else f"{base}/{m}" for m in rows["module"])
                 for key, val in (("sheet", s), ("module_type", ds.module_type), ("phase", ds.phase),
@@ -583,7 +584,7 @@ def kernel_table(report: Report) -> pd.DataFrame:
     Rows keep the report's order (execution order within each detail sheet).
     Extra columns of detail-assembled tables (``sheet``, ``detail_module``) are kept.
     """
-    from mcp_server.traces.models import KERNEL_COLUMNS
+    from mcp_server.vocab import KERNEL_COLUMNS
 
     if report.kernels is None:
         raise ReportFormatError("kernel table not read (call read_report with need including 'kernels')",

@@ -398,7 +398,7 @@ def _write_detail(wb, plan: DetailPlan, df) -> None:
 
 def _write_full(wb, df) -> list:
     """The full-table sheets with their header row; returns [(sheet, rows)] for ``fill_full_tables``."""
-    from mcp_server.traces.models import KERNEL_COLUMNS
+    from mcp_server.vocab import KERNEL_COLUMNS
 
     cols = list(KERNEL_COLUMNS)
     n = 0 if df is None else len(df)
@@ -478,7 +478,7 @@ def atomic_save(wb, out: Path, full_tables: list | None = None) -> None:
     ``full_tables``: [(sheet, DataFrame)] whose rows are appended below those sheets'
     header rows as raw XML (``fast_table``), from a first temp file into the final one.
     """
-    from mcp_server.traces.models import KERNEL_COLUMNS
+    from mcp_server.vocab import KERNEL_COLUMNS
 
     with atomic_target(out, what="report") as tmp:
         if not full_tables:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -15,6 +15,7 @@ from mcp_server.timeline.models import (
     CriticalSegment, DecodeSummary, Instant, Occurrence, Phase, ProbeOverhead, TimelineAnalysis, Verdict,
 )
 from mcp_server.timeline.overhead import find_overhead_file, load_overhead
+from mcp_server.vocab import ProgressFn, WarningCode
 
 #: slowest/mean at or above which a phase is called imbalanced
 IMBALANCE_RATIO = 1.2
@@ -24,7 +25,7 @@ MIN_SPAN_SHARE = 0.01
 SKEW_SHARE = 0.10
 TOP_BLOCKS = 32
 
-Progress = Optional[Callable[[float, Optional[float], Optional[str]], None]]
+Progress = Optional[ProgressFn]
 
 
 def _fmt_ns(ns: float) -> str:
@@ -45,14 +46,14 @@ def _names(dec: Decoded, event_names, warnings: list[Warning_]) -> dict[int, str
         out[i] = names[i] if i < len(names) and names[i] else f"event{i}"
     if missing:
         warnings.append(Warning_(
-            code="names_missing", count=len(missing),
+            code=WarningCode.names_missing, count=len(missing),
             message=(f"{len(names)} event name(s) given but the buffer holds event id(s) "
                      f"{', '.join(map(str, missing[:10]))}{' ...' if len(missing) > 10 else ''}; "
                      "those are shown as event<id> (names are listed in event-id order, id 0 first)")))
     if len(names) > (max(ids) + 1 if ids else 0):
         unused = [n for i, n in enumerate(names) if i not in set(ids)]
         if unused:
-            warnings.append(Warning_(code="names_unused", count=len(unused),
+            warnings.append(Warning_(code=WarningCode.names_unused, count=len(unused),
                                      message=f"no records for event(s) {', '.join(unused[:10])}"))
     return out
 
@@ -61,52 +62,52 @@ def _decode_warnings(dec: Decoded) -> list[Warning_]:
     st = dec.stats
     w: list[Warning_] = []
     if st.overflow:
-        w.append(Warning_(code="overflow", message=(
+        w.append(Warning_(code=WarningCode.overflow, message=(
             "header overflow bit set: the bounds guard dropped records of at least one writer; "
             "phases after the drop are missing or unmatched (give the buffer more records per writer)")))
     if st.truncated_lanes and not st.overflow:
-        w.append(Warning_(code="truncation_possible", count=st.truncated_lanes, message=(
+        w.append(Warning_(code=WarningCode.truncation_possible, count=st.truncated_lanes, message=(
             f"{st.truncated_lanes} writer(s) recorded in the buffer's last round: if they recorded more, "
             "it was written past the end (no bounds check) or lost; size the buffer with spare rounds")))
     if st.unmatched_begins:
-        w.append(Warning_(code="unmatched_begin", count=st.unmatched_begins,
+        w.append(Warning_(code=WarningCode.unmatched_begin, count=st.unmatched_begins,
                           message=f"{st.unmatched_begins} begin record(s) without a matching end (excluded)"))
     if st.unmatched_ends:
-        w.append(Warning_(code="unmatched_end", count=st.unmatched_ends,
+        w.append(Warning_(code=WarningCode.unmatched_end, count=st.unmatched_ends,
                           message=f"{st.unmatched_ends} end record(s) without a preceding begin (excluded)"))
     if st.zero_slots:
-        w.append(Warning_(code="zero_slots", count=st.zero_slots, message=(
+        w.append(Warning_(code=WarningCode.zero_slots, count=st.zero_slots, message=(
             f"{st.zero_slots} zero slot(s) inside writers' records (holes): a writer skipped a slot, or the "
             "buffer was partly overwritten")))
     if st.tag_mismatches:
-        w.append(Warning_(code="tag_mismatch", count=st.tag_mismatches, message=(
+        w.append(Warning_(code=WarningCode.tag_mismatch, count=st.tag_mismatches, message=(
             f"{st.tag_mismatches} record(s) whose tag names another block than their slot position "
             f"({dec.tag_layout} layout); positions were used. Wrong ngroups in the header, wrong tag layout, "
             "or writers sharing a lane")))
     if st.bad_type:
-        w.append(Warning_(code="bad_type", count=st.bad_type,
+        w.append(Warning_(code=WarningCode.bad_type, count=st.bad_type,
                           message=f"{st.bad_type} record(s) with event type 3 (not begin/end/instant), ignored"))
     if st.timer_wraps:
-        w.append(Warning_(code="timer_wrap", count=st.timer_wraps, message=(
+        w.append(Warning_(code=WarningCode.timer_wrap, count=st.timer_wraps, message=(
             f"the 32-bit timer wrapped on {st.timer_wraps} writer(s); unwrapped (exact while consecutive records "
             "of a writer are < 4.29 s apart)")))
     if st.non_monotonic:
-        w.append(Warning_(code="non_monotonic", count=st.non_monotonic, message=(
+        w.append(Warning_(code=WarningCode.non_monotonic, count=st.non_monotonic, message=(
             f"{st.non_monotonic} step(s) of more than 2.1 s between consecutive records of a writer after "
             "unwrapping: a record earlier than its predecessor (out of order, corrupted buffer) shows up as a "
             "~4.29 s jump; or a real stall that long")))
     if st.partial_round:
-        w.append(Warning_(code="partial_round", message=(
+        w.append(Warning_(code=WarningCode.partial_round, message=(
             "buffer length is not header + a whole number of rounds (nblocks*ngroups slots): "
             "the copy may be truncated")))
     if dec.tag_layout == "sm" and dec.nblocks >= 8:
         used = dec.lane_sm[dec.lane_sm >= 0]
         if used.size and np.unique(used).size == 1:
-            w.append(Warning_(code="sm_single", message=(
+            w.append(Warning_(code=WarningCode.sm_single, message=(
                 f"every writer's tag names SM {int(used[0])}: for {dec.nblocks} blocks that is unlikely; the tags "
                 "may be in the legacy layout (block_group << 12), so SM ids are probably wrong")))
     if dec.layout_auto and dec.tag_layout == "legacy" and dec.ngroups == 1:
-        w.append(Warning_(code="layout_ambiguous", message=(
+        w.append(Warning_(code=WarningCode.layout_ambiguous, message=(
             "tags carry no SM id (legacy and sm layouts agree here); SM ids unknown")))
     return w
 
@@ -208,7 +209,7 @@ def analyze_decoded(dec: Decoded, event_names=None, *, overhead: Optional[ProbeO
                                     first_ns=int(d["ts"].min()), last_ns=int(d["ts"].max()),
                                     last_block=int(d["lane"].values[i_last]) // ng))
     if not phases:
-        warnings.append(Warning_(code="no_intervals", message="no matched begin/end pairs: nothing to analyse"))
+        warnings.append(Warning_(code=WarningCode.no_intervals, message="no matched begin/end pairs: nothing to analyse"))
 
     st = dec.stats
     res = TimelineAnalysis(
@@ -355,7 +356,7 @@ def analyze_timeline(
             try:
                 overhead = load_overhead(found)
             except BufferFormatError as exc:
-                extra.append(Warning_(code="overhead_unreadable", message=str(exc)))
+                extra.append(Warning_(code=WarningCode.overhead_unreadable, message=str(exc)))
     if progress:
         progress(1, 3, "analyse")
     res = analyze_decoded(dec, event_names, overhead=overhead, extra_warnings=extra)

@@ -18,6 +18,7 @@ from mcp_server.atomic import atomic_target, atomic_write_bytes
 from mcp_server.models import Warning_
 from mcp_server.timeline.decode import Decoded
 from mcp_server.timeline.models import TimelineAnalysis
+from mcp_server.vocab import WarningCode
 
 
 
@@ -74,7 +75,7 @@ def write_perfetto(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.Path
     keep = None
     if total > max_intervals:
         keep = np.sort(np.argsort(dec.begin, kind="stable")[:max_intervals])
-        res.warnings.append(Warning_(code="perfetto_capped", count=total - max_intervals, message=(
+        res.warnings.append(Warning_(code=WarningCode.perfetto_capped, count=total - max_intervals, message=(
             f"Perfetto export holds the earliest {max_intervals:,} of {total:,} intervals (the viewer does "
             "not cope with more); the analysis used all of them")))
     doc = {

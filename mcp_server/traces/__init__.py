@@ -6,9 +6,10 @@
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional
+from typing import Optional
 
 from mcp_server.traces.models import KERNEL_COLUMNS, TraceAnalysis
+from mcp_server.vocab import ProgressFn
 
 __all__ = ["analyze_trace", "TraceAnalysis", "KERNEL_COLUMNS"]
 
@@ -19,7 +20,7 @@ def analyze_trace(
     output_xlsx: str | os.PathLike | None = None,
     categories: str | os.PathLike | None = None,
     reference_trace: str | os.PathLike | None = None,
-    progress: Optional[Callable[[float, Optional[float], Optional[str]], None]] = None,
+    progress: Optional[ProgressFn] = None,
 ) -> TraceAnalysis:
     """Attribute every GPU kernel of a Kineto trace (.json/.json.gz) to its nn.Module, category and phase.
 

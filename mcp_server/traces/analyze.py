@@ -18,15 +18,15 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
-from mcp_server.compare.categories import load_categories
+from mcp_server.categories import load_categories
 from mcp_server.errors import KernelscopeError, WriteError
 from mcp_server.models import Warning_
 from mcp_server.traces import graph as G
-from mcp_server.traces.attribution import Linked, link, module_type
+from mcp_server.traces.attribution import Linked, link
 from mcp_server.traces.loader import KIND_NAMES, RawTrace, load_trace
 from mcp_server.traces.models import (
     KERNEL_COLUMNS,
@@ -37,10 +37,7 @@ from mcp_server.traces.models import (
     PhaseTotal,
     TraceAnalysis,
 )
-
-ProgressFn = Callable[[float, Optional[float], Optional[str]], None]
-_PHASES = ("prefill", "decode")
-_COMM = "communication"
+from mcp_server.vocab import COMMUNICATION, PHASE_CODES, ProgressFn, WarningCode, module_type
 
 
 class PathTable:
@@ -190,9 +187,9 @@ def analyze_trace(
     lk = link(rt)
     names = rt.names
     n = len(rt.k_name)
-    warnings: list[Warning_] = []
+    warnings: list[Warning_] = rules.reserved_warnings()
     if rt.skipped:
-        warnings.append(Warning_(code="damaged_events", count=rt.skipped,
+        warnings.append(Warning_(code=WarningCode.damaged_events, count=rt.skipped,
                                  message=f"skipped {rt.skipped} damaged event(s) (missing fields or odd types), e.g. {rt.skipped_examples[0]}"))
 
     # ---- per-kernel direct attribution
@@ -239,7 +236,7 @@ def analyze_trace(
                 ref, method = rref, "reference-trace"
             else:
                 gstat.notes.append(f"reference trace {reference_trace} has no attributed eager kernels")
-        cat_comm = {i: rules.classify(names[i]) == _COMM for i in np.unique(rt.k_name[gidx])}
+        cat_comm = {i: rules.classify(names[i]) == COMMUNICATION for i in np.unique(rt.k_name[gidx])}
         gidx = gidx[np.lexsort((rt.k_ts[gidx], lk.graph_group[gidx]))]
         groups = lk.graph_group[gidx]
         bounds = np.flatnonzero(np.diff(groups)) + 1
@@ -277,7 +274,7 @@ def analyze_trace(
         if attributed < len(gidx):
             gstat.notes.append(f"{len(gidx) - attributed} replay kernel(s) in '{G.UNATTRIBUTED_GRAPH}'")
         if attributed and gstat.mean_confidence < 0.5:
-            warnings.append(Warning_(code="low_graph_confidence", count=int(len(gidx)),
+            warnings.append(Warning_(code=WarningCode.low_graph_confidence, count=int(len(gidx)),
                                      message=f"CUDA-graph replay attribution has mean confidence {gstat.mean_confidence:.2f} "
                                              f"({', '.join(sorted(methods))}): the eager kernels may come from another model or "
                                              "phase; pass --reference-trace with an eager trace of the same model and batch shape"))
@@ -362,7 +359,7 @@ def _kernel_frame(rt, lk, table, arrays, path_code, phase, confidence, layer, ru
         "module_type": _cat(mtype, path_code),
         "module_path": _cat(table.paths, path_code),
         "root_type": _cat(rtype, path_code),
-        "phase": pd.Categorical.from_codes(phase.astype(np.int64), categories=["", "prefill", "decode"]),
+        "phase": pd.Categorical.from_codes(phase.astype(np.int64), categories=list(PHASE_CODES)),
         "cpu_op": spanned(lk.cpu, lk.cpu_op, "name"),
         "input_dims": dims,
         "source": spanned(lk.sources, lk.source, "name"),
@@ -384,7 +381,7 @@ def _summarise(rt: RawTrace, lk: Linked, table, arrays, path_code, span_pc, phas
     un_us = float(dur[~attributed].sum())
     if un_n:
         nolaunch = int((lk.launch_idx < 0).sum())
-        warnings.append(Warning_(code="unattributed_kernels", count=un_n,
+        warnings.append(Warning_(code=WarningCode.unattributed_kernels, count=un_n,
                                  message=f"{un_n} kernel(s) ({un_us:,.1f} us) have no owning module "
                                          f"({nolaunch} without a launch event in the trace); kept under module ''"))
 
@@ -406,7 +403,7 @@ def _summarise(rt: RawTrace, lk: Linked, table, arrays, path_code, span_pc, phas
     p_us = np.bincount(k_phase, weights=dur, minlength=3)
     p_n = np.bincount(k_phase, minlength=3)
     phases = [PhaseTotal(phase=ph, kernel_count=int(p_n[i]), total_us=float(p_us[i]))
-              for i, ph in enumerate(("", "prefill", "decode")) if p_n[i]]
+              for i, ph in enumerate(PHASE_CODES) if p_n[i]]
     tree = _tree(rt, table, arrays, path_code, k_cat, cat_names, k_phase)
     modules = _type_stats(rt, lk, table, arrays, path_code, span_pc, total)
     md = rt.metadata

@@ -8,7 +8,6 @@ most "nesting depth" numpy steps, never a Python loop per kernel.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,11 +15,6 @@ import numpy as np
 from mcp_server.traces.loader import GRAPH_LAUNCH_NAMES, RawTrace
 
 MODULE_PREFIX = "nn.Module: "
-_SUFFIX = re.compile(r"_(\d+)$")
-
-
-def module_type(instance: str) -> str:
-    return _SUFFIX.sub("", instance)
 
 
 def is_source_frame(name: str) -> bool:

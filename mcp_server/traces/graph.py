@@ -27,12 +27,13 @@ else at the repeat period of the kernel-name sequence (the longest run where
 from __future__ import annotations
 
 import difflib
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+
+from mcp_server.vocab import split_instance
 
 UNATTRIBUTED_GRAPH = "graph replay, unattributed"
 MIN_RATIO = 0.5
@@ -80,14 +81,6 @@ def learn(names: Sequence[str], paths: Sequence[str], step_ids: Sequence[int]) -
     return Reference(steps[:16], vote)
 
 
-_NUM = re.compile(r"^(.*)_(\d+)$")
-
-
-def _split(inst: str) -> tuple[str, int]:
-    m = _NUM.match(inst)
-    return (m.group(1), int(m.group(2))) if m else (inst, 0)
-
-
 def learn_layers(ref: Reference, names: Sequence[str], paths: Sequence[str]) -> None:
     """Fill the layer-aware votes of ``ref`` from attributed eager kernels.
 
@@ -103,7 +96,7 @@ def learn_layers(ref: Reference, names: Sequence[str], paths: Sequence[str]) -> 
     for p in uniq:
         parts = p.split("/")
         for d in range(1, len(parts)):
-            t, k = _split(parts[d])
+            t, k = split_instance(parts[d])
             children[("/".join(parts[:d]), t)].add(k)
     repeated = [(parent.count("/") + 1, t) for (parent, t), ks in children.items() if len(ks) >= 2]
     if not repeated:
@@ -114,22 +107,22 @@ def learn_layers(ref: Reference, names: Sequence[str], paths: Sequence[str]) -> 
     rel_of: dict[str, tuple[str, str]] = {}
     for p in uniq:
         parts = p.split("/")
-        if len(parts) <= depth or _split(parts[depth])[0] != btype:
+        if len(parts) <= depth or split_instance(parts[depth])[0] != btype:
             continue
         bpath = "/".join(parts[: depth + 1])
-        blocks.setdefault(bpath, _split(parts[depth])[1])
+        blocks.setdefault(bpath, split_instance(parts[depth])[1])
         for x in parts[depth + 1:]:
-            t, k = _split(x)
+            t, k = split_instance(x)
             key = (bpath, t)
             mins[key] = min(mins.get(key, k), k)
     for p in uniq:
         parts = p.split("/")
-        if len(parts) <= depth or _split(parts[depth])[0] != btype:
+        if len(parts) <= depth or split_instance(parts[depth])[0] != btype:
             continue
         bpath = "/".join(parts[: depth + 1])
         rel = []
         for x in parts[depth + 1:]:
-            t, k = _split(x)
+            t, k = split_instance(x)
             rel.append(f"{t}_{k - mins[(bpath, t)]}")
         rel_of[p] = (bpath, "/".join(rel))
     order = sorted(blocks, key=lambda b: blocks[b])

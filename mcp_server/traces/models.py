@@ -11,29 +11,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, PrivateAttr
 
 from mcp_server.models import Model, Warning_
-
-#: Columns of the per-kernel DataFrame (one row per GPU kernel / memcpy / memset).
-KERNEL_COLUMNS: dict[str, str] = {
-    "name": "kernel name as in the trace",
-    "category": "category from the categories CSV",
-    "kind": "kernel | memcpy | memset",
-    "ts_us": "start timestamp (us, trace clock)",
-    "dur_us": "duration (us)",
-    "device": "GPU index",
-    "stream": "stream id",
-    "correlation": "correlation id linking to the launch",
-    "module": "owning (deepest) module instance, e.g. Linear_3; '' when unattributed",
-    "module_type": "module type (instance name without numeric suffix), e.g. Linear",
-    "module_path": "slash-joined instance path from the root module, e.g. LlamaForCausalLM_0/LlamaModel_0/LlamaDecoderLayer_0/LlamaAttention_0/Linear_0",
-    "root_type": "type of the outermost module of the path ('' when unattributed)",
-    "phase": "prefill | decode | '' (unknown)",
-    "cpu_op": "innermost aten/cpu op enclosing the launch ('' when none)",
-    "input_dims": "Input Dims of that cpu op, as text ('' when not recorded)",
-    "source": "innermost non-torch Python frame enclosing the launch, e.g. modeling_llama.py(123): forward",
-    "graph": "True when launched by a CUDA/HIP graph replay",
-    "confidence": "attribution confidence 0..1 (1 for direct attribution; majority share for graph replays; 0 when unattributed)",
-    "layer": "index of the layer occurrence within its phase for graph replays (-1 when not cut)",
-}
+from mcp_server.vocab import KERNEL_COLUMNS  # noqa: F401  (the per-kernel schema, re-exported)
 
 Phase = Literal["prefill", "decode", ""]
 
