@@ -1,9 +1,11 @@
 """Results sized for an agent's context: the summary every tool answers by default.
 
-``trim(result, top_n)`` keeps the first ``top_n`` rows of every list in the
-result, at every depth (engines sort their lists largest-first, so the first rows
-are the ones that matter), and appends one ``summary_truncated`` warning that
-names each trimmed list with how many rows it held. Lists an agent needs whole
+``trim(result, top_n)`` keeps the first ``top_n`` rows of every top-level list
+of the result and the first ``nested_rows(top_n)`` rows of lists inside those
+rows (engines sort their lists largest-first, so the first rows are the ones
+that matter), rounds floats to 6 significant digits, shortens strings longer than ``MAX_TEXT`` characters (templated
+C++ kernel names run to 800; only text inside list rows, never paths), and appends one ``summary_truncated`` warning
+that names each trimmed list with how many rows it held. Lists an agent needs whole
 to read the rest (warnings, names, labels) are never trimmed. The full result is
 one ``detail=true`` away, and the files an operation writes always hold every
 row. See docs/ARCHITECTURE.md, "Result size".
@@ -26,22 +28,35 @@ KEEP_WHOLE = frozenset({
 })
 
 
+#: Strings longer than this are shortened in a summary (the full text is one detail=true away).
+MAX_TEXT = 100
+
+
+def nested_rows(top_n: int) -> int:
+    """Rows kept in a list that sits inside a row of another list."""
+    return max(3, top_n // 2)
+
+
 def trim(result: M, top_n: int) -> M:
-    """A copy of ``result`` with every list cut to ``top_n`` rows and a warning saying what was cut."""
+    """A copy of ``result`` cut to a summary, with a warning saying what was cut."""
     cut: dict[str, list[int]] = {}
     trimmed = _trim_model(result, top_n, "", cut)
     if not cut or "warnings" not in type(result).model_fields:
         return trimmed
     parts = []
     for path, sizes in cut.items():
+        if path == "<text>":
+            parts.append(f"{len(sizes)} strings shortened to {MAX_TEXT} characters")
+            continue
+        kept = top_n if "[*]" not in path else nested_rows(top_n)
         if len(sizes) == 1:
-            parts.append(f"{path}: {top_n} of {sizes[0]}")
+            parts.append(f"{path}: {kept} of {sizes[0]}")
         else:
-            parts.append(f"{path}: {top_n} of up to {max(sizes)} in {len(sizes)} lists")
+            parts.append(f"{path}: {kept} of up to {max(sizes)} in {len(sizes)} lists")
     warning = Warning_(
         code=WarningCode.summary_truncated,
-        message=("summary: lists cut to the first " + str(top_n) + " rows (" + "; ".join(parts)
-                 + "); pass detail=true (CLI --detail) or a larger top_n for every row"),
+        message=("summary (top_n=" + str(top_n) + "): " + "; ".join(parts)
+                 + "; pass detail=true (CLI --detail) or a larger top_n for every row"),
     )
     return trimmed.model_copy(update={"warnings": [*trimmed.warnings, warning]})  # type: ignore[attr-defined]
 
@@ -59,13 +74,22 @@ def _trim_model(model: M, top_n: int, path: str, cut: dict[str, list[int]]) -> M
 
 def _trim_value(value: Any, top_n: int, path: str, cut: dict[str, list[int]], *, keep: bool) -> Any:
     if isinstance(value, BaseModel):
-        return _trim_model(value, top_n, path, cut)
+        return value if keep else _trim_model(value, top_n, path, cut)
+    if isinstance(value, float):
+        return float(f"{value:.6g}")  # 6 significant digits: 33.254999999999995 -> 33.255
+    if isinstance(value, str):
+        # only text inside list rows (kernel names); paths and top-level text stay whole
+        if keep or len(value) <= MAX_TEXT or "[*]" not in path or path.endswith("path"):
+            return value
+        cut.setdefault("<text>", []).append(len(value))
+        return value[: MAX_TEXT - 1] + "…"
     if isinstance(value, list):
         rows = value
-        if not keep and len(rows) > top_n:
+        limit = top_n if "[*]" not in path else nested_rows(top_n)
+        if not keep and len(rows) > limit:
             cut.setdefault(path, []).append(len(rows))
-            rows = rows[:top_n]
-        inner = [_trim_value(v, top_n, f"{path}[*]", cut, keep=False) for v in rows]
+            rows = rows[:limit]
+        inner = [_trim_value(v, top_n, f"{path}[*]", cut, keep=keep) for v in rows]
         if len(inner) != len(value) or any(a is not b for a, b in zip(inner, value)):
             return inner
         return value

@@ -17,7 +17,7 @@ from mcp import Client
 
 from mcp_server.cli import build_parser, cli_flags, main, option_spec
 from mcp_server.faces import FACE_FIELDS, SizedRequest, UnknownArgumentError, engine_parameters, operations
-from mcp_server.sizing import KEEP_WHOLE
+from mcp_server.sizing import KEEP_WHOLE, MAX_TEXT
 from mcp_server.server import build_server, mcp, tool_input_schema
 
 from conftest import TRACES
@@ -102,9 +102,15 @@ def test_cli_options_are_the_request_fields(op):
         assert op.request.model_fields[op.remainder].annotation == list[str]
 
 
+def _dummy(field):
+    """A well-typed value for a required field (the call must fail on the unknown name, not on this)."""
+    tp = option_spec("f", field).get("type")
+    return 1 if tp is int else 1.0 if tp is float else "x"
+
+
 @pytest.mark.parametrize("op", OPS, ids=IDS)
 def test_unknown_argument_refused_on_every_face(op, capsys):
-    required = {n: "x" for n, f in op.request.model_fields.items() if f.is_required()}
+    required = {n: _dummy(f) for n, f in op.request.model_fields.items() if f.is_required()}
     with pytest.raises(UnknownArgumentError) as exc:
         op.make_request({**required, "no_such_option": 1})
     assert "no_such_option" in str(exc.value) and op.field_names[0] in str(exc.value)
@@ -118,7 +124,8 @@ def test_unknown_argument_refused_on_every_face(op, capsys):
     text = res.content[0].text
     assert "no_such_option" in text and "accepted:" in text
 
-    argv = [*op.verb.split(), *["x" for _ in op.positional], "--no-such-option", "1"]
+    argv = [*op.verb.split(), *[str(_dummy(op.request.model_fields[n])) for n in op.positional],
+            "--no-such-option", "1"]
     assert main(argv) == 2
     msg = capsys.readouterr().err
     assert "--no-such-option" in msg and ", ".join(cli_flags(op)) in msg
@@ -165,6 +172,10 @@ def _assert_prefix(small, full, n):
                 assert small[k] == full[k] or k == "warnings"
             else:
                 _assert_prefix(small[k], full[k], n)
+    elif isinstance(full, float):
+        assert small == pytest.approx(full, rel=1e-5)
+    elif isinstance(full, str) and len(full) > MAX_TEXT:
+        assert small.endswith("…") and full.startswith(small[:-1])
     else:
         assert small == full
 

@@ -29,6 +29,9 @@ class BudgetRequest(SizedRequest):
 
 
 class DiffModulesRequest(SizedRequest):
+    top_n: int = Field(default=6, ge=1, le=10000, description=(
+        "Blocks kept in the answer (largest |gap| first; kernels per block: half as many, at least 3); "
+        "the rest are counted in a 'summary_truncated' warning"))
     a: str = Field(description=SIDE_HELP.format("A"))
     b: str = Field(description=SIDE_HELP.format("B"))
     labels: Labels = LABELS_FIELD
