@@ -1,0 +1,198 @@
+"""The one Nsight Compute metric catalogue: canonical names -> ncu metric names, units.
+
+Every ncu metric kernelscope reads or collects is named here once. A canonical
+name (``sm_throughput_pct``) maps to the ncu names that carry it, preferred
+first; names differ across architectures (the tensor pipe is ``hmma`` on
+Ampere/Ada and ``gmma`` on Hopper) and ncu versions (``dram__throughput`` became
+``gpu__dram_throughput``). The parser normalises any of them to the canonical
+name; the runner collects the names listed for the target's architecture.
+
+``unit`` is the canonical (base) unit the parser converts to: ``ns``, ``pct``,
+``bytes``, ``count`` (a plain number), ``ratio``, ``bytes_per_s``. Percentages stay
+0..100 as ncu prints them.
+
+This module imports only the standard library (the fixture script imports it on
+the GPU machine).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Architecture keys: compute capability major*10+minor as "sm_90" etc.
+AMPERE = ("sm_80", "sm_86", "sm_87")
+ADA = ("sm_89",)
+HOPPER = ("sm_90",)
+BLACKWELL = ("sm_100", "sm_103", "sm_120")
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    canonical: str
+    names: tuple[str, ...]            # ncu metric names, preferred first (any of them is accepted)
+    unit: str                          # canonical unit after conversion
+    description: str
+    collect: bool = True               # part of the default collection (run_ncu's classifier set)
+    by_arch: dict[str, str] = field(default_factory=dict)  # arch -> the name to collect there
+
+
+def _pipe(kind: str) -> tuple[str, ...]:
+    return (f"sm__pipe_{kind}_cycles_active.avg.pct_of_peak_sustained_active",
+            f"sm__inst_executed_pipe_{kind}.avg.pct_of_peak_sustained_active")
+
+
+_GMMA = "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
+_HMMA = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+
+#: Warp-stall reasons as ncu names them (smsp__average_warps_issue_stalled_<r>_per_issue_active.ratio).
+STALL_REASONS = (
+    "long_scoreboard", "short_scoreboard", "math_pipe_throttle", "mio_throttle", "lg_throttle",
+    "barrier", "membar", "wait", "not_selected", "selected", "no_instruction", "dispatch_stall",
+    "drain", "sleeping", "tex_throttle", "imc_miss", "branch_resolving", "misc",
+)
+
+_DEFS: list[MetricDef] = [
+    MetricDef("duration_ns", ("gpu__time_duration.sum", "gpu__time_duration.avg", "Duration"),
+              "ns", "kernel duration (GPU time between start and end of the launch)"),
+    MetricDef("sm_throughput_pct", ("sm__throughput.avg.pct_of_peak_sustained_elapsed",),
+              "pct", "speed of light, compute side: max over SM sub-unit throughputs"),
+    MetricDef("memory_throughput_pct",
+              ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",),
+              "pct", "speed of light, memory side: max over DRAM, L2 and L1 throughputs (not DRAM)"),
+    MetricDef("dram_throughput_pct",
+              ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+               "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+              "pct", "DRAM (HBM) throughput as a share of its peak"),
+    MetricDef("l2_throughput_pct", ("lts__throughput.avg.pct_of_peak_sustained_elapsed",),
+              "pct", "L2 throughput as a share of its peak"),
+    MetricDef("l1_throughput_pct",
+              ("l1tex__throughput.avg.pct_of_peak_sustained_active",
+               "l1tex__throughput.avg.pct_of_peak_sustained_elapsed"),
+              "pct", "L1/TEX throughput as a share of its peak"),
+    MetricDef("achieved_occupancy_pct", ("sm__warps_active.avg.pct_of_peak_sustained_active",),
+              "pct", "achieved occupancy"),
+    MetricDef("theoretical_occupancy_pct", ("sm__maximum_warps_per_active_cycle_pct",),
+              "pct", "theoretical occupancy"),
+    MetricDef("occupancy_limit_registers", ("launch__occupancy_limit_registers",),
+              "count", "blocks per SM allowed by the register file"),
+    MetricDef("occupancy_limit_shared_mem", ("launch__occupancy_limit_shared_mem",),
+              "count", "blocks per SM allowed by shared memory"),
+    MetricDef("occupancy_limit_blocks", ("launch__occupancy_limit_blocks",),
+              "count", "blocks per SM allowed by the hardware block limit"),
+    MetricDef("occupancy_limit_warps", ("launch__occupancy_limit_warps",),
+              "count", "blocks per SM allowed by the warp limit (block size)"),
+    MetricDef("registers_per_thread", ("launch__registers_per_thread",), "count",
+              "registers per thread"),
+    MetricDef("shared_mem_static_bytes", ("launch__shared_mem_per_block_static",), "bytes",
+              "static shared memory per block"),
+    MetricDef("shared_mem_dynamic_bytes", ("launch__shared_mem_per_block_dynamic",), "bytes",
+              "dynamic shared memory per block"),
+    MetricDef("grid_size", ("launch__grid_size",), "count", "blocks in the grid"),
+    MetricDef("block_size", ("launch__block_size",), "count", "threads per block"),
+    MetricDef("waves_per_sm", ("launch__waves_per_multiprocessor",), "count",
+              "waves of blocks per SM (under 1: the grid does not fill the GPU)"),
+    MetricDef("sm_count", ("device__attribute_multiprocessor_count",), "count", "SMs on the device"),
+    MetricDef("l2_hit_rate_pct", ("lts__t_sector_hit_rate.pct",), "pct", "L2 sector hit rate"),
+    MetricDef("l1_hit_rate_pct", ("l1tex__t_sector_hit_rate.pct",), "pct", "L1/TEX sector hit rate"),
+    MetricDef("tensor_pipe_pct", (_GMMA, _HMMA,
+                                  "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active",
+                                  "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active"),
+              "pct", "tensor-core pipe utilisation (gmma on Hopper, hmma on Ampere/Ada)",
+              by_arch={**{a: _HMMA for a in AMPERE + ADA}, **{a: _GMMA for a in HOPPER}}),
+    MetricDef("fma_pipe_pct", _pipe("fma"), "pct", "FMA pipe utilisation (fp32 multiply-add)"),
+    MetricDef("alu_pipe_pct", _pipe("alu"), "pct", "ALU pipe utilisation (integer, logic, compare)"),
+    MetricDef("fp64_pipe_pct", ("sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_active",
+                                "sm__inst_executed_pipe_fp64.avg.pct_of_peak_sustained_active"),
+              "pct", "FP64 pipe utilisation", collect=False),
+    MetricDef("lsu_pipe_pct", ("sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active",),
+              "pct", "load/store pipe utilisation"),
+    MetricDef("issue_active_pct", ("sm__inst_issued.avg.pct_of_peak_sustained_active",
+                                   "smsp__issue_active.avg.pct_of_peak_sustained_active"),
+              "pct", "issue slots busy"),
+    MetricDef("ipc", ("sm__inst_executed.avg.per_cycle_active",), "ratio",
+              "instructions executed per active cycle per SM"),
+    MetricDef("ffma_thread_inst", ("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",),
+              "count", "fp32 FMA thread instructions (2 FLOP each)"),
+    MetricDef("fadd_thread_inst", ("smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",),
+              "count", "fp32 add thread instructions"),
+    MetricDef("fmul_thread_inst", ("smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",),
+              "count", "fp32 multiply thread instructions"),
+    MetricDef("hfma_thread_inst", ("smsp__sass_thread_inst_executed_op_hfma_pred_on.sum",),
+              "count", "fp16 FMA thread instructions", collect=False),
+    MetricDef("dram_read_bytes", ("dram__bytes_read.sum",), "bytes", "bytes read from DRAM"),
+    MetricDef("dram_write_bytes", ("dram__bytes_write.sum",), "bytes", "bytes written to DRAM"),
+    MetricDef("l2_bytes", ("lts__t_bytes.sum",), "bytes", "bytes through L2", collect=False),
+    MetricDef("sm_frequency_hz", ("sm__cycles_elapsed.avg.per_second", "SM Frequency"),
+              "hz", "SM clock during the launch"),
+    MetricDef("dram_frequency_hz", ("dram__cycles_elapsed.avg.per_second", "DRAM Frequency"),
+              "hz", "DRAM clock during the launch", collect=False),
+    MetricDef("elapsed_cycles", ("gpc__cycles_elapsed.max", "sm__cycles_elapsed.avg"),
+              "count", "elapsed cycles"),
+] + [
+    MetricDef(f"stall_{r}", (f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio",),
+              "ratio", f"warp cycles stalled on {r.replace('_', ' ')} per issued instruction")
+    for r in STALL_REASONS
+]
+
+CATALOGUE: dict[str, MetricDef] = {d.canonical: d for d in _DEFS}
+
+#: ncu metric name -> canonical name (every alternative spelling).
+BY_NCU_NAME: dict[str, str] = {n: d.canonical for d in _DEFS for n in d.names}
+
+#: ncu sections the default collection adds (stable identifiers across architectures).
+DEFAULT_SECTIONS = (
+    "SpeedOfLight", "LaunchStats", "Occupancy", "ComputeWorkloadAnalysis",
+    "MemoryWorkloadAnalysis", "WarpStateStats", "SchedulerStats",
+)
+
+#: Named metric sets for ``run_ncu --metric-set``.
+METRIC_SETS = ("classify", "sections-only", "minimal")
+
+
+def canonical(ncu_name: str) -> str | None:
+    """The canonical name of an ncu metric name, or None when the catalogue does not know it."""
+    return BY_NCU_NAME.get(ncu_name.strip())
+
+
+def collect_names(arch: str | None = None) -> list[str]:
+    """ncu metric names of the default (classifier) collection for ``arch`` (e.g. "sm_90").
+
+    Unknown arch: metrics whose spelling is architecture-specific are left out
+    (their sections still bring them when the section lists them).
+    """
+    out: list[str] = []
+    for d in _DEFS:
+        if not d.collect:
+            continue
+        if d.by_arch:
+            name = d.by_arch.get(arch or "")
+            if name:
+                out.append(name)
+            continue
+        first = d.names[0]
+        if first[0].isupper():  # a CSV column title, not a metric
+            continue
+        out.append(first)
+    return out
+
+
+def minimal_names() -> list[str]:
+    """The smallest set the classifier's first stage needs (speed of light + time + launch)."""
+    keep = ("duration_ns", "sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct",
+            "l2_throughput_pct", "l1_throughput_pct", "grid_size", "block_size", "waves_per_sm",
+            "sm_count", "l2_hit_rate_pct")
+    return [CATALOGUE[k].names[0] for k in keep]
+
+
+def arch_of(cc: str | float | None) -> str | None:
+    """'9.0' / 9.0 / '90' / 'sm_90' -> 'sm_90'."""
+    if cc is None:
+        return None
+    s = str(cc).strip().lower()
+    if s.startswith("sm_"):
+        return s
+    if "." in s:
+        major, _, minor = s.partition(".")
+        if major.isdigit() and minor[:1].isdigit():
+            return f"sm_{major}{minor[:1]}"
+        return None
+    return f"sm_{s}" if s.isdigit() else None
