@@ -3,6 +3,7 @@ the README documents every verb and tool."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
 from mcp_server.cli import build_parser
 from mcp_server.server import mcp
@@ -31,24 +32,99 @@ def _tools() -> list[str]:
     return anyio.run(go)
 
 
+BOOTSTRAP = ROOT / "bin" / "kernelscope-mcp"
+PLUGIN_TOOL_PREFIX = "mcp__plugin_kernelscope_kernelscope__"  # mcp__plugin_<plugin>_<server>__<tool>
+
+
+def _frontmatter(path: Path) -> str:
+    return path.read_text().split("---\n", 2)[1]
+
+
 def test_plugin_manifest_points_at_skills_and_server():
     plugin = json.loads((ROOT / ".claude-plugin" / "plugin.json").read_text())
     assert plugin["name"] == "kernelscope"
     skills_dir = (ROOT / ".claude-plugin").parent / plugin["skills"]
     skills = sorted(p.parent.name for p in skills_dir.glob("*/SKILL.md"))
-    assert skills == ["compare-kernels", "kernel-timeline-analysis"]
+    assert {"compare-kernels", "kernel-timeline-analysis"} <= set(skills)
     for name in skills:
-        front = (skills_dir / name / "SKILL.md").read_text().split("---\n", 2)[1]
-        assert re.search(rf"^name: {name}$", front, re.M), name
+        assert re.search(rf"^name: {name}$", _frontmatter(skills_dir / name / "SKILL.md"), re.M), name
+    # a plugin install has no venv: the server starts through the bootstrap script (POSIX sh)
     server = plugin["mcpServers"]["kernelscope"]
-    assert "-m mcp_server" in " ".join(server["args"])
+    assert server == {"command": "sh", "args": ["${CLAUDE_PLUGIN_ROOT}/bin/kernelscope-mcp"]}
     market = json.loads((ROOT / ".claude-plugin" / "marketplace.json").read_text())
     assert market["plugins"][0]["name"] == "kernelscope"
 
 
-def test_project_mcp_json_starts_the_stdio_server():
+def test_project_mcp_json_starts_the_bootstrap_script():
     cfg = json.loads((ROOT / ".mcp.json").read_text())["mcpServers"]["kernelscope"]
-    assert cfg["args"] == ["-m", "mcp_server"]
+    # the plugin root when Claude Code loads it as a plugin, the project directory otherwise
+    assert cfg["command"] == "sh" and cfg["args"] == ["${CLAUDE_PLUGIN_ROOT:-.}/bin/kernelscope-mcp"]
+    text = BOOTSTRAP.read_text()
+    assert text.startswith("#!/bin/sh\n") and 'exec "$VPY" -m mcp_server' in text
+    assert BOOTSTRAP.stat().st_mode & 0o111, "bin/kernelscope-mcp must be executable"
+    assert subprocess.run(["sh", "-n", str(BOOTSTRAP)], timeout=30).returncode == 0
+
+
+def test_skills_allow_their_tools_under_both_names():
+    """allowed-tools lists every MCP tool as a project server names it (mcp__kernelscope__X) and as
+    Claude Code names a plugin's server's tool (mcp__plugin_kernelscope_kernelscope__X)."""
+    tools = set(_tools())
+    for path in sorted((ROOT / "skills").glob("*/SKILL.md")):
+        front = _frontmatter(path)
+        m = re.search(r"^allowed-tools:(.*(?:\n[ \t]+.*)*)", front, re.M)
+        assert m, f"{path.parent.name}: no allowed-tools"
+        words = m.group(1).replace(">-", " ").split()
+        plain = {w.removeprefix("mcp__kernelscope__") for w in words if w.startswith("mcp__kernelscope__")}
+        plugin = {w.removeprefix(PLUGIN_TOOL_PREFIX) for w in words if w.startswith(PLUGIN_TOOL_PREFIX)}
+        assert plain, f"{path.parent.name}: allows no kernelscope tool"
+        assert plain == plugin, f"{path.parent.name}: names differ between the two forms: {plain ^ plugin}"
+        wild = {t for t in plain if t.endswith("*")}
+        assert plain - wild <= tools, f"{path.parent.name}: allows tools the server lacks: {plain - wild - tools}"
+
+
+def _list_over_stdio(argv: list[str], env: dict[str, str], cwd: Path) -> list[str]:
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(cwd))
+
+    async def go():
+        async with Client(params) as c:
+            return sorted(t.name for t in (await c.list_tools()).tools)
+
+    return anyio.run(go)
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "PYTHONPATH", "KERNELSCOPE_VENV", "KERNELSCOPE_PYTHON")}
+    env.update(extra)
+    return env
+
+
+def test_bootstrap_script_starts_the_server_from_the_checkout_venv(tmp_path):
+    """With the checkout's .venv (made by make install, no stamp) the script execs the server at
+    once, from any directory, and nothing but the protocol reaches stdout."""
+    if not (ROOT / ".venv" / "bin" / "python").exists():
+        pytest.skip("no .venv in the checkout (run make install)")
+    assert _list_over_stdio(["sh", str(BOOTSTRAP)], _clean_env(), tmp_path) == _tools()
+    out = subprocess.run(["sh", str(BOOTSTRAP), "--install"], capture_output=True, text=True, timeout=60,
+                         env=_clean_env(), cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout == "" and "installing" not in out.stderr
+
+
+def test_bootstrap_script_first_start_fails_cleanly_offline(tmp_path):
+    """First start with no venv: it creates one and installs; offline the install fails with a
+    one-line reason on stderr, nothing on stdout, no lock left, and the half-made venv is marked
+    unfinished so the next start installs again."""
+    venv = tmp_path / "venv"
+    env = _clean_env(KERNELSCOPE_VENV=str(venv), KERNELSCOPE_PYTHON=sys.executable, PIP_NO_INDEX="1",
+                     PIP_FIND_LINKS=str(tmp_path))
+    out = subprocess.run(["sh", str(BOOTSTRAP)], capture_output=True, text=True, timeout=180, env=env,
+                         cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert out.returncode == 1 and out.stdout == ""
+    assert "kernelscope-mcp: installing kernelscope into" in out.stderr
+    assert f"kernelscope-mcp: pip install -e {ROOT} failed" in out.stderr
+    assert (venv / "bin" / "python").exists() and (venv / ".kernelscope-mcp-pending").exists()
+    assert not (venv / ".kernelscope-mcp-stamp").exists()
+    assert not Path(f"{venv}.kernelscope-mcp-lock").exists()
 
 
 def test_console_script_and_version():
