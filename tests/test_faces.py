@@ -184,3 +184,18 @@ def test_sized_requests_have_face_fields_only_there():
     for op in OPS:
         has = FACE_FIELDS <= set(op.field_names)
         assert has == issubclass(op.request, SizedRequest), op.tool
+
+
+def test_reference_page_is_generated_from_the_declarations():
+    """docs/REFERENCE.md lists every tool with its parameters; regenerate it when this fails:
+    python -m mcp_server.reference > docs/REFERENCE.md"""
+    from pathlib import Path
+
+    from mcp_server.reference import render_reference
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "REFERENCE.md").read_text()
+    assert page == render_reference(), "docs/REFERENCE.md is stale: python -m mcp_server.reference > docs/REFERENCE.md"
+    for op in OPS:
+        assert f"## {op.tool}" in page
+        for name in op.field_names:
+            assert f"| `{name}` |" in page
