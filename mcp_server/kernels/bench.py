@@ -1,0 +1,172 @@
+"""The MLA bench: cuBLAS BF16 ``torch.bmm`` vs the INT4 W4A16 and FP8 W8A16 kernels.
+
+Pydantic-free (plain dicts), so it also runs where only torch and triton are installed
+(``python3 -m mcp_server.kernels.bench``); ``ops.mla_bench`` wraps it in the typed result.
+
+Method: each timing is the median over replays of one CUDA graph holding many launches,
+divided by the launches. *Warm*: every launch uses the same weight set (L2-resident when it
+fits). *Cold*: the launches rotate through enough distinct weight sets (at least
+``COLD_BYTES`` per format) that each launch streams its weights from HBM. Inputs are random
+(never zeros); activations are shared by the launches (in decode they come from the kernel
+before, L2-resident); the three formats are timed in the same run, so the speedups compare
+like with like.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Callable
+
+COLD_BYTES = 512 * 2**20      # rotation footprint per format for "cold" (>8x the 60 MB L2)
+MIN_LAUNCHES = 48             # launches per captured graph
+REPLAYS = 15
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def device_info() -> dict:
+    import torch
+    import triton
+
+    p = torch.cuda.get_device_properties(0)
+    return {
+        "name": p.name, "sm_count": p.multi_processor_count,
+        "l2_bytes": int(getattr(p, "L2_cache_size", 0)), "total_memory": int(p.total_memory),
+        "capability": f"{p.major}.{p.minor}", "torch": torch.__version__, "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+    }
+
+
+def time_launches(fns: list[Callable[[], object]], replays: int = REPLAYS,
+                  min_launches: int = MIN_LAUNCHES) -> float:
+    """Median µs per launch of ``fns`` (cycled to at least ``min_launches``), CUDA-graph timed."""
+    import torch
+
+    cycles = max(1, math.ceil(min_launches / len(fns)))
+    seq = fns * cycles
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for f in fns:           # compile, warm up, allocate outside the capture
+            f()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for f in seq:
+            f()
+    graph.replay()
+    graph.replay()
+    torch.cuda.synchronize()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(replays):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / len(seq))
+    del graph
+    return statistics.median(times)
+
+
+def copy_tbps(nbytes: int = 2 * 2**30) -> float:
+    """Device-to-device copy bandwidth, TB/s counting bytes read plus bytes written."""
+    import torch
+
+    a = torch.randn(nbytes // 4, device="cuda")
+    b = torch.empty_like(a)
+    us = time_launches([lambda: b.copy_(a)], replays=10, min_launches=10)
+    del a, b
+    return 2 * nbytes / (us * 1e-6) / 1e12
+
+
+def n_sets(set_bytes: int, cache: str) -> int:
+    return 1 if cache == "warm" else max(2, math.ceil(COLD_BYTES / set_bytes))
+
+
+class ShapeBuffers:
+    """Random weights of one shape in the three formats, ``n_sets`` copies each, and activations."""
+
+    def __init__(self, H: int, M: int, K: int, N: int, cache: str, group: int = 128, seed: int = 0,
+                 fp8_group: int = 0):
+        import torch
+
+        from mcp_server.kernels import quant
+
+        g = torch.Generator(device="cuda")
+        g.manual_seed(seed)
+        self.H, self.M, self.K, self.N, self.cache = H, M, K, N, cache
+        self.x = (torch.randn(H, M, K, device="cuda", generator=g) * 0.5).to(torch.bfloat16)
+        nb = n_sets(2 * H * K * N, cache)
+        self.bf16 = [(torch.randn(H, K, N, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+                     for _ in range(nb)]
+        first = quant.random_int4(H, K, N, group=group, generator=g)
+        ni = n_sets(first.nbytes(), cache)
+        self.int4 = [first] + [quant.random_int4(H, K, N, group=group, generator=g) for _ in range(ni - 1)]
+        f0 = quant.random_fp8(H, K, N, group=fp8_group, generator=g)
+        nf = n_sets(f0.nbytes(), cache)
+        self.fp8 = [f0] + [quant.random_fp8(H, K, N, group=fp8_group, generator=g) for _ in range(nf - 1)]
+        self.out = torch.empty(H, M, N, device="cuda", dtype=torch.bfloat16)
+        self.act_bytes = self.x.numel() * 2 + self.out.numel() * 2
+
+    def bf16_fns(self):
+        import torch
+
+        x, out = self.x, self.out
+        return [lambda w=w: torch.bmm(x, w, out=out) for w in self.bf16]
+
+    def int4_fns(self, config: dict | None = None, variant: str | None = None):
+        from mcp_server.kernels.w4a16 import w4a16_launch
+
+        x, out = self.x, self.out
+        return [lambda w=w: w4a16_launch(x, w, out, config, variant) for w in self.int4]
+
+    def fp8_fns(self, config: dict | None = None):
+        from mcp_server.kernels.w8a16 import w8a16_launch
+
+        x, out = self.x, self.out
+        return [lambda w=w: w8a16_launch(x, w, out, config) for w in self.fp8]
+
+    def w8a8_fns(self, config: dict | None = None):
+        from mcp_server.kernels.w8a16 import act_quant_fp8, w8a8_launch
+
+        x, out = self.x, self.out
+        x8, xs = act_quant_fp8(x)
+
+        def run(w):
+            act_quant_fp8(x, x8, xs)
+            return w8a8_launch(x8, xs, w, out, config)
+        return [lambda w=w: run(w) for w in self.fp8]
+
+    def tbps(self, fmt: str, us: float) -> float:
+        wb = {"bf16": 2 * self.H * self.K * self.N, "int4": self.int4[0].nbytes(),
+              "fp8": self.fp8[0].nbytes()}[fmt]
+        return (wb + self.act_bytes) / (us * 1e-6) / 1e12
+
+
+def bench_row(shape, cache: str, group: int = 128) -> dict:
+    """One row of the MLA table (the keys of bench/results/mla_h200.json, plus extras)."""
+    buf = ShapeBuffers(shape.H, shape.M, shape.K, shape.N, cache, group=group)
+    bf16 = time_launches(buf.bf16_fns())
+    int4 = time_launches(buf.int4_fns())
+    fp8 = time_launches(buf.fp8_fns())
+    row = {
+        "model": shape.model, "H": shape.H, "M": shape.M, "K": shape.K, "N": shape.N,
+        "weight_mb": round(shape.weight_mb, 2), "cache": cache,
+        "bf16_us": round(bf16, 2), "int4_us": round(int4, 2), "fp8_us": round(fp8, 2),
+        "int4_speedup": round(bf16 / int4, 3), "fp8_speedup": round(bf16 / fp8, 3),
+        "int4_tbps": round(buf.tbps("int4", int4), 3),
+        # extras (not in the committed row format)
+        "weight": shape.weight, "layers": shape.layers,
+        "bf16_tbps": round(buf.tbps("bf16", bf16), 3), "fp8_tbps": round(buf.tbps("fp8", fp8), 3),
+    }
+    del buf
+    return row

@@ -1,0 +1,216 @@
+"""Triton INT4 W4A16 BMM: ``out[H, M, N] = x[H, M, K] @ dequant(W)[H, K, N]`` (bf16 in/out).
+
+This module imports triton at the top: it *is* the kernel. The rest of the package imports it
+only inside functions, so ``mcp_server.kernels`` imports without torch or triton.
+
+Design (see docs/kernels.md for the measurements behind it):
+
+* **Swap A/B.** The product is computed as ``out^T = W^T x^T``: the weight tile [BLOCK_N, 16]
+  is the *left* operand of ``tl.dot`` and the activations [16, BLOCK_M] the right one. The
+  tensor-core M dimension (64 rows a warpgroup) is then filled by weight columns, and the
+  decode batch M only pads the narrow N side (BLOCK_M = 16 for M <= 16), so no tensor-core
+  rows are wasted at M = 1 and the left operand can stay in registers (no shared-memory round
+  trip for the dequantized weights).
+* **Pre-shuffled packing** (``quant.pack_int4``): nibble j of the 16 words of a 128-k block
+  holds k = 16 j + i, so unpacking nibble j of a [BLOCK_N, 16] word tile gives a dot operand
+  of 16 consecutive k with no reshape. Eight dots of K = 16 per block.
+* **Cheap unpack.** ``USE_ASM``: one ``prmt`` pairs two words' halves, then per nibble one
+  shift and one ``lop3`` put two codes into the mantissas of two bf16 numbers 128 + q, and one
+  ``fma.rn.bf16x2`` subtracts 136: about 1.5 instructions per weight, exact. Without it (the
+  interpreter, or for comparison) plain shifts, masks and an int -> bf16 conversion.
+* Scales (bf16, per group along K) multiply the fp32 partial sums once per group, after the
+  dots; zero points enter as ``s * (8 - z) * sum_k x`` (no per-weight work).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from mcp_server.kernels.quant import PACK_K, Int4Weights
+
+# Two int32 words in ($8, $9) -> eight bf16x2 registers ($0..$7): register j holds nibble j of
+# both words (j < 4 from the low halves, j >= 4 from the high halves), as bf16 q - 8.
+_UNPACK_ASM = """
+{
+.reg .b32 c0, c1, t, one, off;
+mov.b32 one, 0x3F803F80;
+mov.b32 off, 0xC308C308;
+prmt.b32 c0, $8, $9, 0x5410;
+prmt.b32 c1, $8, $9, 0x7632;
+lop3.b32 t, c0, 0x000F000F, 0x43004300, 0xea;
+fma.rn.bf16x2 $0, t, one, off;
+shr.u32 t, c0, 4;
+lop3.b32 t, t, 0x000F000F, 0x43004300, 0xea;
+fma.rn.bf16x2 $1, t, one, off;
+shr.u32 t, c0, 8;
+lop3.b32 t, t, 0x000F000F, 0x43004300, 0xea;
+fma.rn.bf16x2 $2, t, one, off;
+shr.u32 t, c0, 12;
+lop3.b32 t, t, 0x000F000F, 0x43004300, 0xea;
+fma.rn.bf16x2 $3, t, one, off;
+lop3.b32 t, c1, 0x000F000F, 0x43004300, 0xea;
+fma.rn.bf16x2 $4, t, one, off;
+shr.u32 t, c1, 4;
+lop3.b32 t, t, 0x000F000F, 0x43004300, 0xea;
+fma.rn.bf16x2 $5, t, one, off;
+shr.u32 t, c1, 8;
+lop3.b32 t, t, 0x000F000F, 0x43004300, 0xea;
+fma.rn.bf16x2 $6, t, one, off;
+shr.u32 t, c1, 12;
+lop3.b32 t, t, 0x000F000F, 0x43004300, 0xea;
+fma.rn.bf16x2 $7, t, one, off;
+}
+"""
+
+
+@triton.jit
+def _unpack8(p, UNPACK: tl.constexpr):
+    # UNPACK 0: inline asm (bf16); 1: plain ops (bf16); 2: plain ops to fp32 (the CPU
+    # interpreter, whose bf16 conversions and bf16 dots are wrong in triton 3.6)
+    if UNPACK == 0:
+        w0, w1, w2, w3, w4, w5, w6, w7 = tl.inline_asm_elementwise(
+            _UNPACK_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,r,r", [p],
+            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16,
+                   tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16),
+            is_pure=True, pack=2)
+    else:
+        dt: tl.constexpr = tl.bfloat16 if UNPACK == 1 else tl.float32
+        w0 = ((p & 0xF) - 8).to(dt)
+        w1 = (((p >> 4) & 0xF) - 8).to(dt)
+        w2 = (((p >> 8) & 0xF) - 8).to(dt)
+        w3 = (((p >> 12) & 0xF) - 8).to(dt)
+        w4 = (((p >> 16) & 0xF) - 8).to(dt)
+        w5 = (((p >> 20) & 0xF) - 8).to(dt)
+        w6 = (((p >> 24) & 0xF) - 8).to(dt)
+        w7 = (((p >> 28) & 0xF) - 8).to(dt)
+    return w0, w1, w2, w3, w4, w5, w6, w7
+
+
+@triton.jit
+def _w4a16_dot_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, K: tl.constexpr,
+                      GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, UNPACK: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
+    pid_n = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_i = tl.arange(0, 16)
+    KW = K // 8
+    qw_rows = qw_ptr + b * N * KW + offs_n[:, None] * KW + offs_i[None, :]        # [BN, 16]
+    x_cols = x_ptr + b * M * K + offs_m[None, :] * K + offs_i[:, None]            # [16, BM]
+    m_mask = offs_m[None, :] < M
+    NG = K // GROUP
+    s_row = s_ptr + b * NG * N + offs_n
+    z_row = z_ptr + b * NG * N + offs_n
+    CH: tl.constexpr = (GROUP if GROUP < 128 else 128) // 16      # 16-k chunks per scale step
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    for k0 in range(0, K, 128):
+        p = tl.load(qw_rows + k0 // 8)
+        ws = _unpack8(p, UNPACK)
+        for g in tl.static_range(8 // CH):
+            part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+            xsum = tl.zeros([BLOCK_M], dtype=tl.float32)
+            for jj in tl.static_range(CH):
+                xj = tl.load(x_cols + (k0 + (g * CH + jj) * 16), mask=m_mask, other=0.0)
+                if UNPACK == 2:
+                    part = tl.dot(ws[g * CH + jj], xj.to(tl.float32), part)
+                else:
+                    part = tl.dot(ws[g * CH + jj], xj, part)
+                if HAS_ZERO:
+                    xsum += tl.sum(xj.to(tl.float32), axis=0)
+            grp = (k0 + g * CH * 16) // GROUP
+            s = tl.load(s_row + grp * N).to(tl.float32)
+            if HAS_ZERO:
+                z = tl.load(z_row + grp * N).to(tl.float32)
+                part += (8.0 - z)[:, None] * xsum[None, :]
+            acc += part * s[:, None]
+    out = out_ptr + b * M * N + offs_m[None, :] * N + offs_n[:, None]            # [BN, BM]
+    tl.store(out, acc.to(tl.bfloat16), mask=m_mask)
+
+
+@triton.jit
+def _w4a16_gemv_kernel(x_ptr, qw_ptr, s_ptr, out_ptr, M, N, K: tl.constexpr,
+                       GROUP: tl.constexpr, UNPACK: tl.constexpr, BLOCK_N: tl.constexpr):
+    """M = 1 reference design without tensor cores: fp32 FMAs into a [BN, 16] accumulator."""
+    pid_n = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_i = tl.arange(0, 16)
+    KW = K // 8
+    qw_rows = qw_ptr + b * N * KW + offs_n[:, None] * KW + offs_i[None, :]
+    x_row = x_ptr + b * K + offs_i
+    NG = K // GROUP
+    s_row = s_ptr + b * NG * N + offs_n
+    CH: tl.constexpr = (GROUP if GROUP < 128 else 128) // 16
+    acc = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
+    for k0 in range(0, K, 128):
+        p = tl.load(qw_rows + k0 // 8)
+        ws = _unpack8(p, UNPACK)
+        for g in tl.static_range(8 // CH):
+            part = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
+            for jj in tl.static_range(CH):
+                xj = tl.load(x_row + (k0 + (g * CH + jj) * 16)).to(tl.float32)
+                part += ws[g * CH + jj].to(tl.float32) * xj[None, :]
+            grp = (k0 + g * CH * 16) // GROUP
+            s = tl.load(s_row + grp * N).to(tl.float32)
+            acc += part * s[:, None]
+    tl.store(out_ptr + b * N + offs_n, tl.sum(acc, axis=1).to(tl.bfloat16))
+
+
+def _interpreting() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def w4a16_bmm(x, w: Int4Weights, out=None, config: dict | None = None, variant: str | None = None):
+    """``x[H, M, K]`` bf16 times the INT4 weights -> ``[H, M, N]`` bf16 (see ``w4a16_launch``)."""
+    return w4a16_launch(x, w, out, config, variant)[1]
+
+
+def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, variant: str | None = None):
+    """``x[H, M, K]`` bf16 times the INT4 weights -> ``[H, M, N]`` bf16.
+
+    ``config``: BLOCK_N, BLOCK_M, num_warps, num_stages (default: the recorded H200 winner for
+    this shape family, ``tuning.config_for``); ``variant``: "dot" (default), "dot_plain"
+    (no inline asm) or "gemv" (M = 1 only). Returns (compiled kernel, output tensor).
+    """
+    import torch
+
+    from mcp_server.kernels import tuning
+
+    H, M, K = x.shape
+    if K != w.K or H != w.H:
+        raise ValueError(f"x {tuple(x.shape)} does not match weights H={w.H} K={w.K}")
+    N = w.N
+    if K % PACK_K:
+        raise ValueError(f"K={K} must be a multiple of {PACK_K}")
+    if not x.is_contiguous():
+        x = x.contiguous()
+    if out is None:
+        out = torch.empty((H, M, N), dtype=torch.bfloat16, device=x.device)
+    cfg = dict(config or tuning.config_for("int4", M, K, N))
+    variant = variant or cfg.pop("variant", "dot")
+    cfg.pop("variant", None)
+    unpack = 2 if _interpreting() else (1 if variant in ("dot_plain", "gemv_plain") else 0)
+    if variant in ("gemv", "gemv_plain"):
+        if M != 1:
+            raise ValueError("the gemv variant handles M = 1 only")
+        bn = cfg.get("BLOCK_N", 64)
+        if N % bn:
+            raise ValueError(f"N={N} is not a multiple of BLOCK_N={bn}")
+        return _w4a16_gemv_kernel[(N // bn, H)](
+            x, w.qweight, w.scales, out, M, N, K, GROUP=w.group, UNPACK=unpack, BLOCK_N=bn,
+            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2)), out
+    bn = cfg.get("BLOCK_N", 128)
+    bm = cfg.get("BLOCK_M") or max(16, triton.next_power_of_2(M))
+    if N % bn:
+        raise ValueError(f"N={N} is not a multiple of BLOCK_N={bn}")
+    if bm < M:
+        raise ValueError(f"BLOCK_M={bm} < M={M}")
+    zeros = w.zeros if w.zeros is not None else w.scales
+    k = _w4a16_dot_kernel[(N // bn, H)](
+        x, w.qweight, w.scales, zeros, out, M, N, K, GROUP=w.group, HAS_ZERO=w.zeros is not None,
+        UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
+        num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2))
+    return k, out

@@ -1,0 +1,167 @@
+"""Triton FP8 (e4m3) weight BMMs: W8A16 (bf16 activations) and W8A8 (per-token fp8 activations).
+
+Imports triton at the top (it is the kernel); the package imports it lazily. Same swap-A/B
+design as ``w4a16``: the weight tile [BLOCK_N, BLOCK_K] (stored ``[H, N, K]``, K contiguous,
+which is also the K-major operand the fp8 tensor-core instructions need) is the left operand.
+
+* W8A16: the e4m3 tile is converted in registers (``F16=True``, the ``CVT`` dtype: to fp16, one
+  ``cvt.rn.f16x2.e4m3x2`` per two weights, activations cast to fp16, a fp16 dot; else to bf16)
+  and multiplied by the bf16/fp16 activations with fp32 accumulation; scales per output
+  channel (after the K loop) or per group of K (per block).
+* W8A8: activations quantized per token to e4m3 by ``_act_quant_kernel`` (one program per row),
+  then an fp8 x fp8 dot (no conversion of the weights at all) scaled by ``s_w[n] * s_x[m]``.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from mcp_server.kernels.quant import FP8_MAX, Fp8Weights
+
+
+@triton.jit
+def _w8a16_dot_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K: tl.constexpr,
+                      GROUP: tl.constexpr, CVT: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_n = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_k = tl.arange(0, BLOCK_K)
+    w_rows = w_ptr + b * N * K + offs_n[:, None] * K + offs_k[None, :]            # [BN, BK]
+    x_cols = x_ptr + b * M * K + offs_m[None, :] * K + offs_k[:, None]            # [BK, BM]
+    m_mask = offs_m[None, :] < M
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    if GROUP == 0:
+        for k0 in range(0, K, BLOCK_K):
+            w = tl.load(w_rows + k0)
+            xt = tl.load(x_cols + k0, mask=m_mask, other=0.0)
+            acc = tl.dot(w.to(CVT), xt.to(CVT), acc)
+        s = tl.load(s_ptr + b * N + offs_n)
+        acc = acc * s[:, None]
+    else:
+        NG = K // GROUP
+        for k0 in range(0, K, BLOCK_K):
+            w = tl.load(w_rows + k0)
+            xt = tl.load(x_cols + k0, mask=m_mask, other=0.0)
+            part = tl.dot(w.to(CVT), xt.to(CVT))
+            s = tl.load(s_ptr + b * NG * N + (k0 // GROUP) * N + offs_n)
+            acc += part * s[:, None]
+    out = out_ptr + b * M * N + offs_m[None, :] * N + offs_n[:, None]
+    tl.store(out, acc.to(tl.bfloat16), mask=m_mask)
+
+
+@triton.jit
+def _act_quant_kernel(x_ptr, x8_ptr, xs_ptr, K, BLOCK_K: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_K)
+    mask = offs < K
+    x = tl.load(x_ptr + row * K + offs, mask=mask, other=0.0).to(tl.float32)
+    s = tl.maximum(tl.max(tl.abs(x), axis=0), 1e-12) / FP8_MAX
+    tl.store(x8_ptr + row * K + offs, (x / s).to(tl.float8e4nv), mask=mask)
+    tl.store(xs_ptr + row, s)
+
+
+@triton.jit
+def _w8a8_dot_kernel(x8_ptr, xs_ptr, w_ptr, s_ptr, out_ptr, M, N, K: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_n = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_k = tl.arange(0, BLOCK_K)
+    w_rows = w_ptr + b * N * K + offs_n[:, None] * K + offs_k[None, :]
+    x_cols = x8_ptr + b * M * K + offs_m[None, :] * K + offs_k[:, None]
+    m_mask = offs_m[None, :] < M
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        w = tl.load(w_rows + k0)
+        xt = tl.load(x_cols + k0, mask=m_mask, other=0.0)
+        acc = tl.dot(w, xt, acc)
+    sw = tl.load(s_ptr + b * N + offs_n)
+    sx = tl.load(xs_ptr + b * M + offs_m, mask=offs_m < M, other=0.0)
+    acc = acc * sw[:, None] * sx[None, :]
+    out = out_ptr + b * M * N + offs_m[None, :] * N + offs_n[:, None]
+    tl.store(out, acc.to(tl.bfloat16), mask=m_mask)
+
+
+def _cvt_dtype(cfg: dict):
+    import os
+
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return tl.float32   # the interpreter's bf16 dots are wrong (triton 3.6)
+    return tl.float16 if cfg.get("F16", True) else tl.bfloat16
+
+
+def _check(x, w: Fp8Weights, cfg: dict):
+    H, M, K = x.shape
+    if K != w.K or H != w.H:
+        raise ValueError(f"x {tuple(x.shape)} does not match weights H={w.H} K={w.K}")
+    bn, bk = cfg.get("BLOCK_N", 64), cfg.get("BLOCK_K", 128)
+    if w.N % bn or K % bk:
+        raise ValueError(f"N={w.N} / K={K} not multiples of BLOCK_N={bn} / BLOCK_K={bk}")
+    if w.group and w.group % bk:
+        raise ValueError(f"group={w.group} must be a multiple of BLOCK_K={bk}")
+    return H, M, K, bn, bk
+
+
+def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
+    """``x[H, M, K]`` bf16 times FP8 weights -> ``[H, M, N]`` bf16; (compiled kernel, out)."""
+    import torch
+
+    from mcp_server.kernels import tuning
+
+    cfg = dict(config or tuning.config_for("fp8", x.shape[1], x.shape[2], w.N))
+    H, M, K, bn, bk = _check(x, w, cfg)
+    x = x.contiguous()
+    if out is None:
+        out = torch.empty((H, M, w.N), dtype=torch.bfloat16, device=x.device)
+    bm = cfg.get("BLOCK_M") or max(16, triton.next_power_of_2(M))
+    k = _w8a16_dot_kernel[(w.N // bn, H)](
+        x, w.weight, w.scales, out, M, w.N, K, GROUP=w.group, CVT=_cvt_dtype(cfg),
+        BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk,
+        num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3))
+    return k, out
+
+
+def w8a16_bmm(x, w: Fp8Weights, out=None, config: dict | None = None):
+    return w8a16_launch(x, w, out, config)[1]
+
+
+def act_quant_fp8(x, x8=None, xs=None):
+    """Per-token e4m3 quantization of ``x[H, M, K]`` on the GPU: (x8, scales[H, M] fp32)."""
+    import torch
+
+    H, M, K = x.shape
+    x = x.contiguous()
+    if x8 is None:
+        x8 = torch.empty((H, M, K), dtype=torch.float8_e4m3fn, device=x.device)
+    if xs is None:
+        xs = torch.empty((H, M), dtype=torch.float32, device=x.device)
+    _act_quant_kernel[(H * M,)](x, x8, xs, K, BLOCK_K=triton.next_power_of_2(K), num_warps=1)
+    return x8, xs
+
+
+def w8a8_launch(x8, xs, w: Fp8Weights, out=None, config: dict | None = None):
+    """Per-token fp8 activations (``act_quant_fp8``) times per-channel FP8 weights."""
+    import torch
+
+    from mcp_server.kernels import tuning
+
+    if w.group:
+        raise ValueError("the W8A8 path takes per-channel weight scales (group=0)")
+    cfg = dict(config or tuning.config_for("w8a8", x8.shape[1], x8.shape[2], w.N))
+    H, M, K, bn, bk = _check(x8, w, cfg)
+    if out is None:
+        out = torch.empty((H, M, w.N), dtype=torch.bfloat16, device=x8.device)
+    bm = cfg.get("BLOCK_M") or max(16, triton.next_power_of_2(M))
+    k = _w8a8_dot_kernel[(w.N // bn, H)](
+        x8, xs, w.weight, w.scales, out, M, w.N, K, BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk,
+        num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3))
+    return k, out
+
+
+def w8a8_bmm(x, w: Fp8Weights, out=None, config: dict | None = None):
+    """bf16 ``x`` in: quantizes per token, then the fp8 x fp8 product."""
+    x8, xs = act_quant_fp8(x)
+    return w8a8_launch(x8, xs, w, out, config)[1]
