@@ -281,3 +281,37 @@ def test_mcp_tool_and_cli(tmp_path, ks_report, custom_csv, capsys):
     assert main(["recategorize", str(p), "--categories", custom_csv]) == 0
     text = capsys.readouterr().out
     assert "kernelscope" in text and str(sc["files"][0]["changed"]) in text
+
+
+def test_unchanged_report_is_copied_through_the_atomic_writer(tmp_path, ks_report):
+    src, _ = ks_report
+    out_dir = tmp_path / "out"
+    res = recategorize([str(src)], output_dir=str(out_dir))  # the rules it was written with: nothing moves
+    f = res.files[0]
+    assert f.changed == 0 and f.rows_changed == 0 and f.output == str(out_dir / src.name)
+    assert _sha(out_dir / src.name) == _sha(src)
+    assert os.listdir(out_dir) == [src.name]  # no temp file left behind
+    blocked = tmp_path / "blocked"
+    (blocked / src.name).mkdir(parents=True)  # the target name is taken by a directory
+    with pytest.raises(WriteError) as e:
+        recategorize([str(src)], output_dir=str(blocked))
+    assert src.name in str(e.value)
+    assert os.listdir(blocked) == [src.name]
+
+
+def test_reports_public_api_decides_report_kind_once(tmp_path, ks_report):
+    from mcp_server import reports
+
+    src, _ = ks_report
+    up = tmp_path / "up.xlsx"
+    build_upstream_report(str(up), make_large_spec(sheets=2, rows=10, seed=6), "new")
+    assert reports.is_kernelscope_report(src) and not reports.is_kernelscope_report(up)
+    assert not reports.is_kernelscope_report(tmp_path / "missing.xlsx")
+    assert read_report(src, need=()).source == "kernelscope" and read_report(up, need=()).source == "upstream-new"
+    plan, source = reports.plan_recategorize(up, load_categories())
+    assert source == "upstream-new" and not plan.patch.edits  # built with the shared rules
+    names = [L.full_table_sheet_name(i) for i in range(3)]
+    assert names == ["Kernels (full)", "Kernels (full 2)", "Kernels (full 3)"]
+    assert all(L.is_full_table_sheet(n) for n in names)
+    assert not any(L.is_full_table_sheet(n) for n in ("Summary", "GPU Kernels", "Kernels (full", "Linear (dec)"))
+    assert [s for s in openpyxl.load_workbook(src, read_only=True).sheetnames if L.is_full_table_sheet(s)]

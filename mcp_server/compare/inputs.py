@@ -160,23 +160,10 @@ def _load_trace(p: Path, label: str, categories, rules: CategoryRules, reference
     return Side(label=label, path=str(p), kind="trace", kernels=df, categories_sha256=rules.sha256, warnings=warnings)
 
 
-def _is_kernelscope_report(p: Path) -> bool:
-    """kernelscope's own reports carry the full kernel table / metadata sheets (reports.layout)."""
-    from python_calamine import CalamineWorkbook
-
-    from mcp_server.reports import layout as L
-
-    try:
-        names = CalamineWorkbook.from_path(str(p)).sheet_names
-    except Exception:  # unreadable: let the reader raise its typed error
-        return False
-    return L.FULL_KERNELS in names or L.METADATA in names
-
-
 def _load_report(p: Path, label: str, rules: CategoryRules, purpose: Purpose) -> Side:
-    from mcp_server.reports.reader import kernel_table, read_report
+    from mcp_server.reports import is_kernelscope_report, kernel_table, read_report
 
-    if purpose == "budget" and not _is_kernelscope_report(p):
+    if purpose == "budget" and not is_kernelscope_report(p):
         rep = read_report(p, need=("gpu_kernels",))
     else:
         rep = read_report(p, need=("kernels",))

@@ -26,7 +26,7 @@ def write_diff_xlsx(res: DiffResult, path: str | os.PathLike) -> Path:
     from openpyxl.cell import WriteOnlyCell
     from openpyxl.styles import Font, PatternFill
 
-    from mcp_server.reports.xlsx_writer import atomic_save
+    from mcp_server.reports import atomic_save
 
     out = check_output_path(path, "xlsx diff")
     la, lb = res.a.label, res.b.label

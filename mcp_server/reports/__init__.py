@@ -1,0 +1,59 @@
+"""The report workbook format: one owner for writing, reading and editing report workbooks.
+
+Other packages use only the names below (and ``reports.layout``, the sheet and header
+facts); the modules behind them are private to this package (import-linter's
+"protected" contract in pyproject.toml). Names are loaded on first use, so importing
+``mcp_server.reports`` costs nothing until a workbook is touched.
+
+Reading (``reader``):
+  ``read_report(path, need=...) -> Report``, ``kernel_table(report)`` (the
+  ``KERNEL_COLUMNS`` shape), ``read_kernel_table(path)``, ``is_kernelscope_report(path)``,
+  ``Report``, ``DetailSheet``, ``Source``, ``ALL_PARTS``.
+Writing (``xlsx_writer``):
+  ``write_analysis_report(analysis, path)``, ``atomic_save(workbook, path)``, ``file_sha256``.
+Editing (``edit``):
+  ``plan_recategorize(path, rules) -> (EditPlan, source)``, ``write_plan(plan, out)``, ``EditPlan``.
+"""
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the lazy names below, for type checkers
+    from mcp_server.reports.edit import EditPlan, plan_recategorize, write_plan
+    from mcp_server.reports.reader import (
+        ALL_PARTS,
+        DetailSheet,
+        Report,
+        Source,
+        is_kernelscope_report,
+        kernel_table,
+        read_kernel_table,
+        read_report,
+    )
+    from mcp_server.reports.xlsx_writer import atomic_save, file_sha256, write_analysis_report
+
+_EXPORTS = {
+    "ALL_PARTS": "reader", "DetailSheet": "reader", "Report": "reader", "Source": "reader",
+    "is_kernelscope_report": "reader", "kernel_table": "reader", "read_kernel_table": "reader",
+    "read_report": "reader",
+    "atomic_save": "xlsx_writer", "file_sha256": "xlsx_writer", "write_analysis_report": "xlsx_writer",
+    "EditPlan": "edit", "plan_recategorize": "edit", "write_plan": "edit",
+}
+
+__all__ = sorted(_EXPORTS) + ["layout"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "layout":
+        return import_module("mcp_server.reports.layout")
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'mcp_server.reports' has no attribute {name!r}")
+    value = getattr(import_module(f"mcp_server.reports.{mod}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

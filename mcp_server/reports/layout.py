@@ -19,6 +19,22 @@ METADATA = "Metadata"
 #: sheets that are never detail sheets (upstream also writes "Model Info" in some versions)
 NON_DETAIL_SHEETS = frozenset({SUMMARY, OVERVIEW, MODULE_TREE, GPU_KERNELS, FULL_KERNELS, METADATA, "Model Info"})
 
+
+def full_table_sheet_name(part: int) -> str:
+    """Name of the ``part``-th (0-based) sheet of the full kernel table: ``Kernels (full)``, ``Kernels (full 2)``, ..."""
+    return FULL_KERNELS if part == 0 else f"{FULL_KERNELS[:-1]} {part + 1})"
+
+
+def is_full_table_sheet(sheet: str) -> bool:
+    """A sheet of kernelscope's full kernel table (``full_table_sheet_name``)."""
+    return sheet == FULL_KERNELS or (sheet.startswith(FULL_KERNELS[:-1]) and sheet.endswith(")"))
+
+
+def is_kernelscope_workbook(sheets) -> bool:
+    """kernelscope's own reports carry the full kernel table and/or the Metadata sheet; upstream's neither."""
+    names = set(sheets)
+    return FULL_KERNELS in names or METADATA in names
+
 #: upstream caps GPU Kernels and each detail kernel table at this many rows
 MAX_ROWS = 1000
 TRUNCATED_PREFIX = "... truncated"

@@ -79,7 +79,7 @@ class Report:
 
     @property
     def has_full_table(self) -> bool:
-        return any(s.startswith(L.FULL_KERNELS[:-1]) for s in self.sheets)
+        return any(L.is_full_table_sheet(s) for s in self.sheets)
 
     def stored_categories(self) -> dict[str, str]:
         """Kernel name -> category as stored in the report (full table, else GPU Kernels, else details)."""
@@ -370,7 +370,7 @@ def _detail_title(rows: list[list[Any]]) -> Optional[tuple[str, str, str, Option
 
 
 def _is_detail(book: _Book, sheet: str) -> bool:
-    if sheet in L.NON_DETAIL_SHEETS or sheet.startswith(L.FULL_KERNELS[:-1]):
+    if sheet in L.NON_DETAIL_SHEETS or L.is_full_table_sheet(sheet):
         return False
     rows = book.rows(sheet)
     if _detail_title(rows) is not None:
@@ -462,8 +462,7 @@ def _read_full(book: _Book) -> pd.DataFrame:
     from mcp_server.vocab import KERNEL_COLUMNS
 
     frames = []
-    for sheet in [s for s in book.names if s == L.FULL_KERNELS or (s.startswith(L.FULL_KERNELS[:-1]) and
-                                                                   s.endswith(")"))]:
+    for sheet in [s for s in book.names if L.is_full_table_sheet(s)]:
         rows = book.rows(sheet)
         if not rows:
             raise book.missing(sheet, "empty sheet (expected the kernel columns header)")
@@ -501,6 +500,32 @@ _UNKNOWN: dict[str, Any] = {"ts_us": -1.0, "dur_us": -1.0, "device": -1, "stream
 # --------------------------------------------------------------------------- entry points
 
 
+def detect_source(book: _Book) -> Source:
+    """Who wrote the workbook: ``kernelscope`` (``layout.is_kernelscope_workbook``), else the upstream
+    layout told by the first detail sheet's title row (``upstream-new`` / ``upstream-old``)."""
+    if L.is_kernelscope_workbook(book.names):
+        return "kernelscope"
+    for s in book.names:
+        if s in L.NON_DETAIL_SHEETS:
+            continue
+        t = _detail_title(book.head(s))
+        if t is not None:
+            return "upstream-new" if t[0] == "new" else "upstream-old"
+    return "upstream-old"
+
+
+def is_kernelscope_report(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is one of kernelscope's own reports (sheet names only; False when unreadable)."""
+    from python_calamine import CalamineWorkbook
+
+    try:
+        names = CalamineWorkbook.from_path(str(path)).sheet_names
+    except Exception:  # unreadable: the reader raises its typed error later
+        return False
+    return L.is_kernelscope_workbook(names)
+
+
+
 def read_report(path: str | os.PathLike, *, need: Iterable[str] = ALL_PARTS) -> Report:
     """Read the parts of a report workbook listed in ``need`` (see ``ALL_PARTS``).
 
@@ -521,16 +546,7 @@ def read_report(path: str | os.PathLike, *, need: Iterable[str] = ALL_PARTS) -> 
         raise ValueError(f"unknown report parts {sorted(unknown)}; choose from {ALL_PARTS}")
     book = _Book(str(p))
     names = book.names
-    is_ks = L.FULL_KERNELS in names or L.METADATA in names
-    rep = Report(path=str(p), source="kernelscope" if is_ks else "upstream-old", sheets=list(names))
-    if not is_ks:  # the first detail sheet's title row tells the layout
-        for s in names:
-            if s in L.NON_DETAIL_SHEETS:
-                continue
-            t = _detail_title(book.head(s))
-            if t is not None:
-                rep.source = "upstream-new" if t[0] == "new" else "upstream-old"
-                break
+    rep = Report(path=str(p), source=detect_source(book), sheets=list(names))
 
     if "metadata" in need:
         rep.metadata = _read_metadata(book)

@@ -405,7 +405,7 @@ def _write_full(wb, df) -> list:
     chunks = max(1, math.ceil(n / FULL_SHEET_ROWS))
     parts = []
     for ci in range(chunks):
-        title = L.FULL_KERNELS if ci == 0 else f"{L.FULL_KERNELS[:-1]} {ci + 1})"
+        title = L.full_table_sheet_name(ci)
         s = _Sheet(wb, title, {"A": 80, "K": 60})
         s.header(cols)
         if n:

@@ -292,7 +292,7 @@ def analyze_trace(
     if output_xlsx:
         report(6, "writing the xlsx report")
         try:
-            from mcp_server.reports.xlsx_writer import write_analysis_report
+            from mcp_server.reports import write_analysis_report
         except ImportError as exc:
             raise WriteError(f"the xlsx report writer is not available in this installation ({exc})",
                              path=output_xlsx, hint="run without -o/--output, or install the reports package") from None
