@@ -28,7 +28,8 @@ TRACE_FIXTURES: list[tuple[str, str | None, str]] = [
     ("llama_prefill_eager.json.gz", None, "Llama-style prefill, eager attention"),
     ("llama_prefill_sdpa.json.gz", None, "Llama-style prefill, sdpa attention"),
     ("llama_decode_mixed.json.gz", None, "decode: 1 eager step + 3 CUDA-graph replays"),
-    ("llama_decode_graph.json.gz", "llama_decode_mixed.json.gz", "decode: CUDA-graph replays only, attributed from the mixed trace"),
+    ("llama_decode_graph.json.gz", "llama_decode_mixed.json.gz",
+     "decode: CUDA-graph replays only, attributed from the mixed trace"),
     ("dsv3_prefill.json.gz", None, "DeepSeek-V3-style prefill (MLA + MoE)"),
 ]
 
