@@ -102,6 +102,9 @@ class WarningCode(StrEnum):
     # --- kernels ---
     # --- ledger ---
     # --- loop ---
+    stale_profile = "stale_profile"  # a change was accepted after the given ncu report: the selection reads the old profile
+    forced_proposal = "forced_proposal"  # a proposal was validated although the classification advises against its kind
+    change_restored = "change_restored"  # a rejected change found in place on resume was restored
 
 
 # ---------------------------------------------------------------------------
