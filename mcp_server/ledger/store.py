@@ -141,6 +141,7 @@ class Ledger:
     def __init__(self, path: Path, conn: sqlite3.Connection):
         self.path = path
         self._conn = conn
+        self._depth = 0
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -220,13 +221,21 @@ class Ledger:
     # -- transactions ----------------------------------------------------------------------
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken with ``BEGIN IMMEDIATE`` (waits for other writers)."""
+        """One write transaction, taken with ``BEGIN IMMEDIATE`` (waits for other writers).
+
+        Nested ``write()`` blocks (and the ``add``/``insert`` calls inside them) join the
+        outer transaction: several records committed together, or none.
+        """
         c = self._conn
+        if self._depth:  # nested: part of the enclosing transaction
+            yield c
+            return
         try:
             c.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             raise LedgerError(f"the ledger stayed locked for {BUSY_TIMEOUT_S:.0f} s ({exc})", path=self.path,
                               hint="another process holds a write lock; retry") from None
+        self._depth += 1
         try:
             yield c
         except BaseException:
@@ -234,6 +243,8 @@ class Ledger:
             raise
         else:
             c.execute("COMMIT")
+        finally:
+            self._depth -= 1
 
     def insert(self, table: str, row: dict[str, Any]) -> tuple[int, bool]:
         """Insert ``row``; with a ``key`` already present, return that record's id and ``False``."""

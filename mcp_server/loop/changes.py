@@ -1,0 +1,123 @@
+"""Applying and reverting a proposal's change, so a rejected change never stays in place.
+
+* **file swap**: the target's original bytes are first copied to a backup beside the
+  ledger (atomically), then the replacement is written over the target (atomically).
+  Reverting writes the backup back; accepting drops the backup. Every step is atomic
+  and the state is read back from the file's hash against the hashes the ledger holds
+  (``base_sha256`` before, ``change_sha256`` after), so a process killed anywhere in
+  between is put right on the next start.
+* **git patch**: ``git apply`` / ``git apply -R`` in the target repository; the state is
+  whichever of ``git apply --check`` / ``git apply -R --check`` succeeds.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+from typing import Literal, Optional
+
+from mcp_server import proc
+from mcp_server.atomic import atomic_write_bytes, unlink_quietly
+from mcp_server.errors import ChangeConflictError, ToolMissingError
+
+State = Literal["base", "applied", "conflict"]
+
+
+def _sha(p: Path) -> Optional[str]:
+    try:
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+class AppliedChange:
+    """One candidate's change: ``kind`` file / patch / none, with the hashes the ledger recorded."""
+
+    def __init__(self, kind: str, target: Optional[Path], source: Optional[Path], *, base_sha256: Optional[str],
+                 change_sha256: Optional[str], backup: Optional[Path]):
+        self.kind = kind
+        self.target = target
+        self.source = source
+        self.base_sha256 = base_sha256
+        self.change_sha256 = change_sha256
+        self.backup = backup
+
+    # -- state -----------------------------------------------------------------------------
+    def state(self) -> State:
+        if self.kind == "none":
+            return "base"
+        if self.kind == "file":
+            assert self.target is not None
+            cur = _sha(self.target)
+            if cur == self.base_sha256:
+                return "base"
+            if cur == self.change_sha256:
+                return "applied"
+            return "conflict"
+        fwd = self._git("apply", "--check")
+        rev = self._git("apply", "-R", "--check")
+        if fwd.rc == 0:
+            return "base"
+        if rev.rc == 0:
+            return "applied"
+        return "conflict"
+
+    def _conflict(self, doing: str) -> ChangeConflictError:
+        if self.kind == "file":
+            return ChangeConflictError(
+                f"cannot {doing}: the file matches neither its recorded original (sha256 "
+                f"{(self.base_sha256 or '?')[:12]}) nor the proposal's replacement ({(self.change_sha256 or '?')[:12]})",
+                path=self.target, hint="it was edited meanwhile: restore it (the original is kept at "
+                f"{self.backup}) or record the candidate as abandoned")
+        return ChangeConflictError(f"cannot {doing}: the patch {self.source} neither applies nor reverts cleanly",
+                                   path=self.target, hint="the tree was edited meanwhile: fix it by hand, then resume")
+
+    # -- actions ---------------------------------------------------------------------------
+    def apply(self) -> None:
+        st = self.state()
+        if st == "applied" or self.kind == "none":
+            return
+        if st == "conflict":
+            raise self._conflict("apply the change")
+        if self.kind == "file":
+            assert self.target and self.source and self.backup
+            self.backup.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(self.backup, self.target.read_bytes(), what="loop backup")
+            atomic_write_bytes(self.target, self.source.read_bytes(), what="proposed change")
+        else:
+            r = self._git("apply")
+            if r.rc != 0:
+                raise ChangeConflictError(f"git apply failed: {r.stderr.strip()[-300:]}", path=self.source)
+
+    def revert(self) -> None:
+        """Put the baseline back (nothing to do when it is already there)."""
+        st = self.state()
+        if st == "base" or self.kind == "none":
+            self.drop_backup()
+            return
+        if st == "conflict":
+            raise self._conflict("restore the baseline")
+        if self.kind == "file":
+            assert self.target and self.backup
+            if _sha(self.backup) != self.base_sha256:
+                raise ChangeConflictError("the backup of the original is missing or altered", path=self.backup,
+                                          hint=f"restore {self.target} by hand (git checkout, or your copy)")
+            atomic_write_bytes(self.target, self.backup.read_bytes(), what="restored baseline")
+            self.drop_backup()
+        else:
+            r = self._git("apply", "-R")
+            if r.rc != 0:
+                raise ChangeConflictError(f"git apply -R failed: {r.stderr.strip()[-300:]}", path=self.source)
+
+    def keep(self) -> None:
+        """Accepted: the change stays; the backup goes."""
+        self.drop_backup()
+
+    def drop_backup(self) -> None:
+        if self.backup is not None:
+            unlink_quietly(self.backup)
+
+    def _git(self, *args: str) -> proc.ProcResult:
+        if shutil.which("git") is None:
+            raise ToolMissingError("git not found: patch proposals need git", hint="install git or use a file swap")
+        return proc.run(["git", "-C", str(self.target), *args, str(self.source)], timeout=60)

@@ -1,0 +1,28 @@
+"""Request model of the loop (docs/ARCHITECTURE.md, "Three faces")."""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from mcp_server.faces import Request
+
+
+class LoopRequest(Request):
+    target: list[str] = Field(min_length=1, description=(
+        "The target's argument list, e.g. [\"python\", \"bench.py\", \"--size\", \"big\"] (CLI: after --)"))
+    iters: int = Field(default=5, ge=1, le=1000, description="Proposals to validate in this run at most")
+    proposals: Optional[str] = Field(default=None, description=(
+        "Proposals file (TOML [[proposal]] tables: id, text, kernel, kind, spec = a validate_candidate spec, "
+        "apply = file swap or git patch). Without it the loop profiles, selects and stops, showing the candidate"))
+    profile: Optional[str] = Field(default=None, description=(
+        "Use this ncu report (.ncu-rep or CSV) instead of running ncu (runs without ncu)"))
+    ledger: Optional[str] = Field(default=None, description=(
+        "Ledger file (default: $KERNELSCOPE_LEDGER, else ./.kernelscope/ledger.db)"))
+    gpu: Optional[str] = Field(default=None, description="GPU of the spec table for the roofline, e.g. h200")
+    cache_control: Optional[Literal["all", "none"]] = Field(default=None, description=(
+        "ncu cache control: none (warm) is needed for L2-residency verdicts; default run_ncu's"))
+    max_rejects: int = Field(default=3, ge=1, description="Stop after this many rejected proposals in a row")
+    by: str = Field(default="loop", min_length=1, description="Who the decisions are recorded as made by")
+    fresh: bool = Field(default=False, description=(
+        "Start a new experiment instead of resuming the last one of this target (rejected proposals stay skipped)"))
