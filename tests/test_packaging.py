@@ -127,6 +127,31 @@ def test_bootstrap_script_first_start_fails_cleanly_offline(tmp_path):
     assert not Path(f"{venv}.kernelscope-mcp-lock").exists()
 
 
+def test_one_copy_of_each_data_file():
+    """The package's data folders are links to the repository's files, never copies that drift."""
+    assert (ROOT / "mcp_server" / "data").is_symlink()
+    assert (ROOT / "mcp_server" / "data").resolve() == (ROOT / "_shared").resolve()
+    demo = list((ROOT / "mcp_server" / "demo_data").iterdir())
+    assert demo and all(p.is_symlink() and p.resolve().is_relative_to(ROOT / "tests" / "fixtures") for p in demo)
+
+
+def test_shared_path_override_order(tmp_path, monkeypatch):
+    """KERNELSCOPE_SHARED overrides per file; a file it lacks comes from the checkout's _shared/
+    (the packaged default); a KERNELSCOPE_SHARED that is no directory is not silently ignored."""
+    from mcp_server import shared_path
+    from mcp_server.categories import load_categories
+
+    monkeypatch.delenv("KERNELSCOPE_SHARED", raising=False)
+    assert shared_path("kernel_categories.csv") == ROOT / "_shared" / "kernel_categories.csv"
+    (tmp_path / "kernel_categories.csv").write_text("category,pattern\ngemm,gemm|nvjet\ncommunication,nccl\n")
+    monkeypatch.setenv("KERNELSCOPE_SHARED", str(tmp_path))
+    assert shared_path("kernel_categories.csv") == tmp_path / "kernel_categories.csv"
+    assert shared_path("functional_blocks.csv") == ROOT / "_shared" / "functional_blocks.csv"
+    assert load_categories().categories[:2] == ["gemm", "communication"]
+    monkeypatch.setenv("KERNELSCOPE_SHARED", str(tmp_path / "typo"))
+    assert shared_path("functional_blocks.csv") == tmp_path / "typo" / "functional_blocks.csv"
+
+
 def test_console_script_and_version():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -123,14 +123,23 @@ def test_wheel_carries_every_data_file(installed):
 
 
 def test_installed_package_is_the_wheel_and_finds_its_data(installed):
-    probe = ("import json, mcp_server, mcp_server.demo as d; from mcp_server import shared_path; "
-             "print(json.dumps([mcp_server.__file__, str(shared_path('kernel_categories.csv')), "
-             "str(d.demo_file('phases.events'))]))")
-    mod, cats, demo_file = map(Path, json.loads(_run(installed, [str(installed["python"]), "-c", probe])))
+    """Outside the checkout every shared file (gpu_specs.toml too, once added to _shared/) and the
+    demo's data resolve inside the installed package, and the default loaders read them."""
+    names = sorted(p.name for p in (PKG / "data").iterdir() if p.is_file() and not p.name.startswith("."))
+    probe = (
+        "import json, sys, mcp_server, mcp_server.demo as d\n"
+        "from mcp_server import shared_path\n"
+        "from mcp_server.compare.blocks import load_blocks\n"
+        "from mcp_server.refs.registry import load_registry\n"
+        "load_blocks(); load_registry()\n"
+        "paths = [mcp_server.__file__, str(d.demo_file('phases.events'))]\n"
+        "print(json.dumps(paths + [str(shared_path(n)) for n in sys.argv[1:]]))\n"
+    )
+    paths = [Path(p) for p in json.loads(_run(installed, [str(installed["python"]), "-c", probe, *names]))]
     site = installed["site"].resolve()
-    for p in (mod, cats, demo_file):
-        assert p.resolve().is_relative_to(site), p
-        assert not p.resolve().is_relative_to(ROOT), p
+    for p in paths:
+        assert p.is_file(), p
+        assert p.resolve().is_relative_to(site) and not p.resolve().is_relative_to(ROOT), p
 
 
 def test_installed_kernelscope_analyzes_a_bundled_trace(installed):
