@@ -168,3 +168,12 @@ def test_installed_mcp_server_lists_its_tools_over_stdio(installed):
 
     assert {"analyze_trace", "diff_modules", "budget", "timeline_analyze"} <= set(tools)
     assert set(tools) >= {o.tool for o in operations()}
+
+
+def test_installed_demo_runs_on_the_shipped_data(installed):
+    env = dict(installed["env"], COLUMNS="220")
+    out = subprocess.run([str(installed["python"]), "-m", "mcp_server.demo"], capture_output=True, text=True,
+                         timeout=180, cwd=installed["cwd"], env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = " ".join(out.stdout.split())
+    assert "analyze dsv3_prefill.json.gz" in text and "Block 17 finishes last in every occurrence" in text
