@@ -325,3 +325,46 @@ def test_full_table_split_over_several_sheets(tmp_path, monkeypatch):
     assert set(after.kernels["category"]) == {"gemmish", "other"}
     assert dict(zip(after.summary_categories["category"], after.summary_categories["count"])) == {
         "gemmish": n_nvjet, "other": len(a.kernels) - n_nvjet}
+
+
+def test_full_table_append_refuses_a_shared_strings_workbook_with_a_typed_error(tmp_path):
+    import pandas as pd
+
+    from mcp_server.reports.fast_table import fill_full_tables
+
+    import zipfile
+
+    plain = tmp_path / "plain.xlsx"
+    wb = openpyxl.Workbook()
+    wb.active.title = L.FULL_KERNELS
+    wb.active.append(["name", "category"])
+    wb.save(plain)
+    src = tmp_path / "with_sst.xlsx"  # as Excel saves it: strings in a shared-strings part
+    with zipfile.ZipFile(plain) as zin, zipfile.ZipFile(src, "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info, zin.read(info))
+        zout.writestr("xl/sharedStrings.xml", '<sst xmlns="http://schemas.openxmlformats.org/'
+                      'spreadsheetml/2006/main" count="0" uniqueCount="0"/>')
+    target = tmp_path / "report.xlsx"
+    with pytest.raises(WriteError) as e:
+        fill_full_tables(str(src), str(tmp_path / "tmp.xlsx"), [(L.FULL_KERNELS, pd.DataFrame({"name": ["k"]}))],
+                         ["name", "category"], target=str(target))
+    assert str(target) in str(e.value) and "shared-strings" in str(e.value)
+
+
+def test_plotting_starts_once_with_a_file_backend():
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom mcp_server.reports import pyplot\nplt = pyplot()\nimport matplotlib\n"
+            "assert pyplot() is plt\nprint(matplotlib.get_backend().lower())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "MPLBACKEND": ""})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "agg"
+    # a host that already chose pyplot's backend keeps it
+    code2 = ("import matplotlib\nmatplotlib.use('svg')\nimport matplotlib.pyplot\n"
+             "from mcp_server.reports import pyplot\npyplot()\nprint(matplotlib.get_backend().lower())\n")
+    out = subprocess.run([sys.executable, "-c", code2], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "svg"

@@ -83,3 +83,31 @@ def test_build_and_time_on_gpu(tmp_path: Path):
     src = Path(__file__).resolve().parents[1] / "tools" / "timeline_phases.cu"
     po = build_and_time(src, [str(tmp_path)], variant="imbalanced", workdir=tmp_path)
     assert po.samples == 30 and po.without_median_us > 100 and abs(po.overhead_pct) < 10
+
+
+def _fake_nvcc(tmp_path: Path, program: str) -> Path:
+    """A stand-in for nvcc: writes ``program`` (a Python script) as the executable named by -o."""
+    import sys
+
+    nvcc = tmp_path / "fake-nvcc"
+    nvcc.write_text(
+        f"#!{sys.executable}\n"
+        "import os, sys\n"
+        "out = sys.argv[sys.argv.index('-o') + 1]\n"
+        f"open(out, 'w').write({('#!' + sys.executable + chr(10) + program)!r})\n"
+        "os.chmod(out, 0o755)\n")
+    nvcc.chmod(0o755)
+    return nvcc
+
+
+def test_build_and_time_runs_both_builds_through_the_runner(tmp_path: Path):
+    src = tmp_path / "k.cu"
+    src.write_text("// stand-in\n")
+    prog = ("import sys\nb = sys.argv[-1]\n"
+            "print('KS_TIMING', b, 'v', *(['12.0'] * 5 if b == 'probe' else ['10.0'] * 5))\n")
+    po = build_and_time(src, variant="v", nvcc=str(_fake_nvcc(tmp_path, prog)), workdir=tmp_path)
+    assert po.with_median_us == pytest.approx(12.0) and po.without_median_us == pytest.approx(10.0)
+    assert po.overhead_pct == pytest.approx(20.0) and po.samples == 5
+    slow = "import time\ntime.sleep(30)\n"
+    with pytest.raises(InputError, match="ran past 1 s and was killed"):
+        build_and_time(src, variant="v", nvcc=str(_fake_nvcc(tmp_path, slow)), workdir=tmp_path, timeout=1.0)

@@ -305,3 +305,49 @@ def test_pct_of_parent_counts_each_parent_call_once():
     root = res.total_kernel_us  # lm_head is a Linear directly under the root module
     lin = mods["Linear"]
     assert lin.pct_of_parent == pytest.approx(100.0 * lin.total_us / (attn + mlp + root), rel=1e-6)
+
+
+def test_bulk_load_pauses_gc_and_restores_it():
+    import gc
+    import threading
+
+    from mcp_server.traces.loader import gc_paused, load_trace
+
+    assert gc.isenabled()
+    seen = []
+    with gc_paused():
+        seen.append(gc.isenabled())
+        with gc_paused():  # nested: still paused, and the outer exit restores
+            pass
+        seen.append(gc.isenabled())
+    assert seen == [False, False] and gc.isenabled()
+    rt = load_trace(TRACES / "llama_prefill_eager.json.gz")
+    assert len(rt.k_name) and gc.isenabled()
+    # two loads on two threads (compare's load_sides): enabled again once both are done
+    out = []
+    ts = [threading.Thread(target=lambda n=n: out.append(len(load_trace(TRACES / n).k_name)))
+          for n in ("llama_prefill_eager.json.gz", "llama_decode_graph.json.gz")]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert len(out) == 2 and gc.isenabled()
+    gc.disable()  # a host that runs without the collector keeps it off
+    try:
+        load_trace(TRACES / "llama_decode_graph.json.gz")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_failed_load_restores_gc(tmp_path):
+    import gc
+
+    from mcp_server.errors import TraceFormatError
+    from mcp_server.traces.loader import load_trace
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "name": "k", "ts": 1, ')
+    with pytest.raises(TraceFormatError):
+        load_trace(bad)
+    assert gc.isenabled()

@@ -54,8 +54,9 @@ def budget_svg(res: DiffResult) -> str:
     """Inline SVG: per-category time of both sides and the blocks with the largest gaps."""
     import matplotlib
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    from mcp_server.reports import pyplot
+
+    plt = pyplot()
 
     cats = category_budget(res)[:10]
     blocks = res.blocks[:10]

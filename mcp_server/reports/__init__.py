@@ -13,6 +13,8 @@ Writing (``xlsx_writer``):
   ``write_analysis_report(analysis, path)``, ``atomic_save(workbook, path)``, ``file_sha256``.
 Editing (``edit``):
   ``plan_recategorize(path, rules) -> (EditPlan, source)``, ``write_plan(plan, out)``, ``EditPlan``.
+Figures (``plots``):
+  ``pyplot()``: matplotlib's pyplot with a file-only backend chosen once, where plotting starts.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from mcp_server.reports.edit import EditPlan, plan_recategorize, write_plan
+    from mcp_server.reports.plots import pyplot
     from mcp_server.reports.reader import (
         ALL_PARTS,
         DetailSheet,
@@ -39,9 +42,14 @@ _EXPORTS = {
     "read_report": "reader",
     "atomic_save": "xlsx_writer", "file_sha256": "xlsx_writer", "write_analysis_report": "xlsx_writer",
     "EditPlan": "edit", "plan_recategorize": "edit", "write_plan": "edit",
+    "pyplot": "plots",
 }
 
-__all__ = sorted(_EXPORTS) + ["layout"]
+__all__ = [
+    "ALL_PARTS", "DetailSheet", "EditPlan", "Report", "Source", "atomic_save", "file_sha256",
+    "is_kernelscope_report", "kernel_table", "layout", "plan_recategorize", "pyplot", "read_kernel_table",
+    "read_report", "write_analysis_report", "write_plan",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -49,7 +49,6 @@ from mcp_server.reports.reader import (
 from mcp_server.reports.xlsx_patch import WorkbookPatch, patch_workbook
 from mcp_server.vocab import WarningCode
 
-
 # --------------------------------------------------------------------------- planning
 
 
@@ -148,7 +147,7 @@ def _plan_detail(plan: EditPlan, book, sheet: str, rules, nd: int) -> None:
             break
         table[name] = _num(_cell(rows[rn], ti))
         last = rn
-    for rn, name, old, new in changed:
+    for rn, _name, old, new in changed:
         dur = _num(_cell(rows[rn], di))
         table[old] = table.get(old, 0.0) - dur
         table[new] = table.get(new, 0.0) + dur
@@ -361,7 +360,7 @@ def _plan_full_tables(plan: EditPlan, book, rules) -> _FullTables:
             e = out.categories[cat]
             e[0] += dur
             e[1] += 1
-        for rn, name, old, new in changed:
+        for rn, _name, old, new in changed:
             r = rows[rn]
             mpath = _s(_cell(r, pi))
             if not mpath:
@@ -383,7 +382,7 @@ def _plan_summary(plan: EditPlan, gk: _GpuKernels, full: _FullTables, summary, n
     elif gk.changed:
         new_table = {k: list(v) for k, v in table.items()}
         ti, ki = gk.idx["Total Duration (us)"], gk.idx["Count"]
-        for rn, name, old, new in gk.changed:
+        for rn, _name, old, new in gk.changed:
             us, cnt = _num(_cell(gk.rows[rn], ti)), _num(_cell(gk.rows[rn], ki))
             new_table.setdefault(old, [0.0, 0.0])
             new_table.setdefault(new, [0.0, 0.0])
@@ -411,7 +410,7 @@ def _plan_module_tree(plan: EditPlan, book, gk: _GpuKernels, full: _FullTables, 
     table = summary[3]
     moved: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     ti = gk.idx["Total Duration (us)"]
-    for rn, name, old, new in gk.changed:
+    for rn, _name, old, new in gk.changed:
         moved[old][new] += _num(_cell(gk.rows[rn], ti))
     frac: dict[str, dict[str, float]] = {}
     for old, targets in moved.items():

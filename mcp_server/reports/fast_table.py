@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from mcp_server.errors import WriteError
 from mcp_server.reports.xlsx_patch import col_letter, sheet_parts
 
 CHUNK_ROWS = 50_000
@@ -137,8 +138,12 @@ def _rows_xml(df: pd.DataFrame, cols: list[str], first_row: int, sst: _Strings):
         yield "".join(arr.ravel().tolist()).encode("utf-8")
 
 
-def fill_full_tables(src: str, dst: str, parts: list[tuple[str, pd.DataFrame]], cols: list[str]) -> None:
-    """Copy workbook ``src`` to ``dst``, appending each (sheet, rows) of ``parts`` below its header row."""
+def fill_full_tables(src: str, dst: str, parts: list[tuple[str, pd.DataFrame]], cols: list[str], *,
+                     target: str | None = None) -> None:
+    """Copy workbook ``src`` to ``dst``, appending each (sheet, rows) of ``parts`` below its header row.
+
+    ``target``: the report's final path, named in errors (``src`` and ``dst`` are temp files).
+    """
     sst = _Strings()
     with zipfile.ZipFile(src) as zin:
         members = sheet_parts(zin, src)
@@ -147,7 +152,9 @@ def fill_full_tables(src: str, dst: str, parts: list[tuple[str, pd.DataFrame]], 
         rels = zin.read("xl/_rels/workbook.xml.rels")
         has_sst = "xl/sharedStrings.xml" in zin.namelist()
         if has_sst:  # openpyxl's write-only mode writes inline strings only
-            raise RuntimeError("workbook already has a shared-strings part; cannot append the kernel table")
+            raise WriteError("cannot append the full kernel table: the workbook openpyxl wrote has a "
+                             "shared-strings part (this writer expects inline strings only)", path=target or dst,
+                             hint="an openpyxl version that changed write-only mode; install openpyxl 3.1")
         with zipfile.ZipFile(dst, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1,
                              allowZip64=True) as zout:
             for info in zin.infolist():

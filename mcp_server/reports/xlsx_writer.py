@@ -489,7 +489,7 @@ def atomic_save(wb, out: Path, full_tables: list | None = None) -> None:
         first = new_temp(out)
         try:
             wb.save(first)
-            fill_full_tables(first, tmp, full_tables, list(KERNEL_COLUMNS))
+            fill_full_tables(first, tmp, full_tables, list(KERNEL_COLUMNS), target=str(out))
         finally:
             unlink_quietly(first)
 

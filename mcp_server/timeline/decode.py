@@ -18,11 +18,12 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from mcp_server.errors import BufferFormatError, FileMissingError
-from mcp_server.timeline.layout import BEGIN, END, INSTANT, OVERFLOW_BIT, TAG_LAYOUTS
+from mcp_server.timeline import layout as L
+from mcp_server.timeline.layout import BEGIN, END, INSTANT, N_EVENTS, TAG_LAYOUTS
 
 MAX_BLOCKS = 1 << 24   # a header past these is not a probe header
 MAX_GROUPS = 1 << 12
-_U32 = np.int64(0xFFFFFFFF)
+_U32 = np.int64(L.WORD_MASK)
 
 BufferLike = Union[str, os.PathLike, np.ndarray, Any]
 
@@ -131,9 +132,7 @@ def _as_u64(arr: np.ndarray, where: str) -> np.ndarray:
 
 def parse_header(raw: np.ndarray, where: str) -> tuple[int, int, bool]:
     h = int(raw[0])
-    nblocks = h & 0xFFFFFFFF
-    ngroups = (h >> 32) & 0x7FFFFFFF
-    overflow = bool(h & OVERFLOW_BIT)
+    nblocks, ngroups, overflow = L.split_header(h)
     if h == 0 or nblocks == 0 or ngroups == 0:
         raise BufferFormatError(
             f"header (slot 0) is 0x{h:016x}: nblocks={nblocks}, ngroups={ngroups}; a probe buffer's "
@@ -180,7 +179,7 @@ def decode_buffer(buf: BufferLike, tag_layout: Optional[str] = None) -> Decoded:
         body = np.concatenate([body, np.zeros(rounds * nlanes - body.size, dtype=body.dtype)])
     # round-major 2-D views: row = round, column = lane (writer); no transposed copy needed
     grid = body.reshape(rounds, nlanes)
-    halves = body.view("<u4").reshape(rounds, nlanes, 2)
+    halves = body.view("<u4").reshape(rounds, nlanes, 2)  # little-endian: word 0 the tag, word 1 timer_lo
     tag = np.ascontiguousarray(halves[:, :, 0])
     ts32 = np.ascontiguousarray(halves[:, :, 1])
     nz = grid != 0
@@ -234,16 +233,17 @@ def decode_buffer(buf: BufferLike, tag_layout: Optional[str] = None) -> Decoded:
     # ---- tags: cross-check against positions, layout, SM ids
     lane_u = lanes_idx.astype(np.uint32)[None, :]
     block_u = lane_u // np.uint32(ngroups)
-    upper = tag >> np.uint32(12)
+    upper = tag >> np.uint32(L.BLOCK_SHIFT)
     layout_auto = tag_layout is None
     legacy_ok = sm_ok = None
     if tag_layout in (None, "legacy"):
         legacy_ok = upper == lane_u
     if tag_layout == "sm" or (layout_auto and np.count_nonzero(legacy_ok & nz) < st.records):
-        low12 = upper & np.uint32(0xFFF)
-        sm_ok = low12 == (block_u & np.uint32(0xFFF))
+        bmask = np.uint32(L.SM_BLOCK_MASK)
+        low12 = upper & bmask
+        sm_ok = low12 == (block_u & bmask)
         if ngroups > 1:
-            sm_ok |= low12 == (lane_u & np.uint32(0xFFF))
+            sm_ok |= low12 == (lane_u & bmask)
         del low12
     if layout_auto:
         n_leg = int(np.count_nonzero(legacy_ok & nz))
@@ -254,12 +254,12 @@ def decode_buffer(buf: BufferLike, tag_layout: Optional[str] = None) -> Decoded:
     del upper, legacy_ok, sm_ok, ok
     lane_sm = np.full(nlanes, -1, dtype=np.int16)
     if tag_layout == "sm":
-        lane_sm = (tag[first, lanes_idx] >> np.uint32(24)).astype(np.int16)
+        lane_sm = ((tag[first, lanes_idx] >> np.uint32(L.SM_SHIFT)) & np.uint32(L.SM_MASK)).astype(np.int16)
         lane_sm[~has] = -1
 
-    kind = (tag & np.uint32(3)).astype(np.int8)
+    kind = (tag & np.uint32(L.TYPE_MASK)).astype(np.int8)
     kind[~nz] = -1                                    # empty slot
-    event = ((tag >> np.uint32(2)) & np.uint32(0x3FF)).astype(np.int16)
+    event = ((tag >> np.uint32(L.EVENT_SHIFT)) & np.uint32(L.EVENT_MASK)).astype(np.int16)
     del tag
     st.bad_type = int(np.count_nonzero(kind == 3))
     is_inst = kind == INSTANT
@@ -285,9 +285,9 @@ def decode_buffer(buf: BufferLike, tag_layout: Optional[str] = None) -> Decoded:
         iv = _pair_alternating(f_kind, f_event, f_lane, f_ts, lane_sm)
         if iv is None:
             iv = _pair(f_kind, f_event, f_lane, f_ts, lane_sm[f_lane], st)
-    present = np.bincount(iv[0], minlength=1024) if iv[0].size else np.zeros(1024, np.int64)
+    present = np.bincount(iv[0], minlength=N_EVENTS) if iv[0].size else np.zeros(N_EVENTS, np.int64)
     if i_event.size:
-        present = present + np.bincount(i_event, minlength=1024)
+        present = present + np.bincount(i_event, minlength=N_EVENTS)
     event_ids = np.flatnonzero(present).tolist()
     return Decoded(
         source=where, nblocks=nblocks, ngroups=ngroups, tag_layout=tag_layout, layout_auto=layout_auto,
@@ -321,7 +321,7 @@ def _pair_rounds(kind, event, ts, lanes2d, lane_sm):
         ev, ln = eb[pair_ok], lanes2d[0:r2:2][pair_ok]
         b, e = ts[0:r2:2][pair_ok], ts[1:r2:2][pair_ok]
     # occurrence: per writer, how many earlier pairs had the same event
-    uniq = np.flatnonzero(np.bincount(ev, minlength=1024)) if ev.size else np.zeros(0, np.int64)
+    uniq = np.flatnonzero(np.bincount(ev, minlength=N_EVENTS)) if ev.size else np.zeros(0, np.int64)
     if uniq.size == 1:
         occ2d = np.broadcast_to(np.arange(eb.shape[0], dtype=np.int32)[:, None], eb.shape)
         if not isinstance(sel, slice):

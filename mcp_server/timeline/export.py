@@ -91,10 +91,9 @@ def write_perfetto(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.Path
 def write_gantt_png(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.PathLike], *,
                     max_lanes: int = 512) -> Path:
     """Gantt chart: one row per writer (block/group), bars coloured by phase, instants as ticks."""
-    import matplotlib
+    from mcp_server.reports import pyplot
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.patches import Patch
 
     names = _names(res)

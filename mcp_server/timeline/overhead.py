@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import statistics
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
+from mcp_server import proc
 from mcp_server.errors import BufferFormatError, FileMissingError, InputError, ToolMissingError
 from mcp_server.timeline.models import ProbeOverhead
 
@@ -116,15 +115,12 @@ def time_callables(with_probes: Callable[[], object], without_probes: Callable[[
     return overhead_from_samples(res[True], res[False], method=method)
 
 
-def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise InputError(f"{cmd[0]} ran past {timeout:.0f} s and was killed") from None
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+def _run(cmd: list[str], timeout: float) -> proc.ProcResult:
+    """``cmd`` through the one subprocess runner; a run past ``timeout`` is an error."""
+    res = proc.run(cmd, timeout=timeout)
+    if res.timed_out:
+        raise InputError(f"{cmd[0]} ran past {timeout:.0f} s and was killed")
+    return res
 
 
 def parse_timing_lines(text: str) -> dict[str, dict[str, list[float]]]:
@@ -157,11 +153,11 @@ def build_and_time(source: Union[str, os.PathLike], run_args: Sequence[str] = ()
             cp = _run(cmd, timeout)
         except FileNotFoundError:
             raise ToolMissingError(f"{nvcc} not found: building with and without probes needs the CUDA toolkit") from None
-        if cp.returncode != 0:
+        if cp.rc != 0:
             raise InputError(f"nvcc failed building {src} ({build}): {cp.stderr.strip()[-800:]}", path=src)
         cp = _run([str(exe), *run_args, build], timeout)
-        if cp.returncode != 0:
-            raise InputError(f"{exe.name} exited with {cp.returncode}: {cp.stderr.strip()[-800:]}")
+        if cp.rc != 0:
+            raise InputError(f"{exe.name} exited with {cp.rc}: {cp.stderr.strip()[-800:]}")
         got = parse_timing_lines(cp.stdout).get(build, {}).get(variant)
         if not got:
             raise InputError(f"{exe.name} printed no 'KS_TIMING {build} {variant} ...' line")

@@ -25,10 +25,12 @@ name the file.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import gzip
 import os
 import re
+import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -486,6 +488,33 @@ def _whole(p: Path, coll: _Collector) -> dict[str, Any]:
     return meta
 
 
+_gc_lock = threading.Lock()
+_gc_depth = 0
+_gc_was_enabled = False
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a bulk load; the previous state comes back on exit.
+
+    Nested and concurrent loads (``load_sides`` reads two traces on two threads) share one pause:
+    the first to enter records the state, the last to leave restores it.
+    """
+    global _gc_depth, _gc_was_enabled
+    with _gc_lock:
+        if _gc_depth == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_depth += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_depth -= 1
+            if _gc_depth == 0 and _gc_was_enabled:
+                gc.enable()
+
+
 def load_trace(path: str | os.PathLike, progress: Optional[Callable[[int, int], None]] = None,
                blocks: Optional[Iterator[bytes]] = None) -> RawTrace:
     """Load a Kineto trace into numpy columns. ``progress(done_bytes, total_bytes_estimate)``.
@@ -495,24 +524,20 @@ def load_trace(path: str | os.PathLike, progress: Optional[Callable[[int, int], 
     p = check_path(path)
     total = _size_hint(p)
     cb = (lambda done: progress(min(done, total), total)) if progress else None
-    gc_was = gc.isenabled()
-    gc.disable()
     try:
-        coll = _Collector()
-        try:
-            meta = _stream(p, coll, cb, blocks)
-        except _FallBack:
+        with gc_paused():  # millions of small objects, none cyclic: the cycle collector only costs time
             coll = _Collector()
-            meta = _whole(p, coll)
-        except msgspec.DecodeError as exc:  # pragma: no cover - defensive
-            raise TraceFormatError(f"not valid JSON ({exc})", path=p) from None
+            try:
+                meta = _stream(p, coll, cb, blocks)
+            except _FallBack:
+                coll = _Collector()
+                meta = _whole(p, coll)
+            except msgspec.DecodeError as exc:  # pragma: no cover - defensive
+                raise TraceFormatError(f"not valid JSON ({exc})", path=p) from None
     except (EOFError, OSError, zlib.error) as exc:
         if isinstance(exc, FileNotFoundError):
             raise FileMissingError("trace file not found", path=p) from None
         raise _read_errors(p, exc) from None
-    finally:
-        if gc_was:
-            gc.enable()
     if coll.events == 0 and not meta:
         raise TraceFormatError("trace has no events", path=p)
     return coll.finish(str(p), meta)
