@@ -34,6 +34,19 @@ def _need(module: str) -> None:
                     f"{sys.executable}")
 
 
+def _need_build_backend() -> None:
+    """The build runs without isolation (offline), so this venv's setuptools must satisfy
+    [build-system] requires."""
+    import re
+    from importlib.metadata import version
+
+    m = re.search(r'"setuptools>=(\d+)', (ROOT / "pyproject.toml").read_text())
+    have = version("setuptools")
+    if m and int(have.split(".")[0]) < int(m.group(1)):
+        pytest.skip(f"this venv's setuptools {have} is older than the build needs (>={m.group(1)}): "
+                    "pip install -e '.[dev]'")
+
+
 def _copy_source(dst: Path) -> None:
     """pyproject, README and the package, plus the targets of the package's symlinks (_shared/, the
     demo's fixtures) at the same relative places, as a clone has them."""
@@ -67,6 +80,7 @@ def _packaged_files() -> set[str]:
 def installed(tmp_path_factory):
     for module in ("pip", "setuptools", "venv"):
         _need(module)
+    _need_build_backend()
     tmp = tmp_path_factory.mktemp("wheel")
     src, dist, venv = tmp / "src", tmp / "dist", tmp / "venv"
     src.mkdir()
