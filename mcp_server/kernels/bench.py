@@ -152,12 +152,23 @@ class ShapeBuffers:
         return (wb + self.act_bytes) / (us * 1e-6) / 1e12
 
 
-def bench_row(shape, cache: str, group: int = 128) -> dict:
-    """One row of the MLA table (the keys of bench/results/mla_h200.json, plus extras)."""
+#: The committed row format of bench/results/mla_h200.json (the issue's "Done when").
+ROW_KEYS = ("model", "H", "M", "K", "N", "weight_mb", "cache", "bf16_us", "int4_us", "fp8_us",
+            "int4_speedup", "fp8_speedup", "int4_tbps")
+
+
+def bench_row(shape, cache: str, group: int = 128, configs=None) -> dict:
+    """One row of the MLA table (the keys of bench/results/mla_h200.json, plus extras).
+
+    ``configs``: optional ``fn(kind, M, K, N) -> config`` (default ``tuning.config_for``).
+    """
+    from mcp_server.kernels import tuning
+
+    pick = configs or tuning.config_for
     buf = ShapeBuffers(shape.H, shape.M, shape.K, shape.N, cache, group=group)
     bf16 = time_launches(buf.bf16_fns())
-    int4 = time_launches(buf.int4_fns())
-    fp8 = time_launches(buf.fp8_fns())
+    int4 = time_launches(buf.int4_fns(pick("int4", shape.M, shape.K, shape.N)))
+    fp8 = time_launches(buf.fp8_fns(pick("fp8", shape.M, shape.K, shape.N)))
     row = {
         "model": shape.model, "H": shape.H, "M": shape.M, "K": shape.K, "N": shape.N,
         "weight_mb": round(shape.weight_mb, 2), "cache": cache,
@@ -170,3 +181,83 @@ def bench_row(shape, cache: str, group: int = 128) -> dict:
     }
     del buf
     return row
+
+
+def check_shape(shape, group: int = 128, seed: int = 0) -> dict:
+    """Correctness on random inputs: kernel vs dequantized reference, and the quantization error
+    of each format against the BF16 product (relative Frobenius norms)."""
+    import torch
+
+    from mcp_server.kernels import quant
+    from mcp_server.kernels.w4a16 import w4a16_bmm
+    from mcp_server.kernels.w8a16 import w8a16_bmm
+
+    g = torch.Generator(device="cuda")
+    g.manual_seed(seed)
+    H = min(shape.H, 128)
+    w = (torch.randn(H, shape.K, shape.N, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+    x = torch.randn(H, shape.M, shape.K, device="cuda", generator=g).to(torch.bfloat16)
+    ref = torch.bmm(x.float(), w.float())
+    qi = quant.quantize_int4(w, group=group)
+    qf = quant.quantize_fp8(w)
+
+    def rel(a, b):
+        return float((a.float() - b).norm() / b.norm())
+
+    oi = w4a16_bmm(x, qi)
+    of = w8a16_bmm(x, qf)
+    return {
+        "int4_kernel_err": rel(oi, x.float() @ quant.dequantize_int4(qi)),
+        "fp8_kernel_err": rel(of, x.float() @ quant.dequantize_fp8(qf)),
+        "int4_quant_err": rel(oi, ref), "fp8_quant_err": rel(of, ref),
+        "bf16_err": rel(torch.bmm(x, w), ref),
+    }
+
+
+def run_mla_bench(model: str = "deepseek-v3", batches=(1, 8, 64), stacks=(1, 8, 32),
+                  caches=("warm", "cold"), group: int = 128, check: bool = True,
+                  configs=None, progress=None) -> dict:
+    """Every shape x cache of the model; plain dict with rows, device facts and checks."""
+    from mcp_server.kernels import configs as cfgs
+
+    shapes = cfgs.mla_shapes(model, batches, stacks)
+    total = len(shapes) * len(caches)
+    res = {"model": model, "device": device_info(), "copy_tbps": copy_tbps(), "rows": [],
+           "checks": [], "group": group, "method": {
+               "timing": f"CUDA graph of >= {MIN_LAUNCHES} launches, median of {REPLAYS} replays",
+               "cold_bytes_per_format": COLD_BYTES}}
+    done = 0
+    for shape in shapes:
+        if check and shape.layers == 1:
+            res["checks"].append({"shape": shape.label, "M": shape.M, **check_shape(shape, group)})
+        for cache in caches:
+            res["rows"].append(bench_row(shape, cache, group, configs))
+            done += 1
+            if progress:
+                progress(done, total, f"{shape.label} {cache}")
+    return res
+
+
+def main(argv=None) -> int:
+    """``python3 -m mcp_server.kernels.bench --model deepseek-v3 --out mla.json``."""
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="deepseek-v3")
+    ap.add_argument("--batch", default="1,8,64")
+    ap.add_argument("--stacks", default="1,8,32")
+    ap.add_argument("--out", default="mla.json")
+    a = ap.parse_args(argv)
+    res = run_mla_bench(a.model, [int(v) for v in a.batch.split(",")],
+                        [int(v) for v in a.stacks.split(",")])
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1)
+    for r in res["rows"]:
+        print(f"{r['weight']:5s} L{r['layers']:<3d} M={r['M']:<4d} {r['cache']:4s} bf16 {r['bf16_us']:8.2f} "
+              f"int4 {r['int4_us']:8.2f} (x{r['int4_speedup']:.2f}) fp8 {r['fp8_us']:8.2f} (x{r['fp8_speedup']:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -14,7 +14,9 @@ INT4 (``Int4Weights``)
     holding integer zero points 0..15.
 FP8 (``Fp8Weights``)
     ``weight``: float8_e4m3fn ``[H, N, K]`` (K contiguous); ``scales``: fp32 ``[H, 1, N]``
-    (per output channel) or ``[H, K // group, N]`` (per group along K).
+    (per output channel) or ``[H, K // group, N]`` (per group along K). Layout "shuffled"
+    (the W8A16 kernel's): within each block of 64 k (16 int32 words), byte j of word i holds
+    k = 16 j + i, the same trick as INT4; "natural" (the W8A8 kernel's): k in order.
 """
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ class Fp8Weights:
     group: int          # 0 = per channel
     K: int
     N: int
+    layout: str = "shuffled"   # "shuffled" (W8A16 kernel) or "natural" (W8A8 kernel)
 
     @property
     def H(self) -> int:
@@ -132,7 +135,29 @@ def dequantize_int4(qw: Int4Weights, dtype=None):
     return w if dtype is None else w.to(dtype)
 
 
-def quantize_fp8(w, group: int = 0) -> Fp8Weights:
+FP8_BLOCK = 64
+
+
+def shuffle_fp8(w8):
+    """Natural ``[H, N, K]`` e4m3 -> the W8A16 kernel's layout (word i, byte j = k 16 j + i)."""
+    H, N, K = w8.shape
+    u = w8.view(_torch().uint8).reshape(H, N, K // FP8_BLOCK, 4, 16).transpose(-1, -2)
+    return u.contiguous().reshape(H, N, K).view(w8.dtype)
+
+
+def unshuffle_fp8(w8):
+    H, N, K = w8.shape
+    u = w8.view(_torch().uint8).reshape(H, N, K // FP8_BLOCK, 16, 4).transpose(-1, -2)
+    return u.contiguous().reshape(H, N, K).view(w8.dtype)
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def quantize_fp8(w, group: int = 0, layout: str = "shuffled") -> Fp8Weights:
     """FP8 e4m3 quantization of ``w[H, K, N]``; ``group=0`` per output channel, else per group of K."""
     import torch
 
@@ -148,13 +173,20 @@ def quantize_fp8(w, group: int = 0) -> Fp8Weights:
         amax = wf.abs().amax(dim=1, keepdim=True)                             # [H, 1, N]
         scale = (amax / FP8_MAX).clamp_min(1e-12)
         q = (wf / scale).clamp(-FP8_MAX, FP8_MAX)
+    if K % FP8_BLOCK:
+        raise ValueError(f"K={K} must be a multiple of {FP8_BLOCK}")
     w8 = q.to(torch.float8_e4m3fn).transpose(1, 2).contiguous()             # [H, N, K]
-    return Fp8Weights(weight=w8, scales=scale.contiguous(), group=group, K=K, N=N)
+    if layout == "shuffled":
+        w8 = shuffle_fp8(w8)
+    elif layout != "natural":
+        raise ValueError(f"layout={layout!r}: 'shuffled' or 'natural'")
+    return Fp8Weights(weight=w8, scales=scale.contiguous(), group=group, K=K, N=N, layout=layout)
 
 
 def dequantize_fp8(qw: Fp8Weights, dtype=None):
     """``W[H, K, N]`` as the kernel sees it (fp32 unless ``dtype``)."""
-    w = qw.weight.float().transpose(1, 2)                                     # [H, K, N]
+    w8 = unshuffle_fp8(qw.weight) if qw.layout == "shuffled" else qw.weight
+    w = w8.float().transpose(1, 2)                                            # [H, K, N]
     s = qw.scales
     if qw.group:
         s = s.repeat_interleave(qw.group, dim=1)
@@ -177,14 +209,15 @@ def random_int4(H: int, K: int, N: int, group: int = 128, zero_point: bool = Fal
     return Int4Weights(qweight, scales, zeros, group, K, N)
 
 
-def random_fp8(H: int, K: int, N: int, group: int = 0, device="cuda", generator=None) -> Fp8Weights:
+def random_fp8(H: int, K: int, N: int, group: int = 0, device="cuda", generator=None,
+               layout: str = "shuffled") -> Fp8Weights:
     """Random e4m3 weights (finite values only) and scales, for timing."""
     import torch
 
     w = (torch.randn(H, N, K, device=device, generator=generator) * 64).clamp(-FP8_MAX, FP8_MAX)
     ng = K // group if group else 1
     scales = torch.rand(H, ng, N, device=device, generator=generator) * 1e-3 + 1e-5
-    return Fp8Weights(w.to(torch.float8_e4m3fn), scales, group, K, N)
+    return Fp8Weights(w.to(torch.float8_e4m3fn), scales, group, K, N, layout)
 
 
 def quantize_act_fp8(x):

@@ -30,7 +30,7 @@ from mcp_server.kernels.quant import PACK_K, Int4Weights
 
 # Two int32 words in ($8, $9) -> eight bf16x2 registers ($0..$7): register j holds nibble j of
 # both words (j < 4 from the low halves, j >= 4 from the high halves), as bf16 q - 8.
-_UNPACK_ASM = """
+_UNPACK_ASM = tl.constexpr("""
 {
 .reg .b32 c0, c1, t, one, off;
 mov.b32 one, 0x3F803F80;
@@ -60,7 +60,7 @@ shr.u32 t, c1, 12;
 lop3.b32 t, t, 0x000F000F, 0x43004300, 0xea;
 fma.rn.bf16x2 $7, t, one, off;
 }
-"""
+""")
 
 
 @triton.jit
@@ -93,7 +93,7 @@ def _w4a16_dot_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, K: tl.constexp
     pid_n = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.arange(0, BLOCK_M)
+    offs_m = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_i = tl.arange(0, 16)
     KW = K // 8
     qw_rows = qw_ptr + b * N * KW + offs_n[:, None] * KW + offs_i[None, :]        # [BN, 16]
@@ -203,13 +203,11 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
             x, w.qweight, w.scales, out, M, N, K, GROUP=w.group, UNPACK=unpack, BLOCK_N=bn,
             num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2)), out
     bn = cfg.get("BLOCK_N", 128)
-    bm = cfg.get("BLOCK_M") or max(16, triton.next_power_of_2(M))
+    bm = cfg.get("BLOCK_M") or min(64, max(16, triton.next_power_of_2(M)))
     if N % bn:
         raise ValueError(f"N={N} is not a multiple of BLOCK_N={bn}")
-    if bm < M:
-        raise ValueError(f"BLOCK_M={bm} < M={M}")
     zeros = w.zeros if w.zeros is not None else w.scales
-    k = _w4a16_dot_kernel[(N // bn, H)](
+    k = _w4a16_dot_kernel[(N // bn, H, triton.cdiv(M, bm))](
         x, w.qweight, w.scales, zeros, out, M, N, K, GROUP=w.group, HAS_ZERO=w.zeros is not None,
         UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
         num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2))

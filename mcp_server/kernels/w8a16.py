@@ -18,6 +18,8 @@ import triton.language as tl
 
 from mcp_server.kernels.quant import FP8_MAX, Fp8Weights
 
+_FP8_MAX = tl.constexpr(FP8_MAX)
+
 
 @triton.jit
 def _w8a16_dot_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K: tl.constexpr,
@@ -26,7 +28,7 @@ def _w8a16_dot_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K: tl.constexpr,
     pid_n = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.arange(0, BLOCK_M)
+    offs_m = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)
     w_rows = w_ptr + b * N * K + offs_n[:, None] * K + offs_k[None, :]            # [BN, BK]
     x_cols = x_ptr + b * M * K + offs_m[None, :] * K + offs_k[:, None]            # [BK, BM]
@@ -51,13 +53,96 @@ def _w8a16_dot_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K: tl.constexpr,
     tl.store(out, acc.to(tl.bfloat16), mask=m_mask)
 
 
+# Two int32 words ($4, $5) of e4m3 bytes -> four f16x2 registers: register j holds byte j of
+# both words (prmt gathers them, one cvt converts the pair).
+_FP8_UNPACK_ASM = tl.constexpr("""
+{
+.reg .b32 t;
+.reg .b16 lo, hi;
+prmt.b32 t, $4, $5, 0x0040;
+mov.b32 {lo, hi}, t;
+cvt.rn.f16x2.e4m3x2 $0, lo;
+prmt.b32 t, $4, $5, 0x0051;
+mov.b32 {lo, hi}, t;
+cvt.rn.f16x2.e4m3x2 $1, lo;
+prmt.b32 t, $4, $5, 0x0062;
+mov.b32 {lo, hi}, t;
+cvt.rn.f16x2.e4m3x2 $2, lo;
+prmt.b32 t, $4, $5, 0x0073;
+mov.b32 {lo, hi}, t;
+cvt.rn.f16x2.e4m3x2 $3, lo;
+}
+""")
+
+
+@triton.jit
+def _unpack4_fp8(p, UNPACK: tl.constexpr):
+    # UNPACK 0: inline asm (f16); 1: plain ops (f16); 2: plain ops to fp32 (CPU interpreter)
+    if UNPACK == 0:
+        w0, w1, w2, w3 = tl.inline_asm_elementwise(
+            _FP8_UNPACK_ASM, "=r,=r,=r,=r,r,r", [p],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=2)
+    else:
+        dt: tl.constexpr = tl.float16 if UNPACK == 1 else tl.float32
+        w0 = (p & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(dt)
+        w1 = ((p >> 8) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(dt)
+        w2 = ((p >> 16) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(dt)
+        w3 = ((p >> 24) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(dt)
+    return w0, w1, w2, w3
+
+
+@triton.jit
+def _w8a16_shuf_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K: tl.constexpr,
+                       GROUP: tl.constexpr, UNPACK: tl.constexpr, SUB: tl.constexpr,
+                       BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Shuffled-layout W8A16: [BN, 16] int32 word tiles, unpacked to four K=16 f16 dot operands."""
+    pid_n = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_i = tl.arange(0, 16)
+    KW = K // 4
+    w_rows = w_ptr + b * N * KW + offs_n[:, None] * KW + offs_i[None, :]          # [BN, 16] words
+    x_cols = x_ptr + b * M * K + offs_m[None, :] * K + offs_i[:, None]            # [16, BM]
+    m_mask = offs_m[None, :] < M
+    NG = K // GROUP if GROUP > 0 else 1
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    for k0 in range(0, K, 64 * SUB):
+        for r in tl.static_range(SUB):
+            kb = k0 + 64 * r
+            p = tl.load(w_rows + kb // 4)
+            ws = _unpack4_fp8(p, UNPACK)
+            if GROUP == 0:
+                for j in tl.static_range(4):
+                    xj = tl.load(x_cols + (kb + 16 * j), mask=m_mask, other=0.0)
+                    if UNPACK == 2:
+                        acc = tl.dot(ws[j], xj.to(tl.float32), acc)
+                    else:
+                        acc = tl.dot(ws[j], xj.to(tl.float16), acc)
+            else:
+                part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+                for j in tl.static_range(4):
+                    xj = tl.load(x_cols + (kb + 16 * j), mask=m_mask, other=0.0)
+                    if UNPACK == 2:
+                        part = tl.dot(ws[j], xj.to(tl.float32), part)
+                    else:
+                        part = tl.dot(ws[j], xj.to(tl.float16), part)
+                s = tl.load(s_ptr + b * NG * N + (kb // GROUP) * N + offs_n)
+                acc += part * s[:, None]
+    if GROUP == 0:
+        s = tl.load(s_ptr + b * N + offs_n)
+        acc = acc * s[:, None]
+    out = out_ptr + b * M * N + offs_m[None, :] * N + offs_n[:, None]
+    tl.store(out, acc.to(tl.bfloat16), mask=m_mask)
+
+
 @triton.jit
 def _act_quant_kernel(x_ptr, x8_ptr, xs_ptr, K, BLOCK_K: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_K)
     mask = offs < K
     x = tl.load(x_ptr + row * K + offs, mask=mask, other=0.0).to(tl.float32)
-    s = tl.maximum(tl.max(tl.abs(x), axis=0), 1e-12) / FP8_MAX
+    s = tl.maximum(tl.max(tl.abs(x), axis=0), 1e-12) / _FP8_MAX
     tl.store(x8_ptr + row * K + offs, (x / s).to(tl.float8e4nv), mask=mask)
     tl.store(xs_ptr + row, s)
 
@@ -68,7 +153,7 @@ def _w8a8_dot_kernel(x8_ptr, xs_ptr, w_ptr, s_ptr, out_ptr, M, N, K: tl.constexp
     pid_n = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.arange(0, BLOCK_M)
+    offs_m = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)
     w_rows = w_ptr + b * N * K + offs_n[:, None] * K + offs_k[None, :]
     x_cols = x8_ptr + b * M * K + offs_m[None, :] * K + offs_k[:, None]
@@ -106,18 +191,44 @@ def _check(x, w: Fp8Weights, cfg: dict):
 
 
 def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
-    """``x[H, M, K]`` bf16 times FP8 weights -> ``[H, M, N]`` bf16; (compiled kernel, out)."""
+    """``x[H, M, K]`` bf16 times FP8 weights -> ``[H, M, N]`` bf16; (compiled kernel, out).
+
+    Shuffled weights run the word-tile kernel (``variant`` "asm" default, or "plain");
+    natural-layout weights the plain tile kernel (fp8 tile through shared memory).
+    """
+    import os
+
     import torch
 
     from mcp_server.kernels import tuning
 
     cfg = dict(config or tuning.config_for("fp8", x.shape[1], x.shape[2], w.N))
+    if w.layout == "shuffled":
+        H, M, K = x.shape
+        if K != w.K or H != w.H:
+            raise ValueError(f"x {tuple(x.shape)} does not match weights H={w.H} K={w.K}")
+        bn, sub = cfg.get("BLOCK_N", 128), cfg.get("SUB", 1)
+        if w.N % bn or K % (64 * sub):
+            raise ValueError(f"N={w.N} / K={K} not multiples of BLOCK_N={bn} / 64*SUB={64 * sub}")
+        if w.group and w.group % 64:
+            raise ValueError(f"group={w.group} must be a multiple of 64")
+        x = x.contiguous()
+        if out is None:
+            out = torch.empty((H, M, w.N), dtype=torch.bfloat16, device=x.device)
+        bm = cfg.get("BLOCK_M") or min(64, max(16, triton.next_power_of_2(M)))
+        interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+        unpack = 2 if interp else (1 if cfg.get("variant") == "plain" else 0)
+        k = _w8a16_shuf_kernel[(w.N // bn, H, triton.cdiv(M, bm))](
+            x, w.weight.view(torch.int32), w.scales, out, M, w.N, K, GROUP=w.group, UNPACK=unpack,
+            SUB=sub, BLOCK_N=bn, BLOCK_M=bm,
+            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2))
+        return k, out
     H, M, K, bn, bk = _check(x, w, cfg)
     x = x.contiguous()
     if out is None:
         out = torch.empty((H, M, w.N), dtype=torch.bfloat16, device=x.device)
-    bm = cfg.get("BLOCK_M") or max(16, triton.next_power_of_2(M))
-    k = _w8a16_dot_kernel[(w.N // bn, H)](
+    bm = cfg.get("BLOCK_M") or min(64, max(16, triton.next_power_of_2(M)))
+    k = _w8a16_dot_kernel[(w.N // bn, H, triton.cdiv(M, bm))](
         x, w.weight, w.scales, out, M, w.N, K, GROUP=w.group, CVT=_cvt_dtype(cfg),
         BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk,
         num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3))
@@ -154,8 +265,8 @@ def w8a8_launch(x8, xs, w: Fp8Weights, out=None, config: dict | None = None):
     H, M, K, bn, bk = _check(x8, w, cfg)
     if out is None:
         out = torch.empty((H, M, w.N), dtype=torch.bfloat16, device=x8.device)
-    bm = cfg.get("BLOCK_M") or max(16, triton.next_power_of_2(M))
-    k = _w8a8_dot_kernel[(w.N // bn, H)](
+    bm = cfg.get("BLOCK_M") or min(64, max(16, triton.next_power_of_2(M)))
+    k = _w8a8_dot_kernel[(w.N // bn, H, triton.cdiv(M, bm))](
         x8, xs, w.weight, w.scales, out, M, w.N, K, BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk,
         num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3))
     return k, out
