@@ -98,13 +98,29 @@ class WarningCode(StrEnum):
 
     # --- other packages append their members below, one block each, commented with the package ---
     # --- ncu ---
+    foreign_lines_skipped = "foreign_lines_skipped"  # lines of an ncu CSV that were not ncu output (the app's prints)
+    cache_control_conflict = "cache_control_conflict"  # the cache_control given differs from the sidecar's
+    metric_missing = "metric_missing"  # a metric the parser/classifier needs is absent or n/a
+    residency_unknown = "residency_unknown"  # not a warm (--cache-control none) profile: L2 residency not judged
+    gpu_unknown = "gpu_unknown"  # the device is not in gpu_specs.toml: no roofline ceilings
+    no_candidate = "no_candidate"  # select_candidate: no kernel over the share threshold with a known class
+    target_failed = "target_failed"  # run_ncu: the target exited non-zero after some kernels were profiled
+    report_not_parsed = "report_not_parsed"  # run_ncu: the report was written but could not be parsed here
     # --- validate ---
+    baseline_patched = "baseline_patched"  # the baseline replaced a timer/sync/check function (put back)
+    reference_native_precision = "reference_native_precision"  # the baseline failed in higher precision; reference is its own dtype
+    same_address_skipped = "same_address_skipped"  # inputs changed shape between seeds: the same-address check was skipped
+    cold_cache_partial = "cold_cache_partial"  # rotated input copies do not exceed the cache: 'cold' is partly warm
+    graphs_unavailable = "graphs_unavailable"  # CUDA-graph capture failed; timed with a launch loop
+    slower_on_shape = "slower_on_shape"  # the candidate is slower on one of several shapes
+    budget_exhausted = "budget_exhausted"  # sampling ended before the interval reached the asked half-width
+    roofline_unchecked = "roofline_unchecked"  # no gpu_specs.toml entry for the device: speed-of-light check skipped
+    faster_than_roofline = "faster_than_roofline"  # a time below the roofline floor from inferred bytes (flag only)
     # --- kernels ---
     # --- ledger ---
     # --- loop ---
     stale_profile = "stale_profile"  # a change was accepted after the given ncu report: the selection reads the old profile
     forced_proposal = "forced_proposal"  # a proposal was validated although the classification advises against its kind
-    change_restored = "change_restored"  # a rejected change found in place on resume was restored
 
 
 # ---------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def test_two_processes_write_concurrently(tmp_path):
     n = 60
     procs = [_spawn(db, "agent-a", str(n), str(exp)), _spawn(db, "agent-b", str(n), str(exp))]
     outs = [p.communicate(timeout=240) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err
     ids = [int(x) for out, _ in outs for x in out.split()]
     assert len(ids) == len(set(ids)) == 2 * n

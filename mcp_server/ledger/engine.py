@@ -125,8 +125,9 @@ def record_decision(led: Ledger, candidate_id: Optional[int], decision: Optional
         raise LedgerError("decision must be accepted, reverted or abandoned", path=led.path)
     if not by or not why:
         raise LedgerError("a decision needs by (who decided) and why (one line)", path=led.path)
-    if key is not None and led.by_key("decisions", key) is not None:
-        return int(led.by_key("decisions", key)["id"]), False
+    hit = led.by_key("decisions", key) if key is not None else None
+    if hit is not None:
+        return int(hit["id"]), False
     if decision == "accepted":
         vals = led.validations(int(candidate_id))  # type: ignore[arg-type]
         if not vals or not vals[-1]["accepted"]:
@@ -247,7 +248,7 @@ def ledger_record(ledger: Optional[str] = None, kind: str = "experiment", key: O
         else:
             raise LedgerError(f"kind={kind!r}: expected experiment, profile, candidate, validation or decision",
                               path=led.path)
-        return LedgerRecordResult(ledger=str(led.path), kind=kind, id=rid, experiment_id=exp_id,  # type: ignore[arg-type]
+        return LedgerRecordResult(ledger=str(led.path), kind=kind, id=rid, experiment_id=exp_id,
                                   candidate_id=cand_id, created=created)
 
 
@@ -282,5 +283,5 @@ def ledger_export(ledger: Optional[str] = None, format: str = "md", output: Opti
         path = str(led.path)
     if output:
         atomic_write_text(output, text, what="ledger export")
-        return LedgerExportResult(ledger=path, format=format, output=str(output), experiments=len(shows))  # type: ignore[arg-type]
-    return LedgerExportResult(ledger=path, format=format, experiments=len(shows), text=text)  # type: ignore[arg-type]
+        return LedgerExportResult(ledger=path, format=format, output=str(output), experiments=len(shows))
+    return LedgerExportResult(ledger=path, format=format, experiments=len(shows), text=text)

@@ -47,7 +47,7 @@ def _kernel_rows(classification: Any) -> list[dict[str, Any]]:
     for k in classification["kernels"]:
         if not isinstance(k, dict):
             continue
-        b = k.get("bottleneck") if isinstance(k.get("bottleneck"), dict) else k
+        b: dict[str, Any] = k["bottleneck"] if isinstance(k.get("bottleneck"), dict) else k
         rows.append({"name": k.get("short_name") or k.get("name"), "class": b.get("class"),
                      "limiter": b.get("limiter"), "l2_resident": b.get("l2_resident"),
                      "confidence": b.get("confidence"), "share": k.get("share")})
@@ -113,7 +113,8 @@ def _candidate(v: CandidateView, out: list[str]) -> None:
     else:
         out.append("- change: none applied (the candidate spec names the new kernel)")
     if c.spec is not None:
-        out.append(f"- spec: {_code(_cell(json.dumps(c.spec, sort_keys=True) if not isinstance(c.spec, str) else c.spec, 300))}")
+        spec = c.spec if isinstance(c.spec, str) else json.dumps(c.spec, sort_keys=True)
+        out.append(f"- spec: {_code(_cell(spec, 300))}")
     for val in v.validations:
         r = val.result if isinstance(val.result, dict) else {}
         corr = r.get("correctness") or {}
@@ -156,7 +157,7 @@ def experiment_markdown(s: LedgerShowResult) -> list[str]:
     out = [f"## Experiment {e.id}: {_code(' '.join(e.target))}", ""]
     out += ["| | |", "|---|---|", f"| started | {e.created_at} |"]
     if e.repo or e.git_rev:
-        dirty = {True: " (uncommitted changes)", False: " (clean)"}.get(e.git_dirty, "")
+        dirty = {True: " (uncommitted changes)", False: " (clean)", None: ""}[e.git_dirty]
         out.append(f"| repository | {_code(e.repo)} at `{(e.git_rev or '?')[:12]}`{dirty} |")
     gpu = e.env.get("gpu")
     if gpu or e.env.get("driver"):
@@ -177,8 +178,10 @@ def experiment_markdown(s: LedgerShowResult) -> list[str]:
             val = v.validations[-1] if v.validations else None
             r = val.result if val and isinstance(val.result, dict) else {}
             why = v.decisions[-1].why if v.decisions else ""
-            out.append(f"| {v.candidate.id} | {_code(v.candidate.proposal_id)} | {_code(_cell(v.candidate.kernel, 50))} "
-                       f"| {val.verdict if val else ''} | {_speedup(r.get('speedup'))} | {v.status} | {_cell(why, 100)} |")
+            c = v.candidate
+            out.append(f"| {c.id} | {_code(c.proposal_id)} | {_code(_cell(c.kernel, 50))} "
+                       f"| {val.verdict if val else ''} | {_speedup(r.get('speedup'))} | {v.status} "
+                       f"| {_cell(why, 100)} |")
         out.append("")
     # records in the order they were written
     events: list[tuple[str, int, Any]] = [(p.created_at, 0, p) for p in s.profiles]

@@ -45,13 +45,15 @@ class CandidateRow(Model):
     profile_id: Optional[int] = None
     created_at: str
     proposal_id: Optional[str] = None
-    fingerprint: Optional[str] = Field(None, description="hash of the proposal (id, spec, change): the loop's no-retry key")
+    fingerprint: Optional[str] = Field(
+        None, description="hash of the proposal (id, spec, change): the loop's no-retry key")
     kernel: Optional[str] = None
     diagnosis: Optional[str] = None
     proposal: Optional[str] = Field(None, description="the proposal text from the agent or person")
     change_kind: ChangeKind = "none"
     change_path: Optional[str] = Field(None, description="the replacement file or the patch")
-    change_target: Optional[str] = Field(None, description="the file a file swap replaces, or the repo a patch applies to")
+    change_target: Optional[str] = Field(
+        None, description="the file a file swap replaces, or the repo a patch applies to")
     change_sha256: Optional[str] = None
     base_sha256: Optional[str] = Field(None, description="hash of the file the swap replaced (file changes)")
     change_text: Optional[str] = Field(None, description="the patch text (patch changes up to 256 KiB)")

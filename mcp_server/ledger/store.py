@@ -157,11 +157,13 @@ class Ledger:
         if not path.exists():
             if not create:
                 raise LedgerError("no ledger here", path=path,
-                                  hint="run `kernelscope loop` or ledger_record first, or pass --ledger / set KERNELSCOPE_LEDGER")
+                                  hint="run `kernelscope loop` or ledger_record first, or pass --ledger / "
+                                  "set KERNELSCOPE_LEDGER")
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise LedgerError(f"cannot create the ledger directory: {exc.strerror or exc}", path=path.parent) from None
+                raise LedgerError(f"cannot create the ledger directory: {exc.strerror or exc}",
+                                  path=path.parent) from None
         try:
             conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                    check_same_thread=False)
@@ -264,7 +266,7 @@ class Ledger:
                 cur = c.execute(f"INSERT INTO {table} ({cols}) VALUES ({marks})", tuple(vals.values()))
             except sqlite3.IntegrityError as exc:
                 raise LedgerError(f"{table}: record refused ({exc})", path=self.path) from None
-            return int(cur.lastrowid), True
+            return int(cur.lastrowid or 0), True
 
     # -- reads -----------------------------------------------------------------------------
     def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:

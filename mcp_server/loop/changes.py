@@ -66,7 +66,8 @@ class AppliedChange:
         if self.kind == "file":
             return ChangeConflictError(
                 f"cannot {doing}: the file matches neither its recorded original (sha256 "
-                f"{(self.base_sha256 or '?')[:12]}) nor the proposal's replacement ({(self.change_sha256 or '?')[:12]})",
+                f"{(self.base_sha256 or '?')[:12]}) nor the proposal's replacement "
+                f"({(self.change_sha256 or '?')[:12]})",
                 path=self.target, hint="it was edited meanwhile: restore it (the original is kept at "
                 f"{self.backup}) or record the candidate as abandoned")
         return ChangeConflictError(f"cannot {doing}: the patch {self.source} neither applies nor reverts cleanly",

@@ -91,18 +91,12 @@ class _Run:
                              change_sha256=cand.get("change_sha256"), backup=backup)
 
     def settle_decided(self, exp_id: int) -> None:
-        """Candidates already decided: an accepted change keeps no backup, a rejected one is not in place."""
+        """Candidates already decided keep no backup. (A rejected change is never in place once its
+        decision is recorded: the baseline is restored first. The file's hash cannot tell, since later
+        candidates may write the same bytes to the same file.)"""
         for c in self.led.candidates(exp_id):
-            st = self.led.status(c["id"])
-            if st == "pending":
-                continue
-            ch = self.change_of(c)
-            if st == "accepted":
-                ch.keep()
-            elif ch.kind != "none" and ch.state() == "applied":
-                ch.revert()
-                self.warn(WarningCode.change_restored, f"candidate {c['id']} was {st} but its change was in place: restored "
-                          "the baseline")
+            if self.led.status(c["id"]) != "pending":
+                self.change_of(c).drop_backup()
 
     # -- one candidate ---------------------------------------------------------------------
     def finish(self, cand: dict[str, Any], *, resumed: bool) -> LoopStep:
@@ -141,7 +135,7 @@ class _Run:
     def _step(self, cand: dict[str, Any], result: Optional[dict[str, Any]], decision: str, why: str,
               resumed: bool) -> LoopStep:
         step = LoopStep(proposal_id=str(cand["proposal_id"]), candidate_id=int(cand["id"]), kernel=cand["kernel"],
-                        verdict=None if result is None else result.get("verdict"), decision=decision,  # type: ignore[arg-type]
+                        verdict=None if result is None else result.get("verdict"), decision=decision,
                         why=why, speedup=None if result is None else result.get("speedup"), resumed=resumed)
         self.steps_out.append(step)
         return step
@@ -164,8 +158,8 @@ class _Run:
                                             note="given report (not profiled by the loop)",
                                             key=f"e{exp_id}:report:{sha[:24]}")
             if last_accept is not None:
-                self.warn(WarningCode.stale_profile, "a change was accepted after the given report was made: the selection "
-                          "still reads the old profile (profile again to see the new bottleneck)")
+                self.warn(WarningCode.stale_profile, "a change was accepted after the given report was made: the "
+                          "selection still reads the old profile (profile again to see the new bottleneck)")
             self._selections[pid] = sel
             return pid, given, sel
         profs = led.profiles(exp_id)
@@ -286,7 +280,8 @@ def drive(target: list[str], *, steps: LoopSteps, iters: int = 5, proposals: Opt
                     run.skipped.append(LoopSkip(proposal_id=p.id, candidate_id=cid, reason=why))
                     continue
                 if avoid:
-                    run.warn(WarningCode.forced_proposal, f"{p.id}: validated although the classification advises against "
+                    run.warn(WarningCode.forced_proposal, f"{p.id}: validated although the classification advises "
+                             "against "
                              f"{avoid} for {sel.kernel}")
                 chosen = p
                 break
@@ -308,7 +303,8 @@ def drive(target: list[str], *, steps: LoopSteps, iters: int = 5, proposals: Opt
             if p.fingerprint in _settled(led, tkey):
                 st, cid = _settled(led, tkey)[p.fingerprint]
                 if st != "pending":
-                    run.skipped.append(LoopSkip(proposal_id=p.id, candidate_id=cid, reason=f"already {st} (candidate {cid})"))
+                    run.skipped.append(LoopSkip(proposal_id=p.id, candidate_id=cid,
+                                                reason=f"already {st} (candidate {cid})"))
                     continue
             if sel is not None and sel.kernel is not None and not p.matches(sel.kernel, sel.short_name):
                 reason = f"for kernel {p.kernel!r}, not the selected {sel.kernel}"
@@ -320,7 +316,7 @@ def drive(target: list[str], *, steps: LoopSteps, iters: int = 5, proposals: Opt
             ledger=str(led.path), experiment_id=exp_id, resumed=resumed, profile_id=pid,
             report=str(report) if report else None, candidate=sel.kernel if sel else None,
             diagnosis=sel.diagnosis if sel else None, steps=run.steps_out, skipped=run.skipped,
-            accepted=accepted, rejected=len(run.steps_out) - accepted, stopped=stopped,  # type: ignore[arg-type]
+            accepted=accepted, rejected=len(run.steps_out) - accepted, stopped=stopped,
             stop_message=message, warnings=run.warnings)
 
 

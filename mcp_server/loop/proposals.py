@@ -5,14 +5,16 @@
 id     = "int4-w4a16"                     # unique in the file; the ledger keys on it
 text   = "Swap the BF16 BMM for the INT4 W4A16 kernel: it is DRAM-bound, INT4 moves 1/4 of the bytes"
 kernel = "regex:.*bmm.*"                  # optional: only when the selected kernel matches (exact, short name, regex:)
-kind   = "quantization"                   # optional: the kind of change; skipped when the classification advises against it
+kind   = "quantization"                   # optional: the kind of change; skipped when the classification
+                                          # advises against it
 force  = false                            # validate even when advised against (the worked example's L2-resident case)
 spec   = "specs/int4.toml"                # the candidate spec for validate_candidate (a path, or an inline table)
 
 [proposal.apply]                          # optional; without it nothing is applied (the spec alone names the kernel)
 file = "src/attn_kernel.py"               # file swap: this file ...
 with = "proposals/attn_kernel_int4.py"    # ... replaced by this one while validating; restored unless accepted
-# patch = "proposals/int4.patch"          # or a git patch, applied with `git apply` in repo (default: the file's work tree)
+# patch = "proposals/int4.patch"          # or a git patch, applied with `git apply` in repo
+# (repo defaults to the folder holding the patch)
 # repo  = "."
 ```
 
@@ -38,10 +40,7 @@ from mcp_server.errors import FileMissingError, ProposalError
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
-    try:
-        import tomli as tomllib  # type: ignore[no-redef]
-    except ImportError:  # pragma: no cover
-        tomllib = None  # type: ignore[assignment]
+    tomllib = None
 
 _SPEC_FILE_FIELDS = ("baseline", "candidate", "inputs")
 
@@ -159,7 +158,7 @@ def load_proposals(path: Union[str, Path]) -> list[Proposal]:
     if not src.is_file():
         raise FileMissingError("proposals file not found", path=src)
     if tomllib is None:  # pragma: no cover
-        raise ProposalError("reading TOML needs Python 3.11 or the tomli package", path=src)
+        raise ProposalError("reading TOML needs Python 3.11", path=src)
     try:
         doc = tomllib.loads(src.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
@@ -185,9 +184,10 @@ def load_proposals(path: Union[str, Path]) -> list[Proposal]:
             raise ProposalError(f"proposal id {p.id!r} given twice", path=src, hint="ids must be unique")
         seen.add(p.id)
         if isinstance(p.spec, str):
-            spec: Union[Path, dict[str, Any]] = (base / p.spec).resolve()
-            if not spec.is_file():
+            spec_file = (base / p.spec).resolve()
+            if not spec_file.is_file():
                 raise ProposalError(f"proposal {p.id!r}: spec file not found: {p.spec}", path=src)
+            spec: Union[Path, dict[str, Any]] = spec_file
         else:
             spec = _resolve_spec_fields(p.spec, base)
         change = _change(p, base, src)

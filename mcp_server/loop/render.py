@@ -34,8 +34,8 @@ def render_loop(res: LoopResult, console: Console, request: Any = None) -> None:
         console.print(t)
         if any(s.resumed for s in res.steps):
             console.print("  [dim]* pending from an interrupted run, finished now[/]")
-    for s in res.skipped:
-        console.print(f"  [dim]skipped {escape(s.proposal_id)}: {escape(s.reason)}[/]")
+    for k in res.skipped:
+        console.print(f"  [dim]skipped {escape(k.proposal_id)}: {escape(k.reason)}[/]")
     console.print(f"  {res.accepted} accepted, {res.rejected} rejected; stopped: {res.stopped} "
                   f"({escape(res.stop_message)})")
     for w in res.warnings:

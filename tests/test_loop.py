@@ -1,0 +1,334 @@
+"""The loop engine with injected steps: accept / revert / abandon, no retry, resume, stops, changes restored.
+
+The steps here are stand-ins for run_ncu / select_candidate / validate_candidate whose
+answers are set by the proposal's spec (``fake_speedup``), so each test knows the verdict
+it expects; they also check that the change is in place while it is validated.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcp_server.errors import ChangeConflictError, KernelscopeError, ProposalError, ToolMissingError
+from mcp_server.ledger.engine import ledger_export, ledger_list, ledger_show
+from mcp_server.loop.engine import drive
+from mcp_server.loop.proposals import load_proposals
+from mcp_server.loop.steps import LoopSteps, Selection, selection_from
+
+BASE = "VERSION = 'base'\n"
+FAST = "VERSION = 'fast'\n"
+SLOW = "VERSION = 'slow'\n"
+QUANT = "VERSION = 'int4'\n"
+
+
+class FakeSteps:
+    """select: always the BMM (DRAM-bound, quantization advised against when ``l2``); validate: the spec's
+    fake_speedup decides; records what the kernel file held while each spec was validated."""
+
+    def __init__(self, kernel_file: Path, *, l2: bool = False, sleep: float = 0.0):
+        self.kernel_file = kernel_file
+        self.l2 = l2
+        self.sleep = sleep
+        self.profiled: list[Path] = []
+        self.validated: list[tuple[Any, str]] = []
+
+    def profile(self, target, report: Path, cache_control):
+        report.write_bytes(b"report of " + " ".join(target).encode() + b" " + self.kernel_file.read_bytes())
+        self.profiled.append(report)
+        return report
+
+    def select(self, report: Path, cache_control) -> Selection:
+        return Selection(kernel="bmm_kernel", short_name="bmm", diagnosis="memory_bound (dram)",
+                         classification={"kernels": [{"name": "bmm_kernel", "class": "memory_bound",
+                                                      "limiter": "l2" if self.l2 else "dram"}],
+                                         "candidate": "bmm_kernel"},
+                         avoid=["weight quantization"] if self.l2 else [])
+
+    def validate(self, spec) -> dict[str, Any]:
+        import time
+
+        if self.sleep:
+            time.sleep(self.sleep)
+        held = self.kernel_file.read_text()
+        self.validated.append((spec, held))
+        if spec.get("fake_error"):
+            raise KernelscopeError(spec["fake_error"])
+        if spec.get("fake_interrupt"):
+            raise KeyboardInterrupt
+        s = float(spec["fake_speedup"])
+        ok = s > 1.03 and held == spec["expect"]
+        return {"accepted": ok, "verdict": "accepted" if ok else "not_faster",
+                "reasons": [f"held {held.strip()}"], "speedup": {"median": s, "ci_low": s * 0.98,
+                                                                  "ci_high": s * 1.02, "confidence": 0.95}}
+
+    def steps(self) -> LoopSteps:
+        return LoopSteps(profile=self.profile, select=self.select, validate=self.validate)
+
+
+def _proposal(pid: str, *, swap: str | None, speedup: float, expect: str, extra: str = "") -> str:
+    text = f'[[proposal]]\nid = "{pid}"\ntext = "try {pid}"\n{extra}'
+    text += f'[proposal.spec]\nfake_speedup = {speedup}\nexpect = "{expect.strip()}\\n"\n'
+    if swap:
+        text += f'[proposal.apply]\nfile = "proj/kernel.py"\nwith = "variants/{swap}.py"\n'
+    return text + "\n"
+
+
+@pytest.fixture
+def proj(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "kernel.py").write_text(BASE)
+    (tmp_path / "proj" / "bench.py").write_text("import kernel\n")
+    (tmp_path / "variants").mkdir()
+    for name, text in (("fast", FAST), ("slow", SLOW), ("int4", QUANT)):
+        (tmp_path / "variants" / f"{name}.py").write_text(text)
+    return tmp_path
+
+
+def _write(proj: Path, *parts: str) -> str:
+    (proj / "proposals.toml").write_text("".join(parts))
+    return str(proj / "proposals.toml")
+
+
+TARGET = ["python", "proj/bench.py"]
+
+
+def test_slow_reverted_fast_accepted_advised_against_abandoned(proj):
+    props = _write(proj,
+                   _proposal("slow", swap="slow", speedup=0.9, expect=SLOW),
+                   _proposal("quant", swap="int4", speedup=3.0, expect=QUANT, extra='kind = "quantization"\n'),
+                   _proposal("fast", swap="fast", speedup=2.0, expect=FAST),
+                   _proposal("gemm-only", swap=None, speedup=2.0, expect=BASE, extra='kernel = "gemm_kernel"\n'))
+    fake = FakeSteps(proj / "proj" / "kernel.py", l2=True)
+    res = drive(TARGET, steps=fake.steps(), iters=5, proposals=props, ledger="l.db")
+    assert [(s.proposal_id, s.decision) for s in res.steps] == [("slow", "reverted"), ("fast", "accepted")]
+    # each change was in place while validated; the rejected one was gone before the next was applied
+    assert [held for _, held in fake.validated] == [SLOW, FAST]
+    assert (proj / "proj" / "kernel.py").read_text() == FAST
+    skipped = {s.proposal_id: s.reason for s in res.skipped}
+    assert "advises against weight quantization" in skipped["quant"]
+    assert "gemm_kernel" in skipped["gemm-only"]
+    assert res.stopped == "proposals_exhausted" and res.accepted == 1 and res.rejected == 1
+    # profiled once, then again after the accepted change (the program changed)
+    assert len(fake.profiled) == 2 and fake.profiled[1].read_bytes().endswith(FAST.encode())
+    shown = ledger_show(id=res.experiment_id, ledger="l.db")
+    assert [(v.candidate.proposal_id, v.status) for v in shown.candidates] == [
+        ("slow", "reverted"), ("quant", "abandoned"), ("fast", "accepted")]
+    assert shown.candidates[1].validations == []  # abandoned without running
+    assert (proj / "loop" / "backup").is_dir()  # backups lived beside the ledger ...
+    assert not list((proj / "loop" / "backup").glob("*/kernel.py"))  # ... and none is left behind
+
+
+def test_started_again_it_resumes_and_never_retries(proj):
+    props = _write(proj, _proposal("slow", swap="slow", speedup=0.9, expect=SLOW),
+                   _proposal("fast", swap="fast", speedup=2.0, expect=FAST))
+    fake = FakeSteps(proj / "proj" / "kernel.py")
+    first = drive(TARGET, steps=fake.steps(), iters=1, proposals=props, ledger="l.db")
+    assert [s.proposal_id for s in first.steps] == ["slow"] and first.stopped == "iters_done"
+    assert (proj / "proj" / "kernel.py").read_text() == BASE
+    second = drive(TARGET, steps=fake.steps(), iters=5, proposals=props, ledger="l.db")
+    assert second.resumed and second.experiment_id == first.experiment_id
+    assert [s.proposal_id for s in second.steps] == ["fast"]
+    assert {s.proposal_id: s.reason.split(" (")[0] for s in second.skipped} == {"slow": "already reverted"}
+    third = drive(TARGET, steps=fake.steps(), iters=5, proposals=props, ledger="l.db")
+    assert third.steps == [] and third.stopped == "proposals_exhausted"
+    # a fresh experiment on the same target still skips what was rejected or accepted
+    fresh = drive(TARGET, steps=fake.steps(), iters=5, proposals=props, ledger="l.db", fresh=True)
+    assert fresh.experiment_id != first.experiment_id and fresh.steps == []
+    assert len(fake.validated) == 2
+    assert ledger_list(ledger="l.db").total == 2
+
+
+def test_editing_a_rejected_proposal_makes_it_new(proj):
+    props = _write(proj, _proposal("slow", swap="slow", speedup=0.9, expect=SLOW))
+    fake = FakeSteps(proj / "proj" / "kernel.py")
+    drive(TARGET, steps=fake.steps(), iters=5, proposals=props, ledger="l.db")
+    (proj / "variants" / "slow.py").write_text(FAST)  # the person improves the replacement
+    props = _write(proj, _proposal("slow", swap="slow", speedup=2.0, expect=FAST))
+    again = drive(TARGET, steps=fake.steps(), iters=5, proposals=props, ledger="l.db")
+    assert [(s.proposal_id, s.decision) for s in again.steps] == [("slow", "accepted")]
+
+
+def test_validation_that_cannot_run_is_abandoned_and_restored(proj):
+    props = _write(proj,
+                   '[[proposal]]\nid = "bad"\n[proposal.spec]\nfake_error = "spec.toml: no baseline"\n'
+                   '[proposal.apply]\nfile = "proj/kernel.py"\nwith = "variants/fast.py"\n')
+    fake = FakeSteps(proj / "proj" / "kernel.py")
+    res = drive(TARGET, steps=fake.steps(), iters=5, proposals=props, ledger="l.db")
+    [step] = res.steps
+    assert step.decision == "abandoned" and "no baseline" in step.why and step.verdict is None
+    assert fake.validated[0][1] == FAST  # it was applied for the attempt
+    assert (proj / "proj" / "kernel.py").read_text() == BASE
+
+
+def test_interrupt_restores_baseline_and_the_next_run_finishes_the_candidate(proj):
+    props = _write(proj, _proposal("fast", swap="fast", speedup=2.0, expect=FAST))
+    fake = FakeSteps(proj / "proj" / "kernel.py")
+    steps = fake.steps()
+    steps.validate = lambda spec: fake.validate({**spec, "fake_interrupt": True})
+    with pytest.raises(KeyboardInterrupt):
+        drive(TARGET, steps=steps, iters=5, proposals=props, ledger="l.db")
+    assert (proj / "proj" / "kernel.py").read_text() == BASE
+    assert ledger_list(ledger="l.db").experiments[0].pending == 1
+    res = drive(TARGET, steps=fake.steps(), iters=5, proposals=props, ledger="l.db")
+    assert [(s.proposal_id, s.decision, s.resumed) for s in res.steps] == [("fast", "accepted", True)]
+    shown = ledger_show(id=res.experiment_id, ledger="l.db")
+    assert len(shown.candidates) == 1 and len(shown.candidates[0].decisions) == 1
+
+
+def test_pending_change_edited_meanwhile_is_a_conflict(proj):
+    props = _write(proj, _proposal("fast", swap="fast", speedup=2.0, expect=FAST))
+    fake = FakeSteps(proj / "proj" / "kernel.py")
+    steps = fake.steps()
+    steps.validate = lambda spec: fake.validate({**spec, "fake_interrupt": True})
+    with pytest.raises(KeyboardInterrupt):
+        drive(TARGET, steps=steps, iters=5, proposals=props, ledger="l.db")
+    (proj / "proj" / "kernel.py").write_text("VERSION = 'hand edit'\n")
+    with pytest.raises(ChangeConflictError, match="kernel.py.*neither its recorded original"):
+        drive(TARGET, steps=fake.steps(), iters=5, proposals=props, ledger="l.db")
+    assert (proj / "proj" / "kernel.py").read_text() == "VERSION = 'hand edit'\n"  # never overwritten
+
+
+def test_max_rejects_stops_the_loop(proj):
+    props = _write(proj, *[_proposal(f"slow{i}", swap="slow", speedup=0.95, expect=SLOW) for i in range(4)])
+    fake = FakeSteps(proj / "proj" / "kernel.py")
+    res = drive(TARGET, steps=fake.steps(), iters=10, proposals=props, ledger="l.db", max_rejects=2)
+    assert res.stopped == "max_rejects" and len(res.steps) == 2
+    assert {s.proposal_id for s in res.skipped} == {"slow2", "slow3"}
+
+
+def test_without_proposals_it_profiles_selects_and_shows_the_candidate(proj):
+    fake = FakeSteps(proj / "proj" / "kernel.py")
+    res = drive(TARGET, steps=fake.steps(), ledger="l.db")
+    assert res.stopped == "no_proposals" and res.candidate == "bmm_kernel"
+    assert "memory_bound (dram)" in res.stop_message and res.profile_id == 1
+    assert Path(res.report).is_file() and Path(res.report).resolve() == (proj / "reports" / "e1-p1.ncu-rep")
+    md = ledger_export(ledger="l.db").text
+    assert "### Profile 1: `e1-p1.ncu-rep`" in md and "Selected: `bmm_kernel`" in md
+
+
+def test_given_report_is_used_instead_of_profiling(proj):
+    (proj / "given.ncu-rep").write_bytes(b"an existing report")
+    props = _write(proj, _proposal("fast", swap="fast", speedup=2.0, expect=FAST),
+                   _proposal("slow", swap="slow", speedup=0.9, expect=SLOW))
+    fake = FakeSteps(proj / "proj" / "kernel.py")
+    steps = fake.steps()
+
+    def no_ncu(*a):
+        raise ToolMissingError("ncu not found")
+
+    steps.profile = no_ncu
+    res = drive(TARGET, steps=steps, iters=5, proposals=props, ledger="l.db", profile="given.ncu-rep")
+    assert [(s.proposal_id, s.decision) for s in res.steps] == [("fast", "accepted"), ("slow", "reverted")]
+    assert [w.code for w in res.warnings] == ["stale_profile"]
+    shown = ledger_show(id=res.experiment_id, ledger="l.db")
+    assert len(shown.profiles) == 1 and shown.profiles[0].report_path.endswith("given.ncu-rep")
+
+
+def test_no_candidate_stops(proj):
+    fake = FakeSteps(proj / "proj" / "kernel.py")
+    steps = fake.steps()
+    steps.select = lambda report, cc: Selection(kernel=None, stop_reason="every kernel within 10% of its roof")
+    props = _write(proj, _proposal("fast", swap="fast", speedup=2.0, expect=FAST))
+    res = drive(TARGET, steps=steps, proposals=props, ledger="l.db")
+    assert res.stopped == "no_candidate" and "within 10% of its roof" in res.stop_message
+    assert [s.reason for s in res.skipped] == ["not reached (no_candidate)"]
+
+
+def _git(cwd, *args):
+    return subprocess.run(["git", "-C", str(cwd), "-c", "user.email=t@t", "-c", "user.name=t", *args],
+                          check=True, capture_output=True, text=True).stdout
+
+
+def test_git_patch_applied_and_reverted(proj):
+    repo = proj / "proj"
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "base")
+    for name, text in (("fast", FAST), ("slow", SLOW)):
+        (repo / "kernel.py").write_text(text)
+        (proj / f"{name}.patch").write_text(_git(repo, "diff"))
+        _git(repo, "checkout", "kernel.py")
+    props = _write(proj,
+                   '[[proposal]]\nid = "slow"\n[proposal.spec]\nfake_speedup = 0.9\nexpect = "x"\n'
+                   '[proposal.apply]\npatch = "slow.patch"\nrepo = "proj"\n\n'
+                   '[[proposal]]\nid = "fast"\n[proposal.spec]\nfake_speedup = 2.0\n'
+                   f'expect = "{FAST.strip()}\\n"\n'
+                   '[proposal.apply]\npatch = "fast.patch"\nrepo = "proj"\n')
+    fake = FakeSteps(repo / "kernel.py")
+    res = drive(TARGET, steps=fake.steps(), iters=5, proposals=props, ledger="l.db")
+    assert [(s.proposal_id, s.decision) for s in res.steps] == [("slow", "reverted"), ("fast", "accepted")]
+    assert [held for _, held in fake.validated] == [SLOW, FAST]
+    assert (repo / "kernel.py").read_text() == FAST
+    shown = ledger_show(id=res.experiment_id, ledger="l.db")
+    assert shown.candidates[0].candidate.change_kind == "patch"
+    assert "+VERSION = 'slow'" in shown.candidates[0].candidate.change_text
+
+
+@pytest.mark.parametrize("text, match", [
+    ("", "no \\[\\[proposal\\]\\] tables"),
+    ("[[proposal]]\nid = 'a'\nspec = 'nope.toml'\n", "spec file not found: nope.toml"),
+    ("[[proposal]]\nid = 'a'\n[proposal.spec]\nx = 1\n[[proposal]]\nid = 'a'\n[proposal.spec]\nx = 1\n",
+     "'a' given twice"),
+    ("[[proposal]]\nid = 'a'\nspce = 'x'\n[proposal.spec]\nx = 1\n", "proposal 1: spce: Extra inputs"),
+    ("[[proposal]]\nid = 'a'\n[proposal.spec]\nx = 1\n[proposal.apply]\nfile = 'proj/kernel.py'\n",
+     "needs both apply.file and apply.with"),
+    ("[[proposal]]\nid = 'a'\n[proposal.spec]\nx = 1\n[proposal.apply]\nfile = 'gone.py'\nwith = 'variants/fast.py'\n",
+     "apply.file not found: gone.py"),
+    ("proposal = 3\nextra = 1\n", "unknown top-level key"),
+    ("[[proposal\n", "not valid TOML"),
+])
+def test_bad_proposals_files_name_the_problem(proj, text, match):
+    with pytest.raises(ProposalError, match=match):
+        load_proposals(_write(proj, text))
+
+
+def test_inline_spec_paths_are_made_absolute_and_fingerprinted(proj):
+    (proj / "cand.py").write_text("def f(x):\n    return x\n")
+    props = load_proposals(_write(proj, '[[proposal]]\nid = "a"\n[proposal.spec]\ncandidate = "cand.py:f"\n'
+                                        'baseline = "pkg.mod:f"\n'))
+    assert props[0].spec["candidate"] == f"{(proj / 'cand.py').resolve()}:f"
+    assert props[0].spec["baseline"] == "pkg.mod:f"
+    before = props[0].fingerprint
+    (proj / "cand.py").write_text("def f(x):\n    return x + 0\n")
+    assert load_proposals(proj / "proposals.toml")[0].fingerprint != before
+
+
+def test_selection_read_from_a_select_candidate_answer():
+    ans = {"source": {"path": "r.ncu-rep", "format": "ncu-rep", "ncu_version": "2025.3", "cache_control": "none"},
+           "gpu": "h200",
+           "kernels": [{"id": 0, "name": "void bmm_kernel<128>(...)", "short_name": "bmm_kernel", "launches": 4,
+                        "duration_ns": {"total": 900.0},
+                        "bottleneck": {"class": "memory_bound", "limiter": "l2", "l2_resident": True,
+                                       "confidence": 0.9, "evidence": [], "advice": ["do not quantize"]}},
+                       {"id": 1, "name": "add", "short_name": "add", "launches": 1, "duration_ns": {"total": 100.0},
+                        "bottleneck": {"class": "latency_bound", "limiter": "small_grid"}}],
+           "candidate": {"name": "void bmm_kernel<128>(...)", "short_name": "bmm_kernel",
+                         "bottleneck": {"class": "memory_bound", "limiter": "l2", "l2_resident": True,
+                                        "confidence": 0.9, "advice": ["do not quantize"]}},
+           "avoid": ["weight quantization"], "fits": ["fusion", "batching"]}
+    sel = selection_from(ans)
+    assert sel.kernel == "void bmm_kernel<128>(...)" and sel.short_name == "bmm_kernel"
+    assert sel.avoid == ["weight quantization"] and "do not quantize" in sel.diagnosis
+    assert sel.classification["cache_control"] == "none"
+    assert [k["share"] for k in sel.classification["kernels"]] == [0.9, 0.1]
+    none = selection_from({"kernels": [], "candidate": None, "reason": "nothing above the share threshold"})
+    assert none.kernel is None and none.stop_reason == "nothing above the share threshold"
+
+
+def test_loop_operation_is_declared():
+    from mcp_server.loop.ops import OPERATIONS
+
+    [op] = OPERATIONS
+    assert op.tool == "run_loop" and op.verb == "loop" and op.remainder == "target" and op.progress
+    assert not op.hints.read_only and not op.hints.idempotent and op.hints.open_world
+    req = op.make_request({"target": ["python", "x.py"], "iters": 2})
+    assert req.target == ["python", "x.py"]
+
+
+if __name__ == "__main__":  # pragma: no cover - used by tests/test_loop_kill.py
+    sys.exit("run through pytest")
