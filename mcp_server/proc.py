@@ -1,11 +1,15 @@
 """Run an external program safely: argument list, timeout, whole process group killed on expiry."""
 from __future__ import annotations
 
+import collections
 import os
+import queue
 import signal
 import subprocess
+import threading
+import time
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 
 @dataclass(frozen=True)
@@ -39,5 +43,162 @@ def run(args: list[str], *, timeout: float, cwd: str | None = None,
         rc=None if timed_out else proc.returncode,
         stdout=out[:max_bytes].decode("utf-8", "replace"),
         stderr=err[:65536].decode("utf-8", "replace"),
+        timed_out=timed_out,
+    )
+
+
+def stream(args: list[str], *, timeout: float, on_line: Callable[[str], None],
+           cwd: str | None = None, env: Mapping[str, str] | None = None,
+           max_bytes: int = 16 << 20, max_stderr: int = 65536, grace_s: float = 2.0) -> ProcResult:
+    """Like ``run`` but hands each stdout line to ``on_line`` (in the calling thread) as it arrives.
+
+    The time limit covers the whole run: on expiry the process group gets SIGKILL and
+    ``timed_out`` is set. After the process exits, its group is killed too (a grandchild left
+    holding the pipes cannot hang the caller). stderr keeps its last ``max_stderr`` bytes.
+    """
+    full_env = dict(os.environ if env is None else env)
+    full_env.setdefault("LC_ALL", "C.UTF-8")
+    proc = subprocess.Popen(
+        args, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, start_new_session=True,
+    )
+    lines: queue.Queue[bytes | None] = queue.Queue()
+    err_tail: collections.deque[bytes] = collections.deque()
+    err_size = [0]
+
+    def read_out() -> None:
+        assert proc.stdout is not None
+        for line in iter(proc.stdout.readline, b""):
+            lines.put(line)
+        lines.put(None)
+
+    def read_err() -> None:
+        assert proc.stderr is not None
+        for chunk in iter(lambda: proc.stderr.read1(65536), b""):  # type: ignore[union-attr]
+            err_tail.append(chunk)
+            err_size[0] += len(chunk)
+            while err_size[0] - len(err_tail[0]) >= max_stderr and len(err_tail) > 1:
+                err_size[0] -= len(err_tail.popleft())
+
+    readers = [threading.Thread(target=read_out, daemon=True), threading.Thread(target=read_err, daemon=True)]
+    for t in readers:
+        t.start()
+    deadline = time.monotonic() + max(timeout, 0.05)
+    out: list[str] = []
+    size = 0
+    timed_out = False
+    exited_at: float | None = None
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                timed_out = True
+                break
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            if exited_at is not None and now - exited_at > grace_s:
+                break
+            try:
+                item = lines.get(timeout=min(0.2, deadline - now))
+            except queue.Empty:
+                continue
+            if item is None:
+                break
+            text = item.decode("utf-8", "replace")
+            if size < max_bytes:
+                out.append(text)
+                size += len(item)
+            on_line(text.rstrip("\n"))
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    proc.wait()
+    for t in readers:
+        t.join(timeout=1.0)
+    err = b"".join(err_tail)[-max_stderr:]
+    return ProcResult(
+        rc=None if timed_out else proc.returncode,
+        stdout="".join(out),
+        stderr=err.decode("utf-8", "replace"),
+        timed_out=timed_out,
+    )
+
+
+def run_watched(args: list[str], *, timeout: float, watch: str | os.PathLike | None = None,
+                on_line: Callable[[str], None] | None = None, cwd: str | None = None,
+                env: Mapping[str, str] | None = None, poll_s: float = 0.2,
+                max_bytes: int = 4 << 20) -> ProcResult:
+    """``run`` for long programs that write a log file: follow ``watch`` while the program runs.
+
+    Every complete new line of ``watch`` goes to ``on_line`` (e.g. count ncu's ``==PROF==``
+    lines for progress). stdout and stderr go to temporary files (no pipe can fill and block the
+    child); on timeout the whole process group gets SIGKILL and ``timed_out`` is set.
+    """
+    import tempfile
+    import time
+    from pathlib import Path
+
+    full_env = dict(os.environ if env is None else env)
+    full_env.setdefault("LC_ALL", "C.UTF-8")
+    with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
+        proc = subprocess.Popen(args, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=out_f,
+                                stderr=err_f, start_new_session=True)
+        deadline = time.monotonic() + max(timeout, 0.05)
+        pos = 0
+        partial = b""
+        wpath = Path(watch) if watch is not None else None
+
+        def follow() -> None:
+            nonlocal pos, partial
+            if wpath is None or on_line is None or not wpath.is_file():
+                return
+            try:
+                with open(wpath, "rb") as fh:
+                    fh.seek(pos)
+                    chunk = fh.read()
+            except OSError:
+                return
+            if not chunk:
+                return
+            pos += len(chunk)
+            data = partial + chunk
+            *lines, partial = data.split(b"\n")
+            for ln in lines:
+                on_line(ln.decode("utf-8", "replace").rstrip("\r"))
+
+        timed_out = False
+        while True:
+            try:
+                proc.wait(timeout=poll_s)
+                break
+            except subprocess.TimeoutExpired:
+                follow()
+                if time.monotonic() >= deadline:
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                    proc.wait()
+                    timed_out = True
+                    break
+        follow()
+        if partial and on_line is not None:
+            on_line(partial.decode("utf-8", "replace"))
+        if not timed_out:
+            # the leader exited: make sure no child it left behind keeps running
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        out_f.seek(0)
+        err_f.seek(0)
+        out = out_f.read(max_bytes)
+        err = err_f.read()
+    return ProcResult(
+        rc=None if timed_out else proc.returncode,
+        stdout=out.decode("utf-8", "replace"),
+        stderr=err[-65536:].decode("utf-8", "replace"),
         timed_out=timed_out,
     )

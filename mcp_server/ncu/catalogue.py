@@ -42,12 +42,14 @@ def _pipe(kind: str) -> tuple[str, ...]:
 
 _GMMA = "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
 _HMMA = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+#: Every tensor op (hmma, hgmma, imma, ...) on Hopper; seen in the H200 fixtures.
+_TENSOR = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"
 
 #: Warp-stall reasons as ncu names them (smsp__average_warps_issue_stalled_<r>_per_issue_active.ratio).
 STALL_REASONS = (
     "long_scoreboard", "short_scoreboard", "math_pipe_throttle", "mio_throttle", "lg_throttle",
     "barrier", "membar", "wait", "not_selected", "selected", "no_instruction", "dispatch_stall",
-    "drain", "sleeping", "tex_throttle", "imc_miss", "branch_resolving", "misc",
+    "drain", "sleeping", "tex_throttle", "imc_miss", "branch_resolving", "misc", "gmma",
 )
 
 _DEFS: list[MetricDef] = [
@@ -71,7 +73,7 @@ _DEFS: list[MetricDef] = [
     MetricDef("achieved_occupancy_pct", ("sm__warps_active.avg.pct_of_peak_sustained_active",),
               "pct", "achieved occupancy"),
     MetricDef("theoretical_occupancy_pct", ("sm__maximum_warps_per_active_cycle_pct",),
-              "pct", "theoretical occupancy"),
+              "pct", "theoretical occupancy (brought by the Occupancy section)", collect=False),
     MetricDef("occupancy_limit_registers", ("launch__occupancy_limit_registers",),
               "count", "blocks per SM allowed by the register file"),
     MetricDef("occupancy_limit_shared_mem", ("launch__occupancy_limit_shared_mem",),
@@ -93,11 +95,11 @@ _DEFS: list[MetricDef] = [
     MetricDef("sm_count", ("device__attribute_multiprocessor_count",), "count", "SMs on the device"),
     MetricDef("l2_hit_rate_pct", ("lts__t_sector_hit_rate.pct",), "pct", "L2 sector hit rate"),
     MetricDef("l1_hit_rate_pct", ("l1tex__t_sector_hit_rate.pct",), "pct", "L1/TEX sector hit rate"),
-    MetricDef("tensor_pipe_pct", (_GMMA, _HMMA,
+    MetricDef("tensor_pipe_pct", (_TENSOR, _HMMA, _GMMA,
                                   "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active",
                                   "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active"),
               "pct", "tensor-core pipe utilisation (gmma on Hopper, hmma on Ampere/Ada)",
-              by_arch={**{a: _HMMA for a in AMPERE + ADA}, **{a: _GMMA for a in HOPPER}}),
+              by_arch={**{a: _HMMA for a in AMPERE + ADA}, **{a: _TENSOR for a in HOPPER}}),
     MetricDef("fma_pipe_pct", _pipe("fma"), "pct", "FMA pipe utilisation (fp32 multiply-add)"),
     MetricDef("alu_pipe_pct", _pipe("alu"), "pct", "ALU pipe utilisation (integer, logic, compare)"),
     MetricDef("fp64_pipe_pct", ("sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_active",
@@ -118,6 +120,9 @@ _DEFS: list[MetricDef] = [
               "count", "fp32 multiply thread instructions"),
     MetricDef("hfma_thread_inst", ("smsp__sass_thread_inst_executed_op_hfma_pred_on.sum",),
               "count", "fp16 FMA thread instructions", collect=False),
+    MetricDef("tensor_ops_bf16", ("sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum",), "count",
+              "math ops in the tensor path, HGMMA bf16 -> fp32 (Hopper)",
+              by_arch={a: "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum" for a in HOPPER}),
     MetricDef("dram_read_bytes", ("dram__bytes_read.sum",), "bytes", "bytes read from DRAM"),
     MetricDef("dram_write_bytes", ("dram__bytes_write.sum",), "bytes", "bytes written to DRAM"),
     MetricDef("l2_bytes", ("lts__t_bytes.sum",), "bytes", "bytes through L2", collect=False),
@@ -129,7 +134,9 @@ _DEFS: list[MetricDef] = [
               "count", "elapsed cycles"),
 ] + [
     MetricDef(f"stall_{r}", (f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio",),
-              "ratio", f"warp cycles stalled on {r.replace('_', ' ')} per issued instruction")
+              "ratio", f"warp cycles stalled on {r.replace('_', ' ')} per issued instruction",
+              by_arch={a: f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for a in HOPPER}
+              if r == "gmma" else {})
     for r in STALL_REASONS
 ]
 
@@ -196,3 +203,39 @@ def arch_of(cc: str | float | None) -> str | None:
             return f"sm_{major}{minor[:1]}"
         return None
     return f"sm_{s}" if s.isdigit() else None
+
+
+#: Details-page labels (section name, metric label) -> canonical name, for reports collected by
+#: sections (the details page names section metrics by label, explicit metrics by ncu name).
+DETAILS_LABELS: dict[tuple[str, str], str] = {
+    ("GPU Speed Of Light Throughput", "Duration"): "duration_ns",
+    ("GPU Speed Of Light Throughput", "Compute (SM) Throughput"): "sm_throughput_pct",
+    ("GPU Speed Of Light Throughput", "Memory Throughput"): "memory_throughput_pct",
+    ("GPU Speed Of Light Throughput", "DRAM Throughput"): "dram_throughput_pct",
+    ("GPU Speed Of Light Throughput", "L1/TEX Cache Throughput"): "l1_throughput_pct",
+    ("GPU Speed Of Light Throughput", "L2 Cache Throughput"): "l2_throughput_pct",
+    ("GPU Speed Of Light Throughput", "SM Frequency"): "sm_frequency_hz",
+    ("GPU Speed Of Light Throughput", "DRAM Frequency"): "dram_frequency_hz",
+    ("GPU Speed Of Light Throughput", "Elapsed Cycles"): "elapsed_cycles",
+    ("Launch Statistics", "Grid Size"): "grid_size",
+    ("Launch Statistics", "Block Size"): "block_size",
+    ("Launch Statistics", "Registers Per Thread"): "registers_per_thread",
+    ("Launch Statistics", "Waves Per SM"): "waves_per_sm",
+    ("Launch Statistics", "Static Shared Memory Per Block"): "shared_mem_static_bytes",
+    ("Launch Statistics", "Dynamic Shared Memory Per Block"): "shared_mem_dynamic_bytes",
+    ("Launch Statistics", "# SMs"): "sm_count",
+    ("Occupancy", "Achieved Occupancy"): "achieved_occupancy_pct",
+    ("Occupancy", "Theoretical Occupancy"): "theoretical_occupancy_pct",
+    ("Occupancy", "Block Limit Registers"): "occupancy_limit_registers",
+    ("Occupancy", "Block Limit Shared Mem"): "occupancy_limit_shared_mem",
+    ("Occupancy", "Block Limit SM"): "occupancy_limit_blocks",
+    ("Occupancy", "Block Limit Warps"): "occupancy_limit_warps",
+    ("Memory Workload Analysis", "L1/TEX Hit Rate"): "l1_hit_rate_pct",
+    ("Memory Workload Analysis", "L2 Hit Rate"): "l2_hit_rate_pct",
+    ("Compute Workload Analysis", "Issue Slots Busy"): "issue_active_pct",
+    ("Compute Workload Analysis", "Executed Ipc Active"): "ipc",
+}
+
+#: Canonical units whose launch values are averaged weighted by duration (rates, shares);
+#: the others (counts, bytes, cycles) are per-launch amounts and averaged plainly.
+INTENSIVE_UNITS = frozenset({"pct", "ratio", "hz", "bytes_per_s"})

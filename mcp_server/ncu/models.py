@@ -1,0 +1,165 @@
+"""Result models of the ncu engine (the JSON contract of run_ncu, parse_ncu, classify, select).
+
+Field names of ``source``, ``kernels[*]`` (``id``, ``name``, ``short_name``,
+``launches``, ``duration_ns``, ``metrics``, ``bottleneck``) and of
+``bottleneck`` (``class``, ``limiter``, ``l2_resident``, ``confidence``,
+``evidence``, ``advice``) are fixed: agents and scripts rely on them.
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import ConfigDict, Field
+
+from mcp_server.models import Model, Warning_
+
+SourceFormat = Literal["ncu-rep", "csv-raw", "csv-details"]
+CacheControl = Literal["all", "none"]
+BottleneckClass = Literal["compute_bound", "memory_bound", "latency_bound", "balanced", "unknown"]
+
+
+class Source(Model):
+    path: str
+    format: SourceFormat
+    ncu_version: Optional[str] = None
+    cache_control: Optional[CacheControl] = None
+    cache_control_from: Optional[str] = Field(default=None, description=(
+        "where cache_control came from: 'argument', 'sidecar', 'report' or null when unknown"))
+    clock_control: Optional[str] = None
+    device: Optional[str] = None
+    sidecar: Optional[str] = None
+
+
+class DurationStats(Model):
+    total: float
+    mean: float
+    median: float
+    min: float
+    max: float
+
+
+class LaunchRow(Model):
+    """One profiled launch as ncu recorded it."""
+
+    id: int
+    duration_ns: Optional[float] = None
+    nvtx: Optional[str] = None
+    metrics: dict[str, Optional[float]] = Field(default_factory=dict)
+
+
+class KernelProfile(Model):
+    id: int = Field(description="index of the kernel (launch group) in this profile, 0-based")
+    name: str
+    short_name: str
+    launches: int
+    duration_ns: DurationStats
+    grid: Optional[str] = None
+    block: Optional[str] = None
+    nvtx: Optional[str] = None
+    registers_per_thread: Optional[float] = None
+    shared_mem_bytes: Optional[float] = None
+    waves_per_sm: Optional[float] = None
+    occupancy_limiter: Optional[str] = Field(default=None, description=(
+        "registers | shared_mem | blocks | warps: the launch limit that sets theoretical occupancy"))
+    top_stalls: list[tuple[str, float]] = Field(default_factory=list, description=(
+        "largest warp-stall reasons, cycles per issued instruction"))
+    flops: Optional[float] = Field(default=None, description="FP32 FLOPs per launch (2 x FFMA + FADD + FMUL), when collected")
+    dram_bytes: Optional[float] = Field(default=None, description="DRAM bytes read + written per launch, when collected")
+    arithmetic_intensity: Optional[float] = Field(default=None, description="flops / dram_bytes (FLOP/byte)")
+    metrics: dict[str, Optional[float]] = Field(default_factory=dict, description=(
+        "canonical name -> duration-weighted mean over launches (null: missing or n/a in every launch)"))
+    missing: list[str] = Field(default_factory=list, description="catalogue metrics absent or n/a")
+    launch_rows: list[LaunchRow] = Field(default_factory=list)
+
+
+class Evidence(Model):
+    metric: str
+    value: Optional[float]
+    threshold: Optional[float] = None
+    reads: str
+
+
+class Bottleneck(Model):
+    # "class" is a Python keyword: the field is class_ in code and "class" in JSON (dump and schema).
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
+
+    class_: BottleneckClass = Field(alias="class", serialization_alias="class")
+    limiter: Optional[str] = None
+    l2_resident: Optional[bool] = None
+    confidence: float = Field(ge=0, le=1)
+    evidence: list[Evidence] = Field(default_factory=list)
+    advice: list[str] = Field(default_factory=list)
+    missing: list[str] = Field(default_factory=list, description="metrics the verdict needed but did not have")
+
+
+class ClassifiedKernel(KernelProfile):
+    bottleneck: Bottleneck
+    time_share: float = Field(default=0.0, description="share of the profile's total kernel time, 0..1")
+
+
+class NcuProfile(Model):
+    """What ``parse_ncu`` answers: per-kernel profiles, no verdicts."""
+
+    source: Source
+    gpu: Optional[str] = None
+    total_duration_ns: float
+    kernels: list[KernelProfile]
+    warnings: list[Warning_] = Field(default_factory=list)
+
+
+class Classification(Model):
+    """What ``classify_bottleneck`` answers."""
+
+    source: Source
+    gpu: Optional[str] = None
+    gpu_spec: Optional[dict[str, Optional[float]]] = Field(default=None, description=(
+        "the ceilings used (memory bytes/s, matrix and fp32 FLOP/s, L2 bytes, SMs) and their sources"))
+    total_duration_ns: float
+    kernels: list[ClassifiedKernel]
+    warnings: list[Warning_] = Field(default_factory=list)
+
+
+class Ranked(Model):
+    id: int
+    short_name: str
+    time_share: float
+    headroom: float = Field(description="1 - (position against its roof), 0..1")
+    score: float
+    bottleneck_class: str
+    limiter: Optional[str] = None
+    why_not: Optional[str] = None
+
+
+class Selection(Model):
+    """What ``select_candidate`` answers."""
+
+    source: Source
+    gpu: Optional[str] = None
+    candidate: Optional[ClassifiedKernel] = None
+    fits: list[str] = Field(default_factory=list, description="kinds of change that fit the candidate's class")
+    does_not_fit: list[str] = Field(default_factory=list, description="kinds of change that do not, with why")
+    ranking: list[Ranked] = Field(default_factory=list)
+    min_share: float
+    md_path: Optional[str] = None
+    png_path: Optional[str] = None
+    warnings: list[Warning_] = Field(default_factory=list)
+
+
+class NcuRun(Model):
+    """What ``run_ncu`` answers: where the report is and what was profiled."""
+
+    report: str
+    log: str
+    sidecar: str
+    app_output: str = Field(description="the target's own stdout + stderr (kept out of the data)")
+    argv: list[str]
+    ncu: str
+    ncu_version: Optional[str] = None
+    cache_control: CacheControl
+    clock_control: str
+    gpu: Optional[str] = None
+    kernels_profiled: int
+    target_rc: Optional[int] = None
+    wall_s: float
+    profile: Optional[NcuProfile] = None
+    warnings: list[Warning_] = Field(default_factory=list)
