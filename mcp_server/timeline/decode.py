@@ -170,19 +170,51 @@ def decode_buffer(buf: BufferLike, tag_layout: Optional[str] = None) -> Decoded:
     nblocks, ngroups, overflow = parse_header(raw, where)
     nlanes = nblocks * ngroups
     st = DecodeStats(overflow=overflow)
-    body = raw[1:]
+    nz, tag, ts32 = _grid(raw[1:], nlanes, st)
+    rounds = st.rounds
+    first, has = _lane_extents(nz, st, where)
+    lanes_idx = np.arange(nlanes, dtype=np.int64)
+    ts = _unwrap_timers(ts32, nz, first, has, st)
+    del ts32
+    layout_auto = tag_layout is None
+    tag_layout, lane_sm = _check_tags(tag, nz, first, has, ngroups, tag_layout, st)
+    kind, event = _split_tags(tag, nz, st)
+    del tag
+    is_inst = kind == INSTANT
+    lanes2d = np.broadcast_to(lanes_idx.astype(np.int32)[None, :], (rounds, nlanes))
+    i_event, i_ts, i_lane = event[is_inst], ts[is_inst], lanes2d[is_inst]
+    iv = _match_intervals(kind, event, ts, lanes2d, lane_sm, st)
+    present = np.bincount(iv[0], minlength=N_EVENTS) if iv[0].size else np.zeros(N_EVENTS, np.int64)
+    if i_event.size:
+        present = present + np.bincount(i_event, minlength=N_EVENTS)
+    event_ids = np.flatnonzero(present).tolist()
+    return Decoded(
+        source=where, nblocks=nblocks, ngroups=ngroups, tag_layout=tag_layout, layout_auto=layout_auto,
+        stats=st, event=iv[0], lane=iv[1], occurrence=iv[2], begin=iv[3], end=iv[4], depth=iv[5], sm=iv[6],
+        instant_event=i_event, instant_lane=i_lane, instant_ts=i_ts, lane_sm=lane_sm, event_ids=event_ids,
+    )
+
+
+def _grid(body: np.ndarray, nlanes: int, st: DecodeStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Round-major [rounds, lanes] views of the record slots (row = round, column = writer; no
+    transposed copy): non-zero mask, tags and 32-bit timer values. A partial last round is padded."""
     st.slots = int(body.size)
     rounds = -(-body.size // nlanes)
     st.rounds = rounds
     if body.size != rounds * nlanes:
         st.partial_round = True
         body = np.concatenate([body, np.zeros(rounds * nlanes - body.size, dtype=body.dtype)])
-    # round-major 2-D views: row = round, column = lane (writer); no transposed copy needed
     grid = body.reshape(rounds, nlanes)
     halves = body.view("<u4").reshape(rounds, nlanes, 2)  # little-endian: word 0 the tag, word 1 timer_lo
     tag = np.ascontiguousarray(halves[:, :, 0])
     ts32 = np.ascontiguousarray(halves[:, :, 1])
-    nz = grid != 0
+    return grid != 0, tag, ts32
+
+
+def _lane_extents(nz: np.ndarray, st: DecodeStats, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per writer the round of its first record and whether it has any; counts holes, spare and
+    possibly truncated writers in ``st``. Raises when no writer recorded anything."""
+    rounds, nlanes = nz.shape
     counts = np.count_nonzero(nz, axis=0)
     has = counts > 0
     row = np.arange(rounds, dtype=np.int32)[:, None]
@@ -193,18 +225,24 @@ def decode_buffer(buf: BufferLike, tag_layout: Optional[str] = None) -> Decoded:
     else:
         first = np.where(has, np.min(np.where(nz, row, rounds), axis=0), 0).astype(np.int64)
         last = np.max(np.where(nz, row, -1), axis=0).astype(np.int64)
-    # holes = zeros before a writer's last record; unused = zeros after it
+    # holes = zeros before a writer's last record; unused = zeros after it (padding excluded)
     st.zero_slots = int((last + 1).sum() - counts.sum())
-    st.unused_slots = int(nlanes * rounds - (last + 1).sum() - (body.size - st.slots))
+    st.unused_slots = int(nlanes * rounds - (last + 1).sum() - (nlanes * rounds - st.slots))
     st.truncated_lanes = int((last == rounds - 1).sum())
     st.records = int(counts.sum())
     if st.records == 0:
         raise BufferFormatError("probe buffer holds a header but no records (every record slot is zero)",
                                 path=where, hint="the probes were compiled out, or the buffer was copied before the kernel ran")
+    return first, has
+
+
+def _unwrap_timers(ts32: np.ndarray, nz: np.ndarray, first: np.ndarray, has: np.ndarray,
+                   st: DecodeStats) -> np.ndarray:
+    """int64 ns per slot relative to the earliest record: per writer, differences of consecutive
+    records mod 2**32 (uint32 arithmetic) accumulated; counts timer wraps and out-of-order steps."""
+    rounds, nlanes = ts32.shape
     lanes_idx = np.arange(nlanes, dtype=np.int64)
     ts_first = ts32[first, lanes_idx].astype(np.int64)
-
-    # ---- timer unwrap per lane: differences of consecutive records mod 2**32 (uint32 arithmetic)
     if st.zero_slots == 0:
         filled = ts32          # no holes: a lane's records are contiguous from round 0
     else:
@@ -226,11 +264,18 @@ def decode_buffer(buf: BufferLike, tag_layout: Optional[str] = None) -> Decoded:
         ts_t = np.zeros((nlanes, rounds), dtype=np.int64)
         np.cumsum(np.ascontiguousarray(d.T), axis=1, dtype=np.int64, out=ts_t[:, 1:])
         ts = ts_t.T
-    del d, filled, ts32, valid_step
+    del d, filled, valid_step
     base = _circular_min(ts_first[has])
     ts += ((ts_first - base) & _U32)[None, :]
+    return ts
 
-    # ---- tags: cross-check against positions, layout, SM ids
+
+def _check_tags(tag: np.ndarray, nz: np.ndarray, first: np.ndarray, has: np.ndarray, ngroups: int,
+                tag_layout: Optional[str], st: DecodeStats) -> tuple[str, np.ndarray]:
+    """Cross-check tags against slot positions (``st.tag_mismatches``), pick the tag layout when
+    ``tag_layout`` is None, and read each writer's SM id when the layout carries one."""
+    nlanes = tag.shape[1]
+    lanes_idx = np.arange(nlanes, dtype=np.int64)
     lane_u = lanes_idx.astype(np.uint32)[None, :]
     block_u = lane_u // np.uint32(ngroups)
     upper = tag >> np.uint32(L.BLOCK_SHIFT)
@@ -256,44 +301,47 @@ def decode_buffer(buf: BufferLike, tag_layout: Optional[str] = None) -> Decoded:
     if tag_layout == "sm":
         lane_sm = ((tag[first, lanes_idx] >> np.uint32(L.SM_SHIFT)) & np.uint32(L.SM_MASK)).astype(np.int16)
         lane_sm[~has] = -1
+    assert tag_layout is not None
+    return tag_layout, lane_sm
 
+
+def _split_tags(tag: np.ndarray, nz: np.ndarray, st: DecodeStats) -> tuple[np.ndarray, np.ndarray]:
+    """Record type (-1 for an empty slot) and event id per slot; counts records of no type."""
     kind = (tag & np.uint32(L.TYPE_MASK)).astype(np.int8)
     kind[~nz] = -1                                    # empty slot
     event = ((tag >> np.uint32(L.EVENT_SHIFT)) & np.uint32(L.EVENT_MASK)).astype(np.int16)
-    del tag
     st.bad_type = int(np.count_nonzero(kind == 3))
-    is_inst = kind == INSTANT
-    lanes2d = np.broadcast_to(lanes_idx.astype(np.int32)[None, :], (rounds, nlanes))
-    i_event, i_ts, i_lane = event[is_inst], ts[is_inst], lanes2d[is_inst]
+    return kind, event
 
+
+def _match_intervals(kind: np.ndarray, event: np.ndarray, ts: np.ndarray, lanes2d: np.ndarray,
+                     lane_sm: np.ndarray, st: DecodeStats):
+    """Matched begin/end pairs, by the fastest matcher that applies: flat pairs in rounds, the
+    writers' few distinct programs paired once, or the general matcher in lane order."""
     iv = _pair_rounds(kind, event, ts, lanes2d, lane_sm)
     if iv is None:  # nested or interleaved, but the writers ran few distinct programs: pair each once
         iv = _pair_programs(kind, event, ts, lane_sm, st)
-    if iv is None:  # writers differ: the general matcher, in lane order
-        kind_t = np.ascontiguousarray(kind.T)
-        keep = (kind_t == BEGIN) | (kind_t == END)
-        f_kind, f_event = kind_t[keep], np.ascontiguousarray(event.T)[keep]
-        del kind_t
-        f_lane = np.repeat(lanes_idx.astype(np.int32), np.count_nonzero(keep, axis=1))
-        if ts.flags.c_contiguous:   # gather times by round-major position instead of transposing them
-            pos = np.flatnonzero(keep)  # lane-major flat index l * rounds + r
-            l, r = np.divmod(pos, rounds)
-            f_ts = ts.reshape(-1)[r * nlanes + l]
-            del pos, r, l
-        else:                        # ts is already a lane-major view's transpose
-            f_ts = np.ascontiguousarray(ts.T)[keep]
-        iv = _pair_alternating(f_kind, f_event, f_lane, f_ts, lane_sm)
-        if iv is None:
-            iv = _pair(f_kind, f_event, f_lane, f_ts, lane_sm[f_lane], st)
-    present = np.bincount(iv[0], minlength=N_EVENTS) if iv[0].size else np.zeros(N_EVENTS, np.int64)
-    if i_event.size:
-        present = present + np.bincount(i_event, minlength=N_EVENTS)
-    event_ids = np.flatnonzero(present).tolist()
-    return Decoded(
-        source=where, nblocks=nblocks, ngroups=ngroups, tag_layout=tag_layout, layout_auto=layout_auto,
-        stats=st, event=iv[0], lane=iv[1], occurrence=iv[2], begin=iv[3], end=iv[4], depth=iv[5], sm=iv[6],
-        instant_event=i_event, instant_lane=i_lane, instant_ts=i_ts, lane_sm=lane_sm, event_ids=event_ids,
-    )
+    if iv is not None:
+        return iv
+    # writers differ: the general matcher, in lane order
+    rounds, nlanes = kind.shape
+    lanes_idx = np.arange(nlanes, dtype=np.int64)
+    kind_t = np.ascontiguousarray(kind.T)
+    keep = (kind_t == BEGIN) | (kind_t == END)
+    f_kind, f_event = kind_t[keep], np.ascontiguousarray(event.T)[keep]
+    del kind_t
+    f_lane = np.repeat(lanes_idx.astype(np.int32), np.count_nonzero(keep, axis=1))
+    if ts.flags.c_contiguous:   # gather times by round-major position instead of transposing them
+        pos = np.flatnonzero(keep)  # lane-major flat index l * rounds + r
+        l, r = np.divmod(pos, rounds)
+        f_ts = ts.reshape(-1)[r * nlanes + l]
+        del pos, r, l
+    else:                        # ts is already a lane-major view's transpose
+        f_ts = np.ascontiguousarray(ts.T)[keep]
+    iv = _pair_alternating(f_kind, f_event, f_lane, f_ts, lane_sm)
+    if iv is None:
+        iv = _pair(f_kind, f_event, f_lane, f_ts, lane_sm[f_lane], st)
+    return iv
 
 
 def _pair_rounds(kind, event, ts, lanes2d, lane_sm):

@@ -185,101 +185,18 @@ def analyze_trace(
                     blocks=blocks)
     report(1, "linking kernels to launches and modules")
     lk = link(rt)
-    names = rt.names
-    n = len(rt.k_name)
-    warnings: list[Warning_] = rules.reserved_warnings()
-    if rt.skipped:
-        warnings.append(Warning_(code=WarningCode.damaged_events, count=rt.skipped,
-                                 message=f"skipped {rt.skipped} damaged event(s) (missing fields or odd types), e.g. {rt.skipped_examples[0]}"))
-
-    # ---- per-kernel direct attribution
+    warnings: list[Warning_] = rules.reserved_warnings() + _load_warnings(rt)
     table = PathTable()
-    span_pc = np.array([table.code(p) for p in lk.module_paths], dtype=np.int64)
-    path_code = np.zeros(n, dtype=np.int64)
-    has_mod = lk.module_span >= 0
-    path_code[has_mod] = span_pc[lk.module_span[has_mod]]
-    confidence = np.where(has_mod, 1.0, 0.0)
+    span_pc, path_code, confidence = _direct_attribution(lk, table, len(rt.k_name))
+    phase = _kernel_phases(rt, lk)
 
-    ph_names = lk.phases.name
-    ph_code_of_span = np.array([1 if "forward_extend" in names[i] else 2 for i in ph_names], dtype=np.int8)
-    phase = np.zeros(n, dtype=np.int8)
-    hp = lk.phase_span >= 0
-    phase[hp] = ph_code_of_span[lk.phase_span[hp]]
-    inferred = _infer_root_phase(rt, lk)
-    if inferred:
-        roots = _roots(lk.modules.parent)
-        need = np.flatnonzero((phase == 0) & has_mod)
-        for i in need:
-            p = inferred.get(int(roots[lk.module_span[i]]))
-            if p:
-                phase[i] = 1 if p == "prefill" else 2
-
-    # ---- CUDA-graph replays
     report(2, "attributing CUDA-graph replays")
-    layer = np.full(n, -1, dtype=np.int64)
+    layer = np.full(len(rt.k_name), -1, dtype=np.int64)
     gstat = GraphAttribution()
-    gidx = np.flatnonzero(lk.graph)
-    if len(gidx):
-        ref = _eager_reference(rt, lk, table, path_code)
-        method = "same-trace"
-        if reference_trace:
-            report(2.5, "learning from the reference trace")
-            rrt = load_trace(reference_trace)
-            rlk = link(rrt)
-            rtable = PathTable()
-            rspan = np.array([rtable.code(p) for p in rlk.module_paths], dtype=np.int64)
-            rcode = np.zeros(len(rrt.k_name), dtype=np.int64)
-            rm = rlk.module_span >= 0
-            rcode[rm] = rspan[rlk.module_span[rm]]
-            rref = _eager_reference(rrt, rlk, rtable, rcode)
-            if not rref.empty:
-                ref, method = rref, "reference-trace"
-            else:
-                gstat.notes.append(f"reference trace {reference_trace} has no attributed eager kernels")
-        cat_comm = {i: rules.classify(names[i]) == COMMUNICATION for i in np.unique(rt.k_name[gidx])}
-        gidx = gidx[np.lexsort((rt.k_ts[gidx], lk.graph_group[gidx]))]
-        groups = lk.graph_group[gidx]
-        bounds = np.flatnonzero(np.diff(groups)) + 1
-        memo: dict[tuple, tuple] = {}
-        methods: set[str] = set()
-        cuts: dict[str, int] = defaultdict(int)
-        layers_found = 0
-        for part in np.split(gidx, bounds):
-            key = tuple(rt.k_name[part].tolist())
-            res = memo.get(key)
-            if res is None:
-                seq = [names[i] for i in key]
-                lay, cut, nl = G.layer_cuts(np.asarray(key), np.array([cat_comm[i] for i in key], dtype=bool))
-                ps, cs, how = (G.attribute_sequence(seq, ref, lay.tolist()) if not ref.empty
-                               else ([""] * len(seq), [0.0] * len(seq), "none"))
-                codes = [table.code(p) if p else 1 for p in ps]
-                res = memo[key] = (np.array(codes), np.array(cs), how, lay, cut, nl)
-            codes, cs, how, lay, cut, nl = res
-            path_code[part] = codes
-            confidence[part] = cs
-            layer[part] = lay
-            methods.add(how)
-            cuts[cut] += 1
-            layers_found = max(layers_found, nl)
-        phase[gidx[phase[gidx] == 0]] = 2  # replays without a marker: decode
-        attributed = int((path_code[gidx] > 1).sum())
-        gstat.graph_kernel_count = int(len(gidx))
-        gstat.attributed_count = attributed
-        gstat.method = method if attributed else "unattributed"
-        gstat.mean_confidence = float(confidence[gidx].mean())
-        gstat.layer_cut = max(cuts, key=cuts.get) if cuts else "none"  # type: ignore[assignment]
-        gstat.layers_found = layers_found
-        gstat.notes.append(f"{len(bounds) + 1} replay(s), {len(memo)} distinct kernel sequence(s); "
-                           f"attribution by {', '.join(sorted(methods))}")
-        if attributed < len(gidx):
-            gstat.notes.append(f"{len(gidx) - attributed} replay kernel(s) in '{G.UNATTRIBUTED_GRAPH}'")
-        if attributed and gstat.mean_confidence < 0.5:
-            warnings.append(Warning_(code=WarningCode.low_graph_confidence, count=int(len(gidx)),
-                                     message=f"CUDA-graph replay attribution has mean confidence {gstat.mean_confidence:.2f} "
-                                             f"({', '.join(sorted(methods))}): the eager kernels may come from another model or "
-                                             "phase; pass --reference-trace with an eager trace of the same model and batch shape"))
+    if lk.graph.any():
+        warnings += _attribute_replays(rt, lk, table, rules, reference_trace, report,
+                                       path_code, confidence, phase, layer, gstat)
 
-    # ---- DataFrame
     report(3, "building the kernel table")
     arrays = table.arrays()
     report(4, "module tree and statistics")
@@ -291,20 +208,139 @@ def analyze_trace(
     report(5, "summary ready")
     if output_xlsx:
         report(6, "writing the xlsx report")
-        try:
-            from mcp_server.reports import write_analysis_report
-        except ImportError as exc:
-            raise WriteError(f"the xlsx report writer is not available in this installation ({exc})",
-                             path=output_xlsx, hint="run without -o/--output, or install the reports package") from None
-        res.output_xlsx = str(output_xlsx)
-        try:
-            write_analysis_report(res, str(output_xlsx))
-        except KernelscopeError:
-            raise
-        except OSError as exc:
-            raise WriteError(f"cannot write the report: {exc}", path=output_xlsx) from None
+        _write_report(res, output_xlsx)
     report(total_steps, "done")
     return res
+
+
+def _load_warnings(rt: RawTrace) -> list[Warning_]:
+    if not rt.skipped:
+        return []
+    return [Warning_(code=WarningCode.damaged_events, count=rt.skipped,
+                     message=f"skipped {rt.skipped} damaged event(s) (missing fields or odd types), "
+                             f"e.g. {rt.skipped_examples[0]}")]
+
+
+def _direct_attribution(lk: Linked, table: PathTable, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per module span its path code; per kernel the path code of its enclosing module span and the
+    confidence (1 when a module encloses the launch, else 0)."""
+    span_pc = np.array([table.code(p) for p in lk.module_paths], dtype=np.int64)
+    path_code = np.zeros(n, dtype=np.int64)
+    has_mod = lk.module_span >= 0
+    path_code[has_mod] = span_pc[lk.module_span[has_mod]]
+    confidence = np.where(has_mod, 1.0, 0.0)
+    return span_pc, path_code, confidence
+
+
+def _kernel_phases(rt: RawTrace, lk: Linked) -> np.ndarray:
+    """Per kernel the phase code (index into ``PHASE_CODES``): the SGLang marker enclosing its
+    launch, else the phase inferred for its root-module call (see the module doc)."""
+    names = rt.names
+    n = len(rt.k_name)
+    has_mod = lk.module_span >= 0
+    ph_code_of_span = np.array([1 if "forward_extend" in names[i] else 2 for i in lk.phases.name], dtype=np.int8)
+    phase = np.zeros(n, dtype=np.int8)
+    hp = lk.phase_span >= 0
+    phase[hp] = ph_code_of_span[lk.phase_span[hp]]
+    inferred = _infer_root_phase(rt, lk)
+    if inferred:
+        roots = _roots(lk.modules.parent)
+        need = np.flatnonzero((phase == 0) & has_mod)
+        for i in need:
+            p = inferred.get(int(roots[lk.module_span[i]]))
+            if p:
+                phase[i] = 1 if p == "prefill" else 2
+    return phase
+
+
+def _replay_reference(rt: RawTrace, lk: Linked, table: PathTable, path_code: np.ndarray, reference_trace,
+                      report, gstat: GraphAttribution) -> tuple[G.Reference, str]:
+    """What replays are attributed from: this trace's eager kernels, or the reference trace's when given
+    and attributed. Returns (reference, method)."""
+    ref = _eager_reference(rt, lk, table, path_code)
+    if not reference_trace:
+        return ref, "same-trace"
+    report(2.5, "learning from the reference trace")
+    rrt = load_trace(reference_trace)
+    rlk = link(rrt)
+    rtable = PathTable()
+    rspan = np.array([rtable.code(p) for p in rlk.module_paths], dtype=np.int64)
+    rcode = np.zeros(len(rrt.k_name), dtype=np.int64)
+    rm = rlk.module_span >= 0
+    rcode[rm] = rspan[rlk.module_span[rm]]
+    rref = _eager_reference(rrt, rlk, rtable, rcode)
+    if not rref.empty:
+        return rref, "reference-trace"
+    gstat.notes.append(f"reference trace {reference_trace} has no attributed eager kernels")
+    return ref, "same-trace"
+
+
+def _attribute_replays(rt: RawTrace, lk: Linked, table: PathTable, rules, reference_trace, report,
+                       path_code: np.ndarray, confidence: np.ndarray, phase: np.ndarray, layer: np.ndarray,
+                       gstat: GraphAttribution) -> list[Warning_]:
+    """Attribute CUDA-graph replay kernels (in place: path codes, confidence, phase, layer) and fill
+    ``gstat``. Each distinct replayed kernel sequence is cut into layers and attributed once."""
+    names = rt.names
+    gidx = np.flatnonzero(lk.graph)
+    ref, method = _replay_reference(rt, lk, table, path_code, reference_trace, report, gstat)
+    cat_comm = {i: rules.classify(names[i]) == COMMUNICATION for i in np.unique(rt.k_name[gidx])}
+    gidx = gidx[np.lexsort((rt.k_ts[gidx], lk.graph_group[gidx]))]
+    groups = lk.graph_group[gidx]
+    bounds = np.flatnonzero(np.diff(groups)) + 1
+    memo: dict[tuple, tuple] = {}
+    methods: set[str] = set()
+    cuts: dict[str, int] = defaultdict(int)
+    layers_found = 0
+    for part in np.split(gidx, bounds):
+        key = tuple(rt.k_name[part].tolist())
+        res = memo.get(key)
+        if res is None:
+            seq = [names[i] for i in key]
+            lay, cut, nl = G.layer_cuts(np.asarray(key), np.array([cat_comm[i] for i in key], dtype=bool))
+            ps, cs, how = (G.attribute_sequence(seq, ref, lay.tolist()) if not ref.empty
+                           else ([""] * len(seq), [0.0] * len(seq), "none"))
+            codes = [table.code(p) if p else 1 for p in ps]
+            res = memo[key] = (np.array(codes), np.array(cs), how, lay, cut, nl)
+        codes, cs, how, lay, cut, nl = res
+        path_code[part] = codes
+        confidence[part] = cs
+        layer[part] = lay
+        methods.add(how)
+        cuts[cut] += 1
+        layers_found = max(layers_found, nl)
+    phase[gidx[phase[gidx] == 0]] = 2  # replays without a marker: decode
+    attributed = int((path_code[gidx] > 1).sum())
+    gstat.graph_kernel_count = int(len(gidx))
+    gstat.attributed_count = attributed
+    gstat.method = method if attributed else "unattributed"
+    gstat.mean_confidence = float(confidence[gidx].mean())
+    gstat.layer_cut = max(cuts, key=cuts.get) if cuts else "none"  # type: ignore[assignment]
+    gstat.layers_found = layers_found
+    gstat.notes.append(f"{len(bounds) + 1} replay(s), {len(memo)} distinct kernel sequence(s); "
+                       f"attribution by {', '.join(sorted(methods))}")
+    if attributed < len(gidx):
+        gstat.notes.append(f"{len(gidx) - attributed} replay kernel(s) in '{G.UNATTRIBUTED_GRAPH}'")
+    if attributed and gstat.mean_confidence < 0.5:
+        return [Warning_(code=WarningCode.low_graph_confidence, count=int(len(gidx)),
+                         message=f"CUDA-graph replay attribution has mean confidence {gstat.mean_confidence:.2f} "
+                                 f"({', '.join(sorted(methods))}): the eager kernels may come from another model or "
+                                 "phase; pass --reference-trace with an eager trace of the same model and batch shape")]
+    return []
+
+
+def _write_report(res: TraceAnalysis, output_xlsx: str | os.PathLike) -> None:
+    try:
+        from mcp_server.reports import write_analysis_report
+    except ImportError as exc:
+        raise WriteError(f"the xlsx report writer is not available in this installation ({exc})",
+                         path=output_xlsx, hint="run without -o/--output, or install the reports package") from None
+    res.output_xlsx = str(output_xlsx)
+    try:
+        write_analysis_report(res, str(output_xlsx))
+    except KernelscopeError:
+        raise
+    except OSError as exc:
+        raise WriteError(f"cannot write the report: {exc}", path=output_xlsx) from None
 
 
 def _cat(values, codes: np.ndarray):
