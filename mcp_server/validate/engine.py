@@ -1,0 +1,352 @@
+"""validate_candidate: run the harness child, then decide from its raw samples.
+
+The child (``child.py``) does everything that touches user code; this side only starts it
+(``proc.stream``: argument list, time limit, process group killed), relays its progress,
+recomputes the confidence interval from the raw per-round samples (seeded, so the same
+samples give the same decision), applies the speed-of-light check and writes the verdict.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from mcp_server import PACKAGE_DIR, proc
+from mcp_server.atomic import atomic_write_text
+from mcp_server.models import Warning_
+from mcp_server.validate import stats
+from mcp_server.validate.models import (
+    CacheTiming, Check, Correctness, DeviceInfo, Offender, Patch, Roofline, ShapeTiming, Speedup,
+    TimeSummary, Timing, ValidationResult,
+)
+from mcp_server.validate.spec import Spec, eval_expr, load_spec
+from mcp_server.vocab import ProgressFn
+
+#: Checks whose failure means the spec (inputs, tolerance) is unusable, not that the candidate is wrong.
+SPEC_CHECKS = ("inputs_random", "baseline_within_tolerance")
+#: Plausibility slack: a time below 0.9x the roofline floor is flagged.
+ROOFLINE_SLACK = 0.9
+_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+_FLOPS_KEY = {"bfloat16": "bf16_tflops", "float16": "fp16_tflops", "float32": "fp32_tflops",
+              "float64": "fp64_tflops"}
+
+
+def validate_candidate(spec_path: str | None = None, baseline: str | None = None,
+                       candidate: str | None = None, inputs: str | None = None,
+                       shapes: list[dict[str, Any]] | None = None, dtype: str | None = None,
+                       device: str | None = None, rtol: float | None = None, atol: float | None = None,
+                       min_gain: float | None = None, time_budget_s: float | None = None,
+                       mode: str | None = None, cache: str | None = None, seeds: int | None = None,
+                       seed: int | None = None, confidence: float | None = None,
+                       ci_half_width: float | None = None, min_rounds: int | None = None,
+                       max_rounds: int | None = None, graphs: str | None = None,
+                       flops: str | None = None, bytes: str | None = None,
+                       other_cache: bool | None = None, threads: int | None = None, timeout_s: float | None = None,
+                       progress: ProgressFn | None = None) -> ValidationResult:
+    """Accept the candidate only when it is correct on fresh inputs and faster with confidence."""
+    overrides = dict(baseline=baseline, candidate=candidate, inputs=inputs, shapes=shapes, dtype=dtype,
+                     device=device, rtol=rtol, atol=atol, min_gain=min_gain, time_budget_s=time_budget_s,
+                     mode=mode, cache=cache, seeds=seeds, seed=seed, confidence=confidence,
+                     ci_half_width=ci_half_width, min_rounds=min_rounds, max_rounds=max_rounds,
+                     graphs=graphs, flops=flops, bytes=bytes, other_cache=other_cache,
+                     threads=threads)
+    spec = load_spec(spec_path, overrides)
+    limit = float(timeout_s) if timeout_s is not None else 2 * spec.time_budget_s + 120
+    return run_spec(spec, timeout_s=limit, progress=progress)
+
+
+def child_config(spec: Spec) -> dict[str, Any]:
+    return {
+        "baseline": spec.baseline.as_dict(),
+        "candidate": spec.candidate.as_dict() if spec.candidate else None,
+        "inputs": spec.inputs.as_dict(),
+        "shapes": spec.shapes, "dtype": spec.dtype, "device": spec.device,
+        "rtol": spec.rtol, "atol": spec.atol, "seeds": spec.seeds, "seed": spec.seed, "mode": spec.mode,
+        "cache": spec.cache, "time_budget_s": spec.time_budget_s, "confidence": spec.confidence,
+        "ci_half_width": spec.ci_half_width, "min_rounds": spec.min_rounds, "max_rounds": spec.max_rounds,
+        "graphs": spec.graphs, "other_cache": spec.other_cache, "threads": spec.threads,
+    }
+
+
+def run_spec(spec: Spec, *, timeout_s: float, progress: ProgressFn | None = None,
+             python: str | None = None) -> ValidationResult:
+    """Run one validation of an already-loaded spec in a fresh child process."""
+    state: dict[str, Any] = {"result": None, "last": "starting the harness", "clocks": None}
+    is_cuda = spec.device.startswith("cuda")
+
+    def on_line(line: str) -> None:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(msg, dict):
+            return
+        if msg.get("type") == "progress":
+            state["last"] = msg.get("message") or state["last"]
+            if is_cuda and state["clocks"] is None and str(msg.get("message", "")).startswith("timing ("):
+                state["clocks"] = _gpu_clocks(spec.device)
+            if progress is not None:
+                progress(float(msg.get("done") or 0), msg.get("total"), msg.get("message"))
+        elif msg.get("type") == "result":
+            state["result"] = msg
+
+    env = dict(os.environ)
+    root = str(PACKAGE_DIR.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    with tempfile.TemporaryDirectory(prefix="kscope-validate-") as tmp:
+        cfg_path = Path(tmp) / "config.json"
+        atomic_write_text(cfg_path, json.dumps(child_config(spec)), what="harness config")
+        args = [python or sys.executable, "-m", "mcp_server.validate.child", str(cfg_path)]
+        pr = proc.stream(args, timeout=timeout_s, on_line=on_line, cwd=spec.search_dirs[0], env=env)
+    if is_cuda and state["clocks"] is None and state["result"] is not None:
+        state["clocks"] = _gpu_clocks(spec.device)
+    return build_result(spec, state["result"], timed_out=pr.timed_out, rc=pr.rc, stderr=pr.stderr,
+                        last=state["last"], timeout_s=timeout_s, clocks=state["clocks"])
+
+
+# ---------------------------------------------------------------------------
+# the decision
+# ---------------------------------------------------------------------------
+
+def build_result(spec: Spec, raw: dict | None, *, timed_out: bool, rc: int | None, stderr: str,
+                 last: str, timeout_s: float, clocks: dict | None) -> ValidationResult:
+    warnings: list[Warning_] = []
+    reasons: list[str] = []
+    settings = spec.settings()
+    settings["timeout_s"] = timeout_s
+    stderr_tail = "\n".join(stderr.strip().splitlines()[-15:]) or None
+    if raw is None:
+        if timed_out:
+            reasons.append(f"the harness did not finish within timeout_s = {timeout_s:g} s and was killed "
+                           f"(last step: {last})")
+        else:
+            reasons.append(f"the harness child exited with status {rc} without a result (last step: {last})")
+        return ValidationResult(accepted=False, verdict="error", reasons=reasons,
+                                correctness=Correctness(passed=False), mode=spec.mode, settings=settings,
+                                stderr_tail=stderr_tail, warnings=warnings)
+    for w in raw.get("warnings", []):
+        warnings.append(Warning_(code=w["code"], message=w["message"]))
+    checks = [Check(name=c["name"], passed=c["passed"], detail=c.get("detail", ""),
+                    failures=c.get("failures", 0)) for c in raw.get("checks", [])]
+    worst = [Offender(shape=w["shape"], seed=w["seed"], output=w["output"], index=w["index"],
+                      candidate=w.get("candidate"), reference=w.get("reference"), abs_err=w.get("abs_err"))
+             for w in raw.get("worst", [])]
+    error = raw.get("error")
+    correct = bool(checks) and error is None and all(c.passed for c in checks)
+    correctness = Correctness(passed=correct, checks=checks, max_abs_err=raw.get("max_abs_err"),
+                              max_rel_err=raw.get("max_rel_err"), worst=worst, shapes=len(spec.shapes),
+                              seeds=spec.seeds)
+    patched = [Patch(**p) for p in raw.get("patched", [])]
+    dev = raw.get("device") or {}
+    device = None
+    if dev:
+        device = DeviceInfo(kind=dev.get("kind", "cpu"), name=dev.get("name", "?"), l2_bytes=dev.get("l2_bytes"),
+                            torch=dev.get("torch"),
+                            clocks_mhz=(clocks or {}).get("clocks_mhz") if dev.get("kind") == "cuda"
+                            else _cpu_clocks(),
+                            driver=(clocks or {}).get("driver"))
+    common = dict(correctness=correctness, mode=spec.mode, device=device, patched=patched, settings=settings,
+                  wall_s={k: float(v) for k, v in (raw.get("wall") or {}).items() if v is not None})
+    if error is not None:
+        reasons.append(error["message"])
+        tb = error.get("traceback") or ""
+        return ValidationResult(accepted=False, verdict="error", reasons=reasons, warnings=warnings,
+                                stderr_tail=("\n".join(tb.strip().splitlines()[-8:]) or stderr_tail), **common)
+    spec_bad = [c for c in checks if not c.passed and c.name in SPEC_CHECKS]
+    if spec_bad:
+        reasons += [f"{c.name}: {c.detail}" for c in spec_bad]
+        return ValidationResult(accepted=False, verdict="error", reasons=reasons, warnings=warnings, **common)
+    failed = [c for c in checks if not c.passed]
+    reasons += [f"{c.name}: {c.detail}" for c in failed]
+    timing, speedup, roofline = None, None, None
+    raw_t = raw.get("timing")
+    if raw_t:
+        timing, speedup = _timing(spec, raw_t, warnings)
+        roofline = _roofline(spec, raw, timing, dev, warnings)
+    if failed:
+        return ValidationResult(accepted=False, verdict="rejected", reasons=reasons, speedup=speedup,
+                                timing=timing, roofline=roofline, warnings=warnings, **common)
+    if timing is None or speedup is None:
+        reasons.append("no timing came back from the harness")
+        return ValidationResult(accepted=False, verdict="error", reasons=reasons, warnings=warnings, **common)
+    if roofline is not None and roofline.implausible and roofline.basis == "spec":
+        reasons.append(f"implausible: {roofline.detail}")
+        return ValidationResult(accepted=False, verdict="rejected", reasons=reasons, speedup=speedup,
+                                timing=timing, roofline=roofline, warnings=warnings, **common)
+    bar = 1.0 + spec.min_gain
+    iv = f"speedup {speedup.median:.4f} [{speedup.ci_low:.4f}, {speedup.ci_high:.4f}] ({spec.confidence:.0%})"
+    accepted = speedup.ci_low is not None and speedup.ci_low > bar
+    if accepted:
+        reasons.append(f"correct on {len(spec.shapes)} shape(s) x {spec.seeds} seeds; {iv}: lower bound "
+                       f"clears {bar:.4f} (1 + min_gain)")
+    else:
+        reasons.append(f"correct, but {iv}: lower bound does not clear {bar:.4f} (1 + min_gain)")
+    return ValidationResult(accepted=accepted, verdict="accepted" if accepted else "not_faster", reasons=reasons,
+                            speedup=speedup, timing=timing, roofline=roofline, warnings=warnings, **common)
+
+
+def _summary(xs: list[float]) -> TimeSummary:
+    return TimeSummary(**stats.summary_us(xs))
+
+
+def _speedup(a: list[float], b: list[float], confidence: float, seed: int, n_boot: int) -> Speedup:
+    iv = stats.ratio_of_medians_ci(a, b, confidence=confidence, n_boot=n_boot, seed=seed)
+    hw = iv.half_width
+    return Speedup(median=_fin(iv.median), ci_low=_fin(iv.ci_low), ci_high=_fin(iv.ci_high),
+                   confidence=confidence, half_width=_fin(hw), fraction_faster=_fin(stats.fraction_faster(a, b)))
+
+
+def _timing(spec: Spec, t: dict, warnings: list[Warning_]) -> tuple[Timing, Speedup]:
+    a, b = t["baseline_s"], t["candidate_s"]
+    speedup = _speedup(a, b, spec.confidence, spec.seed, stats.N_BOOT_FINAL)
+    per_shape = []
+    for shape, ps in zip(spec.shapes, t["per_shape"]):
+        sa, sb = _summary(ps["baseline_s"]), _summary(ps["candidate_s"])
+        ratio = sa.median / sb.median if sb.median > 0 else math.nan
+        per_shape.append(ShapeTiming(shape=shape, baseline_us=sa, candidate_us=sb, speedup=ratio))
+        if len(spec.shapes) > 1 and ratio < 0.98:
+            warnings.append(Warning_(code="slower_on_shape",
+                                     message=f"the candidate is slower on shape {shape}: {ratio:.3f}x"))
+    other = None
+    o = t.get("other")
+    if o:
+        other = CacheTiming(cache=o["cache"], baseline_us=_summary(o["baseline_s"]),
+                            candidate_us=_summary(o["candidate_s"]), rounds=o["rounds"],
+                            speedup=_speedup(o["baseline_s"], o["candidate_s"], spec.confidence, spec.seed + 1,
+                                             stats.N_BOOT_CHECK))
+    if t["stop"] != "ci_narrow" and (speedup.half_width is None or speedup.half_width > spec.ci_half_width):
+        hw = "unbounded" if speedup.half_width is None else f"±{speedup.half_width:.2%}"
+        warnings.append(Warning_(code="budget_exhausted",
+                                 message=f"sampling stopped ({t['stop']}) after {t['rounds']} rounds with the "
+                                         f"interval at {hw}, wider than ±{spec.ci_half_width:.2%}; raise "
+                                         "time_budget_s for a sharper answer"))
+    timing = Timing(
+        baseline_us=_summary(a), candidate_us=_summary(b), samples=len(a) * len(spec.shapes), rounds=len(a),
+        cache=t["cache"], method=t["method"],
+        calls_per_sample=[r * c for r, c in zip(t["reps"], t["copies"])], input_copies=t["copies"],
+        stop=t["stop"], elapsed_s=t["elapsed_s"], sync_overhead_us=float(t.get("overhead_s") or 0) * 1e6,
+        per_shape=per_shape, other_cache=other,
+    )
+    return timing, speedup
+
+
+def _peaks(name: str) -> tuple[dict[str, float], str] | None:
+    """Peak values (max of datasheet and measured) for a device name from gpu_specs.toml."""
+    try:
+        from mcp_server.ncu.specs import find_gpu, load_gpu_specs
+
+        spec = find_gpu(name, load_gpu_specs())
+        if spec is None:
+            return None
+        vals = dict(spec.datasheet)
+        for k, v in spec.measured.items():
+            vals[k] = max(v, vals.get(k, v))
+        return vals, f"gpu_specs.toml [{spec.key}] (max of datasheet and measured)"
+    except ImportError:
+        pass
+    from mcp_server import shared_path
+
+    p = shared_path("gpu_specs.toml")
+    if not p.is_file():
+        return None
+    import tomllib
+
+    data = tomllib.loads(p.read_text(encoding="utf-8"))
+    low = name.lower()
+    for key, table in data.items():
+        if isinstance(table, dict) and any(str(m).lower() in low for m in table.get("match", [])):
+            vals = {k: float(v) for k, v in table.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            return vals, f"gpu_specs.toml [{key}]"
+    return None
+
+
+def _roofline(spec: Spec, raw: dict, timing: Timing, dev: dict, warnings: list[Warning_]) -> Roofline:
+    if dev.get("kind") != "cuda":
+        return Roofline(checked=False, detail="no peaks for CPUs: speed-of-light check skipped")
+    try:
+        found = _peaks(dev.get("name", ""))
+    except Exception as exc:  # a malformed table must not hide the verdict
+        warnings.append(Warning_(code="roofline_unchecked", message=f"gpu_specs.toml unreadable: {exc}"))
+        return Roofline(checked=False, detail=f"gpu_specs.toml unreadable: {exc}")
+    if found is None:
+        warnings.append(Warning_(code="roofline_unchecked",
+                                 message=f"no entry for {dev.get('name')!r} in gpu_specs.toml; speed-of-light "
+                                         "check skipped"))
+        return Roofline(checked=False, detail="device not in gpu_specs.toml")
+    peaks, source = found
+    bw = peaks.get("hbm_tb_s", 0) * 1e12
+    fl = peaks.get(_FLOPS_KEY[spec.dtype], 0) * 1e12
+    basis = "spec" if (spec.bytes or spec.flops) else "inferred"
+    eb = _DTYPE_BYTES[spec.dtype]
+    io = raw.get("io_bytes") or []
+    flagged = []
+    for si, st in enumerate(timing.per_shape):
+        floor = 0.0
+        parts = []
+        nbytes = eval_expr(spec.bytes, st.shape, eb) if spec.bytes else (io[si] if si < len(io) else None)
+        # warm (L2-resident) data may legitimately beat the DRAM roof: bytes bound only when cold
+        if nbytes and bw and timing.cache == "cold":
+            floor = max(floor, nbytes / bw)
+            parts.append(f"{nbytes / 1e6:.3g} MB at {bw / 1e12:.3g} TB/s")
+        if spec.flops and fl:
+            nfl = eval_expr(spec.flops, st.shape, eb)
+            floor = max(floor, nfl / fl)
+            parts.append(f"{nfl / 1e9:.3g} GFLOP at {fl / 1e12:.4g} TFLOP/s")
+        if floor > 0:
+            st.floor_us = floor * 1e6
+            st.floor_basis = "; ".join(parts)
+            if st.candidate_us.median < ROOFLINE_SLACK * st.floor_us:
+                flagged.append(f"shape {st.shape}: candidate {st.candidate_us.median:.3g} µs < "
+                               f"{ROOFLINE_SLACK:g} x floor {st.floor_us:.3g} µs ({st.floor_basis})")
+    if flagged:
+        detail = "faster than the roofline allows: " + "; ".join(flagged)
+        if basis == "inferred":
+            warnings.append(Warning_(code="faster_than_roofline",
+                                     message=detail + " (bytes inferred from input+output sizes; give 'bytes' "
+                                                      "and 'flops' in the spec to make this decide)"))
+        return Roofline(checked=True, source=source, basis=basis, detail=detail, implausible=True)
+    return Roofline(checked=True, source=source, basis=basis, detail="every shape within the roofline")
+
+
+def _fin(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _gpu_clocks(device: str) -> dict | None:
+    idx = device.split(":", 1)[1] if ":" in device else "0"
+    r = proc.run(["nvidia-smi", f"--id={idx}",
+                  "--query-gpu=clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,driver_version",
+                  "--format=csv,noheader,nounits"], timeout=10) if _which("nvidia-smi") else None
+    if r is None or r.rc != 0 or not r.stdout.strip():
+        return None
+    parts = [p.strip() for p in r.stdout.strip().splitlines()[0].split(",")]
+    if len(parts) < 5:
+        return None
+    names = ("sm", "mem", "max_sm", "max_mem")
+    clocks = {}
+    for n, v in zip(names, parts[:4]):
+        try:
+            clocks[n] = float(v)
+        except ValueError:
+            pass
+    return {"clocks_mhz": clocks or None, "driver": parts[4]}
+
+
+def _cpu_clocks() -> dict[str, float] | None:
+    try:
+        mhz = [float(line.split(":", 1)[1]) for line in Path("/proc/cpuinfo").read_text().splitlines()
+               if line.startswith("cpu MHz")]
+    except (OSError, ValueError):
+        return None
+    return {"mean": sum(mhz) / len(mhz), "max": max(mhz)} if mhz else None
+
+
+def _which(name: str) -> bool:
+    import shutil
+
+    return shutil.which(name) is not None

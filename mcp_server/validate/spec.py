@@ -1,0 +1,276 @@
+"""The validation spec: a TOML file, or the same fields as arguments (which override the file).
+
+Function references are ``"path/to/file.py:function"`` (relative to the spec file's folder,
+or to the working directory for fields given as arguments) or ``"package.module:function"``.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mcp_server.errors import FileMissingError, InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    tomllib = None  # type: ignore[assignment]
+
+DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+#: Default (rtol, atol) per dtype, against a higher-precision reference.
+DEFAULT_TOL: dict[str, tuple[float, float]] = {
+    "bfloat16": (1.6e-2, 1e-2),
+    "float16": (2e-3, 1e-3),
+    "float32": (1e-4, 1e-5),
+    "float64": (1e-7, 1e-9),
+}
+
+#: Every key a spec file may hold, with its default (None: required or derived).
+DEFAULTS: dict[str, Any] = {
+    "baseline": None,
+    "candidate": None,
+    "inputs": None,
+    "shapes": None,
+    "dtype": "bfloat16",
+    "device": "cuda",
+    "rtol": None,
+    "atol": None,
+    "min_gain": 0.03,
+    "time_budget_s": 30.0,
+    "mode": "ab",
+    "cache": "cold",
+    "seeds": 3,
+    "seed": None,
+    "confidence": 0.95,
+    "ci_half_width": 0.01,
+    "min_rounds": 10,
+    "max_rounds": 2000,
+    "graphs": "auto",
+    "flops": None,
+    "bytes": None,
+    "other_cache": True,
+    "threads": 1,
+}
+
+
+@dataclass(frozen=True)
+class FuncRef:
+    text: str       # as written
+    kind: str       # "file" | "module"
+    target: str     # absolute file path, or dotted module name
+    func: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Spec:
+    baseline: FuncRef
+    candidate: FuncRef | None
+    inputs: FuncRef
+    shapes: list[dict[str, Any]]
+    dtype: str
+    device: str
+    rtol: float
+    atol: float
+    min_gain: float
+    time_budget_s: float
+    mode: str
+    cache: str
+    seeds: int
+    seed: int
+    confidence: float
+    ci_half_width: float
+    min_rounds: int
+    max_rounds: int
+    graphs: str
+    flops: str | None
+    bytes: str | None
+    other_cache: bool
+    threads: int
+    spec_path: str | None = None
+    search_dirs: list[str] = field(default_factory=list)
+
+    def settings(self) -> dict[str, Any]:
+        """The effective settings, as reported in the result."""
+        d = {k: getattr(self, k) for k in DEFAULTS}
+        for k in ("baseline", "candidate", "inputs"):
+            ref = d[k]
+            d[k] = ref.text if ref is not None else None
+        d["spec_path"] = self.spec_path
+        return d
+
+
+def parse_ref(text: Any, base_dir: Path, name: str, where: str) -> FuncRef:
+    if not isinstance(text, str) or ":" not in text:
+        raise InputError(f"{where}: '{name}' must be \"path/to/file.py:function\" or "
+                         f"\"package.module:function\", got {text!r}")
+    target, _, func = text.rpartition(":")
+    if not func.isidentifier() or not target:
+        raise InputError(f"{where}: '{name}' = {text!r}: the part after ':' must be a function name")
+    if target.endswith(".py") or "/" in target or os.sep in target:
+        path = (base_dir / target).expanduser().resolve()
+        if not path.is_file():
+            raise FileMissingError(f"{where}: '{name}' names {path}, which does not exist",
+                                   hint="paths in a spec file are relative to the spec file")
+        return FuncRef(text, "file", str(path), func)
+    if not all(p.isidentifier() for p in target.split(".")):
+        raise InputError(f"{where}: '{name}' = {text!r} is neither a .py path nor a dotted module name")
+    return FuncRef(text, "module", target, func)
+
+
+def load_spec(spec_path: str | None = None, overrides: dict[str, Any] | None = None) -> Spec:
+    """Read the TOML spec (if any), apply the overrides that are not None, check every field."""
+    raw: dict[str, Any] = {}
+    file_dir = Path.cwd()
+    where = "validate"
+    if spec_path is not None:
+        p = Path(spec_path).expanduser()
+        if not p.is_file():
+            raise FileMissingError(f"spec file {p} does not exist", path=str(p))
+        if tomllib is None:  # pragma: no cover
+            raise InputError("reading a TOML spec needs Python 3.11 (tomllib); pass the fields as arguments")
+        try:
+            raw = tomllib.loads(p.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise InputError(f"{p}: not valid TOML ({exc})", hint="see docs/validate.md for the spec format") \
+                from None
+        unknown = sorted(set(raw) - set(DEFAULTS))
+        if unknown:
+            raise InputError(f"{p}: unknown key(s) {', '.join(unknown)}", hint=f"accepted: {', '.join(DEFAULTS)}")
+        file_dir = p.resolve().parent
+        where = str(p)
+    over = {k: v for k, v in (overrides or {}).items() if v is not None}
+    unknown = sorted(set(over) - set(DEFAULTS))
+    if unknown:
+        raise InputError(f"validate: unknown field(s) {', '.join(unknown)}")
+    merged = {**DEFAULTS, **raw, **over}
+    cwd = Path.cwd()
+
+    def ref(name: str, required: bool = True) -> FuncRef | None:
+        val = merged[name]
+        if val is None:
+            if required:
+                raise InputError(f"{where}: '{name}' is missing",
+                                 hint="give it in the spec file or as an argument")
+            return None
+        base = cwd if name in over else file_dir
+        return parse_ref(val, base, name, where)
+
+    mode = _choice(merged["mode"], ("ab", "aa"), "mode", where)
+    baseline = ref("baseline")
+    candidate = ref("candidate", required=(mode == "ab"))
+    inputs = ref("inputs")
+    shapes = merged["shapes"]
+    if not isinstance(shapes, list) or not shapes or not all(isinstance(s, dict) and s for s in shapes):
+        raise InputError(f"{where}: 'shapes' must be a non-empty list of tables, e.g. "
+                         "shapes = [{M = 1, K = 128, N = 512}]")
+    for s in shapes:
+        for k, v in s.items():
+            if not isinstance(k, str) or isinstance(v, (dict, list)):
+                raise InputError(f"{where}: shape {s}: values must be numbers or strings")
+    dtype = _choice(merged["dtype"], DTYPES, "dtype", where)
+    device = merged["device"]
+    if not isinstance(device, str) or not (device == "cpu" or device == "cuda" or device.startswith("cuda:")):
+        raise InputError(f"{where}: 'device' must be \"cuda\", \"cuda:N\" or \"cpu\", got {device!r}")
+    rtol_d, atol_d = DEFAULT_TOL[dtype]
+    rtol = _num(merged["rtol"] if merged["rtol"] is not None else rtol_d, "rtol", where, lo=0)
+    atol = _num(merged["atol"] if merged["atol"] is not None else atol_d, "atol", where, lo=0)
+    seed = merged["seed"]
+    if seed is None:
+        seed = int.from_bytes(os.urandom(3), "little")
+    spec = Spec(
+        baseline=baseline, candidate=candidate, inputs=inputs, shapes=[dict(s) for s in shapes],
+        dtype=dtype, device=device, rtol=rtol, atol=atol,
+        min_gain=_num(merged["min_gain"], "min_gain", where, lo=-0.5, hi=100),
+        time_budget_s=_num(merged["time_budget_s"], "time_budget_s", where, lo=0.1, hi=3600),
+        mode=mode, cache=_choice(merged["cache"], ("cold", "warm"), "cache", where),
+        seeds=int(_num(merged["seeds"], "seeds", where, lo=2, hi=20)),
+        seed=int(_num(seed, "seed", where, lo=0, hi=2**31)),
+        confidence=_num(merged["confidence"], "confidence", where, lo=0.5, hi=0.999),
+        ci_half_width=_num(merged["ci_half_width"], "ci_half_width", where, lo=0.0005, hi=0.5),
+        min_rounds=int(_num(merged["min_rounds"], "min_rounds", where, lo=3, hi=100000)),
+        max_rounds=int(_num(merged["max_rounds"], "max_rounds", where, lo=3, hi=1000000)),
+        graphs=_choice(merged["graphs"], ("auto", "on", "off"), "graphs", where),
+        flops=_expr(merged["flops"], "flops", where, shapes),
+        bytes=_expr(merged["bytes"], "bytes", where, shapes),
+        other_cache=bool(merged["other_cache"]),
+        threads=int(_num(merged["threads"], "threads", where, lo=0, hi=1024)),
+        spec_path=str(Path(spec_path).resolve()) if spec_path else None,
+        search_dirs=[str(file_dir)],
+    )
+    if spec.max_rounds < spec.min_rounds:
+        raise InputError(f"{where}: max_rounds ({spec.max_rounds}) is below min_rounds ({spec.min_rounds})")
+    return spec
+
+
+def _choice(val: Any, allowed: tuple[str, ...], name: str, where: str) -> str:
+    if val not in allowed:
+        raise InputError(f"{where}: '{name}' must be one of {', '.join(allowed)}, got {val!r}")
+    return str(val)
+
+
+def _num(val: Any, name: str, where: str, lo: float | None = None, hi: float | None = None) -> float:
+    if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val):
+        raise InputError(f"{where}: '{name}' must be a number, got {val!r}")
+    if (lo is not None and val < lo) or (hi is not None and val > hi):
+        raise InputError(f"{where}: '{name}' = {val} is outside [{lo}, {hi}]")
+    return float(val)
+
+
+# ---------------------------------------------------------------------------
+# bytes / flops expressions: arithmetic over the shape's keys, nothing else
+# ---------------------------------------------------------------------------
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow,
+           ast.Mod: operator.mod}
+
+
+def eval_expr(expr: str, shape: dict[str, Any], dtype_bytes: int) -> float:
+    """Evaluate ``expr`` with the shape's keys (and ``elem`` = bytes per element) as variables."""
+    names = {**{k: v for k, v in shape.items() if isinstance(v, (int, float))}, "elem": dtype_bytes}
+
+    def ev(node: ast.AST) -> float:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and \
+                not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in names:
+                raise KeyError(node.id)
+            return names[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            v = ev(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        raise ValueError(f"unsupported syntax {type(node).__name__}")
+
+    return float(ev(ast.parse(expr, mode="eval")))
+
+
+def _expr(val: Any, name: str, where: str, shapes: list[dict[str, Any]]) -> str | None:
+    if val is None:
+        return None
+    if isinstance(val, (int, float)) and not isinstance(val, bool):
+        val = repr(val)
+    if not isinstance(val, str):
+        raise InputError(f"{where}: '{name}' must be an expression string such as \"2*M*N*K\"")
+    for s in shapes:
+        try:
+            eval_expr(val, s, 2)
+        except KeyError as exc:
+            raise InputError(f"{where}: '{name}' = {val!r} uses {exc.args[0]}, which shape {s} lacks") from None
+        except (ValueError, SyntaxError, ZeroDivisionError, OverflowError) as exc:
+            raise InputError(f"{where}: '{name}' = {val!r} is not plain arithmetic over the shape keys "
+                             f"({exc})") from None
+    return val

@@ -1,0 +1,141 @@
+"""Statistics of the A/B decision: bootstrap CI of the ratio of medians, and adaptive sampling.
+
+Imports only numpy and the standard library: the harness child process uses it to decide
+when to stop sampling, the parent recomputes the final interval from the raw samples (so a
+candidate running inside the child cannot change the decision), and the calibration test
+drives ``sample_adaptively`` with a simulated timer.
+
+Speedup convention: ``baseline_time / candidate_time`` (> 1 means the candidate is faster).
+Rounds are paired (one baseline and one candidate sample per round, interleaved in a
+randomised order), so the bootstrap resamples whole rounds: slow drift of clocks or
+temperature moves both members of a pair and cancels in the ratio.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+#: Bootstrap resamples for the intermediate stopping checks and for the final interval.
+N_BOOT_CHECK = 1000
+N_BOOT_FINAL = 10000
+
+
+@dataclass(frozen=True)
+class Interval:
+    median: float          # point estimate: median(baseline) / median(candidate)
+    ci_low: float
+    ci_high: float
+    confidence: float
+    n: int                 # paired rounds used
+
+    @property
+    def half_width(self) -> float:
+        """Relative half-width of the interval (0.01 = +-1 %)."""
+        if not (self.median > 0) or not math.isfinite(self.ci_high - self.ci_low):
+            return math.inf
+        return (self.ci_high - self.ci_low) / 2.0 / self.median
+
+
+def ratio_of_medians_ci(baseline: Sequence[float], candidate: Sequence[float], *,
+                        confidence: float = 0.95, n_boot: int = N_BOOT_FINAL,
+                        seed: int = 0) -> Interval:
+    """Paired percentile-bootstrap interval of median(baseline) / median(candidate).
+
+    Seeded: the same samples and seed always give the same interval.
+    """
+    a = np.asarray(baseline, dtype=np.float64)
+    b = np.asarray(candidate, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError("baseline and candidate must be 1-D sequences of equal length (paired rounds)")
+    n = a.size
+    if n == 0:
+        return Interval(math.nan, math.nan, math.nan, confidence, 0)
+    point = float(np.median(a) / np.median(b))
+    if n < 3:
+        return Interval(point, -math.inf, math.inf, confidence, n)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_boot, n))
+    ratios = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(ratios, [alpha, 1.0 - alpha])
+    return Interval(point, float(lo), float(hi), confidence, n)
+
+
+def fraction_faster(baseline: Sequence[float], candidate: Sequence[float]) -> float:
+    """Share of paired rounds in which the candidate was faster (a sign-test summary)."""
+    a = np.asarray(baseline, dtype=np.float64)
+    b = np.asarray(candidate, dtype=np.float64)
+    return float(np.mean(b < a)) if a.size else math.nan
+
+
+def decide(interval: Interval, min_gain: float) -> bool:
+    """Faster with confidence: the interval's lower bound clears ``1 + min_gain``."""
+    return bool(interval.ci_low > 1.0 + min_gain)
+
+
+def summary_us(samples_s: Sequence[float]) -> dict[str, float]:
+    """Median, mean, min, max, p10, p90, std and MAD (microseconds) of per-call times in seconds."""
+    x = np.asarray(samples_s, dtype=np.float64) * 1e6
+    if x.size == 0:
+        return {}
+    med = float(np.median(x))
+    return {
+        "median": med, "mean": float(x.mean()), "min": float(x.min()), "max": float(x.max()),
+        "p10": float(np.quantile(x, 0.1)), "p90": float(np.quantile(x, 0.9)),
+        "std": float(x.std(ddof=1)) if x.size > 1 else 0.0,
+        "mad": float(np.median(np.abs(x - med))), "n": int(x.size),
+    }
+
+
+@dataclass
+class Sampling:
+    baseline: list[float]
+    candidate: list[float]
+    stop: str               # "ci_narrow" | "budget" | "max_rounds"
+    interval: Interval
+    elapsed_s: float
+
+
+def sample_adaptively(round_fn: Callable[[int], tuple[float, float]], *,
+                      budget_s: float, target_half_width: float = 0.01,
+                      min_rounds: int = 10, max_rounds: int = 2000, check_every: int = 5,
+                      confidence: float = 0.95, seed: int = 0,
+                      clock: Callable[[], float] = time.perf_counter, n_boot_final: int = N_BOOT_FINAL,
+                      on_round: Callable[[int, Interval | None], None] | None = None) -> Sampling:
+    """Call ``round_fn(i)`` -> (baseline_s, candidate_s) until the speedup's interval is narrow.
+
+    Stops when the relative half-width is below ``target_half_width`` (checked every
+    ``check_every`` rounds once ``min_rounds`` are in), when ``budget_s`` of ``clock`` has
+    passed, or at ``max_rounds``. The stopping rule looks only at the width, never at which side of
+    ``1 + min_gain`` the interval lies, so sampling until the answer looks good is impossible.
+    """
+    a: list[float] = []
+    b: list[float] = []
+    t0 = clock()
+    interval: Interval | None = None
+    stop = "max_rounds"
+    for i in range(max_rounds):
+        x, y = round_fn(i)
+        a.append(x)
+        b.append(y)
+        n = i + 1
+        checked = None
+        if n >= min_rounds and (n - min_rounds) % check_every == 0:
+            interval = ratio_of_medians_ci(a, b, confidence=confidence, n_boot=N_BOOT_CHECK, seed=seed + n)
+            checked = interval
+            if interval.half_width < target_half_width:
+                stop = "ci_narrow"
+                if on_round:
+                    on_round(n, checked)
+                break
+        if on_round:
+            on_round(n, checked)
+        if clock() - t0 >= budget_s:
+            stop = "budget"
+            break
+    final = ratio_of_medians_ci(a, b, confidence=confidence, n_boot=n_boot_final, seed=seed)
+    return Sampling(a, b, stop, final, clock() - t0)
