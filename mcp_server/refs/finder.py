@@ -16,7 +16,7 @@ from mcp_server.refs.common import SearchParams
 from mcp_server.refs.github import search_github, search_url
 from mcp_server.refs.jira_src import browse_url, build_jql, search_jira
 from mcp_server.refs.localgit import code_search_url, search_local
-from mcp_server.refs.models import RefItem, RefSection, ReferenceResult
+from mcp_server.refs.models import Outcome, RefItem, RefSection, ReferenceResult
 from mcp_server.refs.registry import SourceSpec, load_registry
 from mcp_server.vocab import WarningCode
 
@@ -76,6 +76,33 @@ def find_references(
     from the keyword with ``_shared/kernel_categories.csv``) lists hits that mention it first.
     """
     t0 = time.monotonic()
+    kw = _check_request(keyword, max_results, days, timeout_s)
+    reg = load_registry(registry)
+    specs = reg.select(sources)
+    if not specs:
+        raise InputError("no enabled sources", path=reg.path, hint="enable a row or name sources with --sources")
+    category, cat_source = _ranking_category(kw, category)
+    # a source's own budget ends a little before the overall bound, so its own reason
+    # (which fallback timed out, what was kept) arrives rather than a bare "no answer"
+    per_source = min(float(source_timeout_s or DEFAULT_SOURCE_TIMEOUT_S), float(timeout_s) * 0.85)
+    cache = RefCache(Path(cache_dir) / "refs" if cache_dir else None, ttl_s=cache_ttl_s, enabled=not no_cache)
+    params = SearchParams(keyword=kw, max_results=int(max_results), days=int(days) if days else None,
+                          timeout_s=per_source, cache=cache, transport=transport, gh_path=gh_path)
+    results, warnings = _ask_sources(specs, params, float(timeout_s), t0)
+    sections, section_warnings = _sections(specs, results, category)
+    warnings += section_warnings
+    outcomes = _outcomes(sections)
+    unanswered = [s.source for s in sections if s.method not in _LIVE or s.incomplete]
+    return ReferenceResult(
+        keyword=kw, category=category, category_source=cat_source, outcomes=outcomes, unanswered=unanswered,
+        sections=sections,
+        registry=reg.path, elapsed_s=round(time.monotonic() - t0, 3), timeout_s=float(timeout_s),
+        warnings=warnings,
+    )
+
+
+def _check_request(keyword: str, max_results: int, days: int | None, timeout_s: float) -> str:
+    """The keyword with runs of whitespace collapsed; ``InputError`` for arguments out of range."""
     kw = " ".join(str(keyword or "").split())
     if not kw:
         raise InputError("keyword is empty", hint="give a kernel or op name such as fused_moe or rmsnorm")
@@ -90,41 +117,36 @@ def find_references(
         raise InputError(f"days must be at least 1, got {days}")
     if not 0 < float(timeout_s) <= 300:
         raise InputError(f"timeout must be in (0, 300] seconds, got {timeout_s}")
+    return kw
 
-    reg = load_registry(registry)
-    specs = reg.select(sources)
-    warnings: list[Warning_] = []
-    if not specs:
-        raise InputError("no enabled sources", path=reg.path, hint="enable a row or name sources with --sources")
 
-    cat_source = None
+def _ranking_category(kw: str, category: str | None) -> tuple[str | None, str | None]:
+    """(category, how it was obtained: 'given' | 'classified' | None) used to rank hits."""
     if category:
-        category = category.strip().lower()
-        cat_source = "given"
-    else:
-        try:
-            from mcp_server.categories import DEFAULT_CATEGORY, load_categories
+        return category.strip().lower(), "given"
+    try:
+        from mcp_server.categories import DEFAULT_CATEGORY, load_categories
 
-            derived = load_categories(None).classify(kw)
-            if derived and derived != DEFAULT_CATEGORY:
-                category, cat_source = derived, "classified"
-        except Exception:  # categories are a ranking aid only; never fail the search for them
-            category = None
+        derived = load_categories(None).classify(kw)
+        if derived and derived != DEFAULT_CATEGORY:
+            return derived, "classified"
+    except Exception:  # categories are a ranking aid only; never fail the search for them
+        pass
+    return None, None
 
-    # a source's own budget ends a little before the overall bound, so its own reason
-    # (which fallback timed out, what was kept) arrives rather than a bare "no answer"
-    per_source = min(float(source_timeout_s or DEFAULT_SOURCE_TIMEOUT_S), float(timeout_s) * 0.85)
-    cache = RefCache(Path(cache_dir) / "refs" if cache_dir else None, ttl_s=cache_ttl_s, enabled=not no_cache)
-    params = SearchParams(keyword=kw, max_results=int(max_results), days=int(days) if days else None,
-                          timeout_s=per_source, cache=cache, transport=transport, gh_path=gh_path)
 
+def _ask_sources(specs: list[SourceSpec], params: SearchParams, timeout_s: float,
+                 t0: float) -> tuple[dict[str, RefSection], list[Warning_]]:
+    """Every source concurrently; a source that fails or has not answered by ``timeout_s`` after
+    ``t0`` gets its fallback section (a URL to look by hand) and a warning."""
+    warnings: list[Warning_] = []
     pool = ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="refs")
     futures: dict[Future, SourceSpec] = {pool.submit(_ENGINES[s.kind], s, params): s for s in specs}
     results: dict[str, RefSection] = {}
     pending = set(futures)
     try:
         while pending:
-            left = float(timeout_s) - (time.monotonic() - t0)
+            left = timeout_s - (time.monotonic() - t0)
             if left <= 0:
                 break
             done, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
@@ -134,15 +156,22 @@ def find_references(
                     results[spec.key] = fut.result()
                 except Exception as exc:  # a bug in one source must not lose the others
                     results[spec.key] = _fallback(spec, params, f"internal error ({type(exc).__name__})")
-                    warnings.append(Warning_(code=WarningCode.source_error, message=f"{spec.key}: {type(exc).__name__}"))
+                    warnings.append(Warning_(code=WarningCode.source_error,
+                                             message=f"{spec.key}: {type(exc).__name__}"))
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     for fut in pending:
         spec = futures[fut]
-        results[spec.key] = _fallback(spec, params, f"timeout: no answer within the {float(timeout_s):g}s bound")
-        warnings.append(Warning_(code=WarningCode.timeout, message=f"{spec.key} gave no answer within {float(timeout_s):g}s"))
+        results[spec.key] = _fallback(spec, params, f"timeout: no answer within the {timeout_s:g}s bound")
+        warnings.append(Warning_(code=WarningCode.timeout, message=f"{spec.key} gave no answer within {timeout_s:g}s"))
+    return results, warnings
 
-    sections = []
+
+def _sections(specs: list[SourceSpec], results: dict[str, RefSection],
+              category: str | None) -> tuple[list[RefSection], list[Warning_]]:
+    """Sections in registry order, hits mentioning ``category`` first; warnings for partial answers."""
+    sections: list[RefSection] = []
+    warnings: list[Warning_] = []
     for spec in specs:
         sec = results[spec.key]
         if category and sec.items:
@@ -151,11 +180,18 @@ def find_references(
             sec = sec.model_copy(update={"items": ranked})
         sections.append(sec)
         if sec.incomplete:
-            warnings.append(Warning_(code=WarningCode.incomplete, message=f"{spec.key}: results may be partial ({sec.reason})"))
+            warnings.append(Warning_(code=WarningCode.incomplete,
+                                     message=f"{spec.key}: results may be partial ({sec.reason})"))
         if sec.rate_limit_reset:
-            warnings.append(Warning_(code=WarningCode.rate_limited, message=f"{spec.key}: search limit resets at {sec.rate_limit_reset}"))
+            warnings.append(Warning_(code=WarningCode.rate_limited,
+                                     message=f"{spec.key}: search limit resets at {sec.rate_limit_reset}"))
+    return sections, warnings
 
-    outcomes: list = []
+
+def _outcomes(sections: list[RefSection]) -> list[Outcome]:
+    """What was found: upstream_pr / local_hit / jira_ticket, else nothing_found (every source
+    answered live and completely) or unknown."""
+    outcomes: list[Outcome] = []
     if any(s.items for s in sections if s.kind == "github-prs"):
         outcomes.append("upstream_pr")
     if any(s.items for s in sections if s.kind == "local-git"):
@@ -165,12 +201,4 @@ def find_references(
     if not outcomes:
         all_live = all(s.method in _LIVE and not s.incomplete for s in sections)
         outcomes.append("nothing_found" if all_live else "unknown")
-
-
-    unanswered = [s.source for s in sections if s.method not in _LIVE or s.incomplete]
-    return ReferenceResult(
-        keyword=kw, category=category, category_source=cat_source, outcomes=outcomes, unanswered=unanswered,
-        sections=sections,
-        registry=reg.path, elapsed_s=round(time.monotonic() - t0, 3), timeout_s=float(timeout_s),
-        warnings=warnings,
-    )
+    return outcomes

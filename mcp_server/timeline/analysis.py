@@ -116,117 +116,151 @@ def analyze_decoded(dec: Decoded, event_names=None, *, overhead: Optional[ProbeO
                     extra_warnings: Sequence[Warning_] = ()) -> TimelineAnalysis:
     warnings = list(extra_warnings) + _decode_warnings(dec)
     names = _names(dec, event_names, warnings)
-    ng = dec.ngroups
-    iv = pd.DataFrame({
-        "event": dec.event.astype(np.int64), "lane": dec.lane.astype(np.int64),
-        "occ": dec.occurrence.astype(np.int64), "begin": dec.begin, "end": dec.end,
-        "depth": dec.depth.astype(np.int64),
-    })
-    iv["block"] = iv["lane"] // ng
+    iv = _interval_frame(dec)
     span_ns = int(iv["end"].max() - iv["begin"].min()) if len(iv) else 0
-
     phases: list[Phase] = []
     segments: list[CriticalSegment] = []
     if len(iv):
-        # block-level spans: a block's groups from first begin to last end
-        blk = iv.groupby(["event", "occ", "block"], sort=True).agg(begin=("begin", "min"), end=("end", "max"))
-        blk["dur"] = blk["end"] - blk["begin"]
-        blk = blk.reset_index()
-        g = blk.groupby(["event", "occ"], sort=True)
-        occ = g.agg(blocks=("block", "size"), begin=("begin", "min"), end=("end", "max"),
-                    last_begin=("begin", "max"), slowest=("dur", "max"), mean=("dur", "mean"),
-                    std=("dur", "std"))
-        occ["last_block"] = blk.loc[g["end"].idxmax().values, "block"].values
-        occ["slowest_block"] = blk.loc[g["dur"].idxmax().values, "block"].values
-        occ["last_dur"] = blk.loc[g["end"].idxmax().values, "dur"].values
-        occ["std"] = occ["std"].fillna(0.0)
-        occ["wall"] = occ["end"] - occ["begin"]
-        occ["skew"] = occ["last_begin"] - occ["begin"]
-
-        # waits: gap on each lane from an interval's end to the lane's next begin (outermost intervals)
-        top = iv[iv["depth"] == 1].sort_values(["lane", "begin"], kind="stable")
-        nxt_begin = top["begin"].shift(-1)
-        same = top["lane"].shift(-1) == top["lane"]
-        gap = (nxt_begin - top["end"]).where(same)
-        top = top.assign(wait=gap.clip(lower=0))
-        wait_ev = top.groupby("event")["wait"].agg(["mean", "max"])
-
-        # critical path over outermost events, in order of their last end
+        blk, occ = _occurrences(iv)
         nested_events = set(iv.loc[iv["depth"] > 1, "event"].unique().tolist())
-        chain = occ.reset_index()
-        chain = chain[~chain["event"].isin(nested_events)].sort_values(["end", "begin"], kind="stable")
-        prev_end = int(chain["begin"].min()) if len(chain) else 0
-        crit_by_event: dict[int, int] = {}
-        for r in chain.itertuples(index=False):
-            c = max(0, int(r.end) - prev_end)
-            work = min(int(r.last_dur), c)
-            segments.append(CriticalSegment(
-                phase=names.get(int(r.event), f"event{int(r.event)}"), occurrence=int(r.occ),
-                last_block=int(r.last_block), begin_ns=int(r.begin), end_ns=int(r.end),
-                critical_ns=c, work_ns=work, release_ns=c - work))
-            crit_by_event[int(r.event)] = crit_by_event.get(int(r.event), 0) + c
-            prev_end = max(prev_end, int(r.end))
-
-        bmean = blk.groupby(["event", "block"])["dur"].mean()
-        for ev, o in occ.groupby(level=0, sort=True):
-            o = o.droplevel(0)
-            occs = []
-            for k, r in o.iterrows():
-                mean = float(r["mean"])
-                occs.append(Occurrence(
-                    index=int(k), blocks=int(r["blocks"]), begin_ns=int(r["begin"]), end_ns=int(r["end"]),
-                    wall_ns=int(r["wall"]), slowest_ns=int(r["slowest"]), mean_ns=round(mean, 1),
-                    cv=round(float(r["std"]) / mean, 4) if mean > 0 else 0.0,
-                    imbalance=round(float(r["slowest"]) / mean, 4) if mean > 0 else 1.0,
-                    skew_ns=int(r["skew"]), last_block=int(r["last_block"]), slowest_block=int(r["slowest_block"])))
-            bm = bmean.loc[ev].sort_values(ascending=False, kind="stable")
-            last_blocks = [x.last_block for x in occs]
-            phases.append(Phase(
-                name=names.get(int(ev), f"event{int(ev)}"), event_id=int(ev), occurrences=occs,
-                imbalance=max(x.imbalance for x in occs), cv_max=max(x.cv for x in occs),
-                slowest_blocks=[int(b) for b in bm.index[:TOP_BLOCKS]],
-                slowest_block_mean_ns=[round(float(v), 1) for v in bm.values[:TOP_BLOCKS]],
-                block_mean_ns=round(float(blk.loc[blk["event"] == ev, "dur"].mean()), 1),
-                last_blocks=last_blocks,
-                last_block_always_same=len(set(last_blocks)) == 1,
-                stragglers_consistent=_consistent(blk[blk["event"] == ev], last_blocks),
-                total_wall_ns=int(o["wall"].sum()), total_slowest_ns=int(o["slowest"].sum()),
-                total_mean_ns=round(float(o["mean"].sum()), 1), total_skew_ns=int(o["skew"].sum()),
-                wait_after_mean_ns=round(float(wait_ev.loc[ev, "mean"]), 1) if ev in wait_ev.index and pd.notna(wait_ev.loc[ev, "mean"]) else 0.0,
-                wait_after_max_ns=int(wait_ev.loc[ev, "max"]) if ev in wait_ev.index and pd.notna(wait_ev.loc[ev, "max"]) else 0,
-                critical_ns=crit_by_event.get(int(ev), 0),
-                imbalance_at_stake_ns=round(float((o["slowest"] - o["mean"]).sum()), 1),
-                skew_at_stake_ns=round(float((o["wall"] - o["slowest"]).sum()), 1),
-                nested=int(ev) in nested_events,
-            ))
-
-    instants = []
-    if dec.instant_event.size:
-        idf = pd.DataFrame({"event": dec.instant_event.astype(np.int64), "lane": dec.instant_lane, "ts": dec.instant_ts})
-        for ev, d in idf.groupby("event", sort=True):
-            i_last = int(d["ts"].values.argmax())
-            instants.append(Instant(name=names.get(int(ev), f"event{int(ev)}"), event_id=int(ev), count=len(d),
-                                    first_ns=int(d["ts"].min()), last_ns=int(d["ts"].max()),
-                                    last_block=int(d["lane"].values[i_last]) // ng))
+        segments, crit_by_event = _critical_path(occ, nested_events, names)
+        phases = _phases(blk, occ, _waits_after(iv), crit_by_event, nested_events, names)
+    instants = _instants(dec, names)
     if not phases:
         warnings.append(Warning_(code=WarningCode.no_intervals, message="no matched begin/end pairs: nothing to analyse"))
-
-    st = dec.stats
     res = TimelineAnalysis(
         source=dec.source, nblocks=dec.nblocks, ngroups=dec.ngroups, tag_layout=dec.tag_layout,
         tag_layout_auto=dec.layout_auto, sm_known=bool((dec.lane_sm >= 0).any()),
-        records=st.records, intervals=int(dec.event.size), instants=instants,
-        event_names=[names[i] for i in sorted(names)],
-        decode=DecodeSummary(
-            slots=st.slots, rounds=st.rounds, zero_slots=st.zero_slots, unused_slots=st.unused_slots,
-            unmatched_begins=st.unmatched_begins, unmatched_ends=st.unmatched_ends, bad_type=st.bad_type,
-            tag_mismatches=st.tag_mismatches, truncated_lanes=st.truncated_lanes, timer_wraps=st.timer_wraps,
-            non_monotonic=st.non_monotonic, overflow=st.overflow, partial_round=st.partial_round),
+        records=dec.stats.records, intervals=int(dec.event.size), instants=instants,
+        event_names=[names[i] for i in sorted(names)], decode=_decode_summary(dec),
         span_ns=span_ns, phases=phases, critical_path=segments, verdicts=[], warnings=warnings,
         probe_overhead=overhead,
     )
     res.verdicts = _verdicts(res)
     return res
+
+
+def _interval_frame(dec: Decoded) -> pd.DataFrame:
+    """One row per matched interval, with its writer's block."""
+    iv = pd.DataFrame({
+        "event": dec.event.astype(np.int64), "lane": dec.lane.astype(np.int64),
+        "occ": dec.occurrence.astype(np.int64), "begin": dec.begin, "end": dec.end,
+        "depth": dec.depth.astype(np.int64),
+    })
+    iv["block"] = iv["lane"] // dec.ngroups
+    return iv
+
+
+def _occurrences(iv: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Block-level spans (a block's groups from first begin to last end) and, per (event,
+    occurrence), the statistics over its blocks: wall, slowest, mean, std, skew, last block."""
+    blk = iv.groupby(["event", "occ", "block"], sort=True).agg(begin=("begin", "min"), end=("end", "max"))
+    blk["dur"] = blk["end"] - blk["begin"]
+    blk = blk.reset_index()
+    g = blk.groupby(["event", "occ"], sort=True)
+    occ = g.agg(blocks=("block", "size"), begin=("begin", "min"), end=("end", "max"),
+                last_begin=("begin", "max"), slowest=("dur", "max"), mean=("dur", "mean"),
+                std=("dur", "std"))
+    occ["last_block"] = blk.loc[g["end"].idxmax().values, "block"].values
+    occ["slowest_block"] = blk.loc[g["dur"].idxmax().values, "block"].values
+    occ["last_dur"] = blk.loc[g["end"].idxmax().values, "dur"].values
+    occ["std"] = occ["std"].fillna(0.0)
+    occ["wall"] = occ["end"] - occ["begin"]
+    occ["skew"] = occ["last_begin"] - occ["begin"]
+    return blk, occ
+
+
+def _waits_after(iv: pd.DataFrame) -> pd.DataFrame:
+    """Per event, mean and max gap on a lane from an outermost interval's end to the lane's next begin."""
+    top = iv[iv["depth"] == 1].sort_values(["lane", "begin"], kind="stable")
+    nxt_begin = top["begin"].shift(-1)
+    same = top["lane"].shift(-1) == top["lane"]
+    gap = (nxt_begin - top["end"]).where(same)
+    top = top.assign(wait=gap.clip(lower=0))
+    return top.groupby("event")["wait"].agg(["mean", "max"])
+
+
+def _critical_path(occ: pd.DataFrame, nested_events: set, names: dict[int, str]
+                   ) -> tuple[list[CriticalSegment], dict[int, int]]:
+    """The critical path over outermost events, in order of their last end, and its time per event."""
+    segments: list[CriticalSegment] = []
+    chain = occ.reset_index()
+    chain = chain[~chain["event"].isin(nested_events)].sort_values(["end", "begin"], kind="stable")
+    prev_end = int(chain["begin"].min()) if len(chain) else 0
+    crit_by_event: dict[int, int] = {}
+    for r in chain.itertuples(index=False):
+        c = max(0, int(r.end) - prev_end)
+        work = min(int(r.last_dur), c)
+        segments.append(CriticalSegment(
+            phase=names.get(int(r.event), f"event{int(r.event)}"), occurrence=int(r.occ),
+            last_block=int(r.last_block), begin_ns=int(r.begin), end_ns=int(r.end),
+            critical_ns=c, work_ns=work, release_ns=c - work))
+        crit_by_event[int(r.event)] = crit_by_event.get(int(r.event), 0) + c
+        prev_end = max(prev_end, int(r.end))
+    return segments, crit_by_event
+
+
+def _phases(blk: pd.DataFrame, occ: pd.DataFrame, wait_ev: pd.DataFrame, crit_by_event: dict[int, int],
+            nested_events: set, names: dict[int, str]) -> list[Phase]:
+    """One ``Phase`` per event: its occurrences and the per-block statistics over all of them."""
+    phases: list[Phase] = []
+    bmean = blk.groupby(["event", "block"])["dur"].mean()
+    for ev, o in occ.groupby(level=0, sort=True):
+        o = o.droplevel(0)
+        occs = []
+        for k, r in o.iterrows():
+            mean = float(r["mean"])
+            occs.append(Occurrence(
+                index=int(k), blocks=int(r["blocks"]), begin_ns=int(r["begin"]), end_ns=int(r["end"]),
+                wall_ns=int(r["wall"]), slowest_ns=int(r["slowest"]), mean_ns=round(mean, 1),
+                cv=round(float(r["std"]) / mean, 4) if mean > 0 else 0.0,
+                imbalance=round(float(r["slowest"]) / mean, 4) if mean > 0 else 1.0,
+                skew_ns=int(r["skew"]), last_block=int(r["last_block"]), slowest_block=int(r["slowest_block"])))
+        bm = bmean.loc[ev].sort_values(ascending=False, kind="stable")
+        last_blocks = [x.last_block for x in occs]
+        has_wait = ev in wait_ev.index
+        phases.append(Phase(
+            name=names.get(int(ev), f"event{int(ev)}"), event_id=int(ev), occurrences=occs,
+            imbalance=max(x.imbalance for x in occs), cv_max=max(x.cv for x in occs),
+            slowest_blocks=[int(b) for b in bm.index[:TOP_BLOCKS]],
+            slowest_block_mean_ns=[round(float(v), 1) for v in bm.values[:TOP_BLOCKS]],
+            block_mean_ns=round(float(blk.loc[blk["event"] == ev, "dur"].mean()), 1),
+            last_blocks=last_blocks,
+            last_block_always_same=len(set(last_blocks)) == 1,
+            stragglers_consistent=_consistent(blk[blk["event"] == ev], last_blocks),
+            total_wall_ns=int(o["wall"].sum()), total_slowest_ns=int(o["slowest"].sum()),
+            total_mean_ns=round(float(o["mean"].sum()), 1), total_skew_ns=int(o["skew"].sum()),
+            wait_after_mean_ns=(round(float(wait_ev.loc[ev, "mean"]), 1)
+                                if has_wait and pd.notna(wait_ev.loc[ev, "mean"]) else 0.0),
+            wait_after_max_ns=int(wait_ev.loc[ev, "max"]) if has_wait and pd.notna(wait_ev.loc[ev, "max"]) else 0,
+            critical_ns=crit_by_event.get(int(ev), 0),
+            imbalance_at_stake_ns=round(float((o["slowest"] - o["mean"]).sum()), 1),
+            skew_at_stake_ns=round(float((o["wall"] - o["slowest"]).sum()), 1),
+            nested=int(ev) in nested_events,
+        ))
+    return phases
+
+
+def _instants(dec: Decoded, names: dict[int, str]) -> list[Instant]:
+    instants: list[Instant] = []
+    if not dec.instant_event.size:
+        return instants
+    idf = pd.DataFrame({"event": dec.instant_event.astype(np.int64), "lane": dec.instant_lane, "ts": dec.instant_ts})
+    for ev, d in idf.groupby("event", sort=True):
+        i_last = int(d["ts"].values.argmax())
+        instants.append(Instant(name=names.get(int(ev), f"event{int(ev)}"), event_id=int(ev), count=len(d),
+                                first_ns=int(d["ts"].min()), last_ns=int(d["ts"].max()),
+                                last_block=int(d["lane"].values[i_last]) // dec.ngroups))
+    return instants
+
+
+def _decode_summary(dec: Decoded) -> DecodeSummary:
+    st = dec.stats
+    return DecodeSummary(
+        slots=st.slots, rounds=st.rounds, zero_slots=st.zero_slots, unused_slots=st.unused_slots,
+        unmatched_begins=st.unmatched_begins, unmatched_ends=st.unmatched_ends, bad_type=st.bad_type,
+        tag_mismatches=st.tag_mismatches, truncated_lanes=st.truncated_lanes, timer_wraps=st.timer_wraps,
+        non_monotonic=st.non_monotonic, overflow=st.overflow, partial_round=st.partial_round)
 
 
 def _consistent(blk_ev: pd.DataFrame, last_blocks: list[int]) -> Optional[bool]:
