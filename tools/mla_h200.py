@@ -61,14 +61,14 @@ def correctness():
     rows = []
     for (K, N) in ((128, 512), (512, 128)):
         w = (torch.randn(128, K, N, device="cuda") * 0.02).to(torch.bfloat16)
-        for M in (1, 5, 8, 64, 200):
+        for M in (1, 5, 64, 200):
             x = torch.randn(128, M, K, device="cuda").to(torch.bfloat16)
             ref_bf16 = torch.bmm(x.float(), w.float())
             cases = []
-            for zp, g in ((False, 128), (True, 128), (False, 64), (False, 256 if K == 512 else 128)):
+            for zp, g in ((False, 128), (True, 128), (False, 64)) + (((False, 256),) if K == 512 else ()):
                 qw = quant.quantize_int4(w, group=g, zero_point=zp)
                 ref = x.float() @ quant.dequantize_int4(qw)
-                vars_ = ("dot", "dot_plain") + (("gemv",) if M == 1 and not zp else ())
+                vars_ = ("dot", "dot_plain", "persistent") + (("gemv",) if M == 1 and not zp else ())
                 for var in vars_:
                     cases.append((f"int4_{var}_g{g}{'_zp' if zp else ''}", ref,
                                   lambda out, qw=qw, var=var: w4a16_launch(
@@ -77,8 +77,8 @@ def correctness():
                 for lay in ("shuffled", "natural"):
                     fw = quant.quantize_fp8(w, group=g, layout=lay)
                     ref = x.float() @ quant.dequantize_fp8(fw)
-                    for var in (("asm", "plain") if lay == "shuffled" else ("f16",)):
-                        cfg = {"BLOCK_N": 64, "BLOCK_K": 128, "SUB": 2, "variant": var}
+                    for var in (("asm", "plain", "pers") if lay == "shuffled" else ("f16",)):
+                        cfg = {"BLOCK_N": 64, "BLOCK_K": 128, "SUB": 2, "variant": var, "persistent": var == "pers"}
                         cases.append((f"fp8_{lay}_{var}_g{g}", ref,
                                       lambda out, fw=fw, cfg=cfg: w8a16_launch(x, fw, out, cfg)))
             fw = quant.quantize_fp8(w, layout="natural")
@@ -107,28 +107,31 @@ def correctness():
 def grid(budget):
     rows = []
     RES["grid"] = rows
-    for (K, N) in ((128, 512), (512, 128)):
-        for M in (1, 8, 64):
-            if left(budget) < 200:
+    for (M, K, N) in ((1, 128, 512), (1, 512, 128), (8, 128, 512), (8, 512, 128), (64, 128, 512), (64, 512, 128)):
+        if True:
+            if left(budget) < 210:
                 RES["errors"].append(f"grid cut at K={K} M={M}")
                 return
             buf = bench.ShapeBuffers(1024, M, K, N, "cold")
             base = bench.time_launches(buf.bf16_fns())
             rows.append({"K": K, "N": N, "M": M, "kind": "bf16", "us": base, "tbps": buf.tbps("bf16", base)})
             todo = []
-            i4 = [(64, 4, 2), (128, 4, 2), (128, 8, 2), (256, 8, 2), (64, 2, 2)]
+            i4 = [(64, 4, 2), (128, 4, 2), (128, 8, 2), (256, 8, 2)]
             if K == 512:
-                i4 += [(128, 4, 3), (64, 4, 3)]
+                i4 += [(128, 4, 3)]
             for bn, nw, ns in i4:
                 todo.append(("int4", {"variant": "dot", "BLOCK_N": bn, "num_warps": nw, "num_stages": ns}))
+            for bn, nw, ns, cps in ((128, 4, 3, 2), (128, 4, 3, 4), (128, 4, 4, 2), (256, 8, 3, 1), (64, 4, 3, 4)):
+                todo.append(("int4", {"variant": "persistent", "BLOCK_N": bn, "num_warps": nw, "num_stages": ns,
+                                      "CTAS_PER_SM": cps}))
             if M == 1:
-                for bn, nw in ((64, 4), (128, 4), (32, 2)):
+                for bn, nw in ((64, 4), (128, 4)):
                     todo.append(("int4", {"variant": "gemv", "BLOCK_N": bn, "num_warps": nw, "num_stages": 2}))
-            f8 = [(64, 1, 4, 2), (128, 1, 4, 2), (128, 2, 4, 3), (128, 2, 8, 3), (256, 1, 8, 2), (64, 2, 4, 3)]
-            if N == 128:
-                f8 = [c for c in f8 if c[0] <= 128]
-            for bn, sub, nw, ns in f8:
+            for bn, sub, nw, ns in ((64, 1, 4, 2), (128, 1, 4, 2), (128, 2, 4, 3), (128, 2, 8, 3)):
                 todo.append(("fp8", {"variant": "asm", "BLOCK_N": bn, "SUB": sub, "num_warps": nw, "num_stages": ns}))
+            for bn, nw, ns, cps in ((128, 4, 3, 2), (128, 4, 4, 2), (128, 4, 3, 4), (64, 4, 3, 4)):
+                todo.append(("fp8", {"variant": "asm", "persistent": True, "BLOCK_N": bn, "num_warps": nw,
+                                     "num_stages": ns, "CTAS_PER_SM": cps}))
             todo.append(("fp8", {"variant": "plain", "BLOCK_N": 128, "SUB": 1, "num_warps": 4, "num_stages": 2}))
             todo.append(("int4", {"variant": "dot_plain", "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}))
             todo.append(("w8a8", {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}))
@@ -142,8 +145,9 @@ def grid(budget):
                          "tbps": buf.tbps("int4" if kind == "int4" else "fp8", us),
                          "n_regs": kern.n_regs, "n_spills": kern.n_spills}
                     if cfg.get("BLOCK_N") == 128 and cfg.get("num_warps") == 4 and M in (1, 64) \
-                            and cfg.get("num_stages") == 2 and kind != "w8a8":
-                        r["sass"] = mla_probe.sass_mix(kern, f"{kind}_{cfg.get('variant')}_K{K}_M{M}")
+                            and cfg.get("num_stages") in (2, 3) and kind != "w8a8" and cfg.get("CTAS_PER_SM", 2) == 2:
+                        tag = f"{kind}_{cfg.get('variant')}{'_pers' if cfg.get('persistent') else ''}_s{cfg.get('num_stages')}_K{K}_M{M}"
+                        r["sass"] = mla_probe.sass_mix(kern, tag)
                 except Exception as exc:  # noqa: BLE001
                     r = {"K": K, "N": N, "M": M, "kind": kind, "cfg": cfg, "error": repr(exc)[-700:]}
                 rows.append(r)

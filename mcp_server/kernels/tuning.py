@@ -11,8 +11,9 @@ M_BUCKETS = (1, 8, 16, 64, 256)
 
 #: Defaults before measurement (replaced by the sweep's winners below).
 _DEFAULTS: dict[str, dict] = {
-    "int4": {"variant": "dot", "BLOCK_N": 128, "num_warps": 4, "num_stages": 2},
-    "fp8": {"BLOCK_N": 128, "BLOCK_K": 128, "F16": True, "num_warps": 4, "num_stages": 3},
+    "int4": {"variant": "persistent", "BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "CTAS_PER_SM": 2},
+    "fp8": {"variant": "asm", "persistent": True, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3,
+            "CTAS_PER_SM": 2},
     "w8a8": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
 }
 

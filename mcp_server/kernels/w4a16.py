@@ -87,6 +87,20 @@ def _unpack8(p, UNPACK: tl.constexpr):
 
 
 @triton.jit
+def _load_x8(x_cols, m_mask):
+    """Eight [16, BM] activation chunks (k = 16 j .. 16 j + 15) of one 128-k block."""
+    x0 = tl.load(x_cols, mask=m_mask, other=0.0)
+    x1 = tl.load(x_cols + 16, mask=m_mask, other=0.0)
+    x2 = tl.load(x_cols + 32, mask=m_mask, other=0.0)
+    x3 = tl.load(x_cols + 48, mask=m_mask, other=0.0)
+    x4 = tl.load(x_cols + 64, mask=m_mask, other=0.0)
+    x5 = tl.load(x_cols + 80, mask=m_mask, other=0.0)
+    x6 = tl.load(x_cols + 96, mask=m_mask, other=0.0)
+    x7 = tl.load(x_cols + 112, mask=m_mask, other=0.0)
+    return x0, x1, x2, x3, x4, x5, x6, x7
+
+
+@triton.jit
 def _w4a16_dot_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, K: tl.constexpr,
                       GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, UNPACK: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
@@ -105,27 +119,106 @@ def _w4a16_dot_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, K: tl.constexp
     CH: tl.constexpr = (GROUP if GROUP < 128 else 128) // 16      # 16-k chunks per scale step
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     for k0 in range(0, K, 128):
+        # every load of the block first (activations, scales, then the weight words), so their
+        # latencies overlap: the dots wait on barriers that would serialize later loads
+        xs = _load_x8(x_cols + k0, m_mask)
+        if CH == 8:
+            s_blk = tl.load(s_row + (k0 // GROUP) * N).to(tl.float32)
+            if HAS_ZERO:
+                z_blk = tl.load(z_row + (k0 // GROUP) * N).to(tl.float32)
         p = tl.load(qw_rows + k0 // 8)
         ws = _unpack8(p, UNPACK)
         for g in tl.static_range(8 // CH):
             part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
             xsum = tl.zeros([BLOCK_M], dtype=tl.float32)
             for jj in tl.static_range(CH):
-                xj = tl.load(x_cols + (k0 + (g * CH + jj) * 16), mask=m_mask, other=0.0)
+                xj = xs[g * CH + jj]
                 if UNPACK == 2:
                     part = tl.dot(ws[g * CH + jj], xj.to(tl.float32), part)
                 else:
                     part = tl.dot(ws[g * CH + jj], xj, part)
                 if HAS_ZERO:
                     xsum += tl.sum(xj.to(tl.float32), axis=0)
-            grp = (k0 + g * CH * 16) // GROUP
-            s = tl.load(s_row + grp * N).to(tl.float32)
+            if CH == 8:
+                s = s_blk
+                if HAS_ZERO:
+                    z = z_blk
+            else:
+                grp = (k0 + g * CH * 16) // GROUP
+                s = tl.load(s_row + grp * N).to(tl.float32)
+                if HAS_ZERO:
+                    z = tl.load(z_row + grp * N).to(tl.float32)
             if HAS_ZERO:
-                z = tl.load(z_row + grp * N).to(tl.float32)
                 part += (8.0 - z)[:, None] * xsum[None, :]
             acc += part * s[:, None]
     out = out_ptr + b * M * N + offs_m[None, :] * N + offs_n[:, None]            # [BN, BM]
     tl.store(out, acc.to(tl.bfloat16), mask=m_mask)
+
+
+@triton.jit
+def _w4a16_persistent_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, H, K: tl.constexpr,
+                             GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, UNPACK: tl.constexpr,
+                             BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Persistent form of ``_w4a16_dot_kernel``: each program walks tiles (head, n-block,
+    m-block) with a stride of the grid, so the software pipeline (``num_stages``) prefetches the
+    next tiles' weight words and activations (cp.async) while this tile is unpacked and
+    multiplied. The K loop is unrolled (K = 128 or 512), the tile loop is the pipelined one."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    n_nb = N // BLOCK_N
+    n_mb = tl.cdiv(M, BLOCK_M)
+    per_head = n_nb * n_mb
+    tiles = H * per_head
+    offs_i = tl.arange(0, 16)
+    KW: tl.constexpr = K // 8
+    NG: tl.constexpr = K // GROUP
+    CH: tl.constexpr = (GROUP if GROUP < 128 else 128) // 16
+    for t in range(pid, tiles, nprog):
+        b = (t // per_head).to(tl.int64)
+        r = t % per_head
+        pid_n = r % n_nb
+        pid_m = r // n_nb
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        qw_rows = qw_ptr + b * N * KW + offs_n[:, None] * KW + offs_i[None, :]
+        x_cols = x_ptr + b * M * K + offs_m[None, :] * K + offs_i[:, None]
+        m_mask = offs_m[None, :] < M
+        s_row = s_ptr + b * NG * N + offs_n
+        z_row = z_ptr + b * NG * N + offs_n
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        for k0 in tl.static_range(0, K, 128):
+            xs = _load_x8(x_cols + k0, m_mask)
+            if CH == 8:
+                s_blk = tl.load(s_row + (k0 // GROUP) * N).to(tl.float32)
+                if HAS_ZERO:
+                    z_blk = tl.load(z_row + (k0 // GROUP) * N).to(tl.float32)
+            p = tl.load(qw_rows + k0 // 8)
+            ws = _unpack8(p, UNPACK)
+            for g in tl.static_range(8 // CH):
+                part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+                xsum = tl.zeros([BLOCK_M], dtype=tl.float32)
+                for jj in tl.static_range(CH):
+                    xj = xs[g * CH + jj]
+                    if UNPACK == 2:
+                        part = tl.dot(ws[g * CH + jj], xj.to(tl.float32), part)
+                    else:
+                        part = tl.dot(ws[g * CH + jj], xj, part)
+                    if HAS_ZERO:
+                        xsum += tl.sum(xj.to(tl.float32), axis=0)
+                if CH == 8:
+                    s = s_blk
+                    if HAS_ZERO:
+                        z = z_blk
+                else:
+                    grp = (k0 + g * CH * 16) // GROUP
+                    s = tl.load(s_row + grp * N).to(tl.float32)
+                    if HAS_ZERO:
+                        z = tl.load(z_row + grp * N).to(tl.float32)
+                if HAS_ZERO:
+                    part += (8.0 - z)[:, None] * xsum[None, :]
+                acc += part * s[:, None]
+        out = out_ptr + b * M * N + offs_m[None, :] * N + offs_n[:, None]
+        tl.store(out, acc.to(tl.bfloat16), mask=m_mask)
 
 
 @triton.jit
@@ -155,6 +248,20 @@ def _w4a16_gemv_kernel(x_ptr, qw_ptr, s_ptr, out_ptr, M, N, K: tl.constexpr,
             s = tl.load(s_row + grp * N).to(tl.float32)
             acc += part * s[:, None]
     tl.store(out_ptr + b * N + offs_n, tl.sum(acc, axis=1).to(tl.bfloat16))
+
+
+_SM_COUNT: dict = {}
+
+
+def _sm_count(device) -> int:
+    import torch
+
+    if device.type != "cuda":
+        return 4
+    key = device.index or 0
+    if key not in _SM_COUNT:
+        _SM_COUNT[key] = torch.cuda.get_device_properties(key).multi_processor_count
+    return _SM_COUNT[key]
 
 
 def _interpreting() -> bool:
@@ -192,7 +299,9 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
     cfg = dict(config or tuning.config_for("int4", M, K, N))
     variant = variant or cfg.pop("variant", "dot")
     cfg.pop("variant", None)
-    unpack = 2 if _interpreting() else (1 if variant in ("dot_plain", "gemv_plain") else 0)
+    unpack = 2 if _interpreting() else (1 if variant in ("dot_plain", "gemv_plain", "persistent_plain") else 0)
+    if variant == "persistent_plain":
+        variant = "persistent"
     if variant in ("gemv", "gemv_plain"):
         if M != 1:
             raise ValueError("the gemv variant handles M = 1 only")
@@ -207,6 +316,14 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
     if N % bn:
         raise ValueError(f"N={N} is not a multiple of BLOCK_N={bn}")
     zeros = w.zeros if w.zeros is not None else w.scales
+    if variant == "persistent":
+        tiles = H * (N // bn) * triton.cdiv(M, bm)
+        grid = (min(tiles, _sm_count(x.device) * cfg.get("CTAS_PER_SM", 2)),)
+        k = _w4a16_persistent_kernel[grid](
+            x, w.qweight, w.scales, zeros, out, M, N, H, K, GROUP=w.group,
+            HAS_ZERO=w.zeros is not None, UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
+            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3))
+        return k, out
     k = _w4a16_dot_kernel[(N // bn, H, triton.cdiv(M, bm))](
         x, w.qweight, w.scales, zeros, out, M, N, K, GROUP=w.group, HAS_ZERO=w.zeros is not None,
         UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,

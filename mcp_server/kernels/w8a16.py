@@ -92,6 +92,34 @@ def _unpack4_fp8(p, UNPACK: tl.constexpr):
 
 
 @triton.jit
+def _load_x4(x_cols, m_mask):
+    x0 = tl.load(x_cols, mask=m_mask, other=0.0)
+    x1 = tl.load(x_cols + 16, mask=m_mask, other=0.0)
+    x2 = tl.load(x_cols + 32, mask=m_mask, other=0.0)
+    x3 = tl.load(x_cols + 48, mask=m_mask, other=0.0)
+    return x0, x1, x2, x3
+
+
+@triton.jit
+def _fp8_block(acc, p, xs, s_row, kb, N, GROUP: tl.constexpr, UNPACK: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
+    """One 64-k block: four K=16 dots of the unpacked word tile; per-group scale if GROUP."""
+    if GROUP > 0:
+        s = tl.load(s_row + (kb // GROUP) * N)
+    ws = _unpack4_fp8(p, UNPACK)
+    dt: tl.constexpr = tl.float32 if UNPACK == 2 else tl.float16
+    if GROUP == 0:
+        for j in tl.static_range(4):
+            acc = tl.dot(ws[j], xs[j].to(dt), acc)
+    else:
+        part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        for j in tl.static_range(4):
+            part = tl.dot(ws[j], xs[j].to(dt), part)
+        acc += part * s[:, None]
+    return acc
+
+
+@triton.jit
 def _w8a16_shuf_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K: tl.constexpr,
                        GROUP: tl.constexpr, UNPACK: tl.constexpr, SUB: tl.constexpr,
                        BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
@@ -106,34 +134,61 @@ def _w8a16_shuf_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K: tl.constexpr,
     x_cols = x_ptr + b * M * K + offs_m[None, :] * K + offs_i[:, None]            # [16, BM]
     m_mask = offs_m[None, :] < M
     NG = K // GROUP if GROUP > 0 else 1
+    s_row = s_ptr + b * NG * N + offs_n
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    for k0 in range(0, K, 64 * SUB):
-        for r in tl.static_range(SUB):
-            kb = k0 + 64 * r
-            p = tl.load(w_rows + kb // 4)
-            ws = _unpack4_fp8(p, UNPACK)
-            if GROUP == 0:
-                for j in tl.static_range(4):
-                    xj = tl.load(x_cols + (kb + 16 * j), mask=m_mask, other=0.0)
-                    if UNPACK == 2:
-                        acc = tl.dot(ws[j], xj.to(tl.float32), acc)
-                    else:
-                        acc = tl.dot(ws[j], xj.to(tl.float16), acc)
-            else:
-                part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-                for j in tl.static_range(4):
-                    xj = tl.load(x_cols + (kb + 16 * j), mask=m_mask, other=0.0)
-                    if UNPACK == 2:
-                        part = tl.dot(ws[j], xj.to(tl.float32), part)
-                    else:
-                        part = tl.dot(ws[j], xj.to(tl.float16), part)
-                s = tl.load(s_ptr + b * NG * N + (kb // GROUP) * N + offs_n)
-                acc += part * s[:, None]
     if GROUP == 0:
-        s = tl.load(s_ptr + b * N + offs_n)
-        acc = acc * s[:, None]
+        s_ch = tl.load(s_ptr + b * N + offs_n)
+    for k0 in range(0, K, 64 * SUB):
+        # every load of the step first (activations, then weight words), so latencies overlap
+        xa = _load_x4(x_cols + k0, m_mask)
+        if SUB == 2:
+            xb = _load_x4(x_cols + (k0 + 64), m_mask)
+        p0 = tl.load(w_rows + k0 // 4)
+        if SUB == 2:
+            p1 = tl.load(w_rows + (k0 + 64) // 4)
+        acc = _fp8_block(acc, p0, xa, s_row, k0, N, GROUP, UNPACK, BLOCK_N, BLOCK_M)
+        if SUB == 2:
+            acc = _fp8_block(acc, p1, xb, s_row, k0 + 64, N, GROUP, UNPACK, BLOCK_N, BLOCK_M)
+    if GROUP == 0:
+        acc = acc * s_ch[:, None]
     out = out_ptr + b * M * N + offs_m[None, :] * N + offs_n[:, None]
     tl.store(out, acc.to(tl.bfloat16), mask=m_mask)
+
+
+@triton.jit
+def _w8a16_persistent_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, H, K: tl.constexpr,
+                             GROUP: tl.constexpr, UNPACK: tl.constexpr,
+                             BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Persistent form of ``_w8a16_shuf_kernel`` (tile loop pipelined, K loop unrolled)."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    n_nb = N // BLOCK_N
+    n_mb = tl.cdiv(M, BLOCK_M)
+    per_head = n_nb * n_mb
+    tiles = H * per_head
+    offs_i = tl.arange(0, 16)
+    KW: tl.constexpr = K // 4
+    NG: tl.constexpr = K // GROUP if GROUP > 0 else 1
+    for t in range(pid, tiles, nprog):
+        b = (t // per_head).to(tl.int64)
+        r = t % per_head
+        offs_n = (r % n_nb) * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_m = (r // n_nb) * BLOCK_M + tl.arange(0, BLOCK_M)
+        w_rows = w_ptr + b * N * KW + offs_n[:, None] * KW + offs_i[None, :]
+        x_cols = x_ptr + b * M * K + offs_m[None, :] * K + offs_i[:, None]
+        m_mask = offs_m[None, :] < M
+        s_row = s_ptr + b * NG * N + offs_n
+        if GROUP == 0:
+            s_ch = tl.load(s_row)
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        for kb in tl.static_range(0, K, 64):
+            xs = _load_x4(x_cols + kb, m_mask)
+            p = tl.load(w_rows + kb // 4)
+            acc = _fp8_block(acc, p, xs, s_row, kb, N, GROUP, UNPACK, BLOCK_N, BLOCK_M)
+        if GROUP == 0:
+            acc = acc * s_ch[:, None]
+        out = out_ptr + b * M * N + offs_m[None, :] * N + offs_n[:, None]
+        tl.store(out, acc.to(tl.bfloat16), mask=m_mask)
 
 
 @triton.jit
@@ -218,6 +273,16 @@ def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
         bm = cfg.get("BLOCK_M") or min(64, max(16, triton.next_power_of_2(M)))
         interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
         unpack = 2 if interp else (1 if cfg.get("variant") == "plain" else 0)
+        if cfg.get("persistent"):
+            from mcp_server.kernels.w4a16 import _sm_count
+
+            tiles = H * (w.N // bn) * triton.cdiv(M, bm)
+            grid = (min(tiles, _sm_count(x.device) * cfg.get("CTAS_PER_SM", 2)),)
+            k = _w8a16_persistent_kernel[grid](
+                x, w.weight.view(torch.int32), w.scales, out, M, w.N, H, K, GROUP=w.group,
+                UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
+                num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3))
+            return k, out
         k = _w8a16_shuf_kernel[(w.N // bn, H, triton.cdiv(M, bm))](
             x, w.weight.view(torch.int32), w.scales, out, M, w.N, K, GROUP=w.group, UNPACK=unpack,
             SUB=sub, BLOCK_N=bn, BLOCK_M=bm,
