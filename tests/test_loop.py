@@ -208,7 +208,7 @@ def test_without_proposals_it_profiles_selects_and_shows_the_candidate(proj):
     assert "memory_bound (dram)" in res.stop_message and res.profile_id == 1
     assert Path(res.report).is_file() and Path(res.report).resolve() == (proj / "reports" / "e1-p1.ncu-rep")
     md = ledger_export(ledger="l.db").text
-    assert "### Profile 1: `e1-p1.ncu-rep`" in md and "Selected: `bmm_kernel`" in md
+    assert "### Profile 1: `reports/e1-p1.ncu-rep`" in md and "Selected: `bmm_kernel`" in md
 
 
 def test_given_report_is_used_instead_of_profiling(proj):

@@ -54,8 +54,9 @@ def _kernel_rows(classification: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _profile(p: ProfileRow, out: list[str]) -> None:
-    name = p.report_path.rsplit("/", 1)[-1] if p.report_path else "(no report)"
+def _profile(p: ProfileRow, out: list[str], base: Optional[str] = None) -> None:
+    rel = _rel(p.report_path, base)
+    name = (rel if rel != p.report_path else p.report_path.rsplit("/", 1)[-1]) if p.report_path else "(no report)"
     out.append(f"### Profile {p.id}: {_code(name)}")
     out.append("")
     meta = [p.created_at]
@@ -93,7 +94,15 @@ def _profile(p: ProfileRow, out: list[str]) -> None:
         out += ["```json", text, "```", ""]
 
 
-def _candidate(v: CandidateView, out: list[str]) -> None:
+def _rel(path: Optional[str], base: Optional[str]) -> Optional[str]:
+    """A path under the experiment's directory, shown relative to it."""
+    if not path or not base:
+        return path
+    b = base.rstrip("/") + "/"
+    return path[len(b):] if path.startswith(b) else path
+
+
+def _candidate(v: CandidateView, out: list[str], base: Optional[str] = None) -> None:
     c = v.candidate
     title = f"### Candidate {c.id}: {_code(c.proposal_id) or 'proposal'}"
     if c.kernel:
@@ -104,16 +113,17 @@ def _candidate(v: CandidateView, out: list[str]) -> None:
     if c.diagnosis:
         out.append(f"- diagnosis: {_cell(c.diagnosis, 600)}")
     if c.change_kind == "file":
-        out.append(f"- change: file swap of {_code(c.change_target)} with {_code(c.change_path)}"
+        out.append(f"- change: file swap of {_code(_rel(c.change_target, base))} with "
+                   f"{_code(_rel(c.change_path, base))}"
                    + (f" (sha256 `{c.change_sha256[:16]}`)" if c.change_sha256 else ""))
     elif c.change_kind == "patch":
-        out.append(f"- change: git patch {_code(c.change_path)}"
+        out.append(f"- change: git patch {_code(_rel(c.change_path, base))}"
                    + (f" (sha256 `{c.change_sha256[:16]}`)" if c.change_sha256 else "")
-                   + (f" on {_code(c.change_target)}" if c.change_target else ""))
+                   + (f" on {_code(_rel(c.change_target, base))}" if c.change_target else ""))
     else:
         out.append("- change: none applied (the candidate spec names the new kernel)")
     if c.spec is not None:
-        spec = c.spec if isinstance(c.spec, str) else json.dumps(c.spec, sort_keys=True)
+        spec = _rel(c.spec, base) if isinstance(c.spec, str) else json.dumps(c.spec, sort_keys=True)
         out.append(f"- spec: {_code(_cell(spec, 300))}")
     for val in v.validations:
         r = val.result if isinstance(val.result, dict) else {}
@@ -188,9 +198,9 @@ def experiment_markdown(s: LedgerShowResult) -> list[str]:
     events += [(v.candidate.created_at, 1, v) for v in s.candidates]
     for _, _, item in sorted(events, key=lambda t: (t[0], t[1])):
         if isinstance(item, ProfileRow):
-            _profile(item, out)
+            _profile(item, out, e.cwd)
         else:
-            _candidate(item, out)
+            _candidate(item, out, e.cwd)
     return out
 
 

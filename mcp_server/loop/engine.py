@@ -41,14 +41,12 @@ def _speedup_text(sp: Any) -> str:
 
 
 def _why(result: dict[str, Any]) -> str:
-    parts = [str(result.get("verdict"))]
-    sp = _speedup_text(result.get("speedup"))
-    if sp:
-        parts.append(sp)
+    """validate_candidate's first reason (it states the interval and the threshold), else verdict + speedup."""
     reasons = result.get("reasons") or []
     if reasons:
-        parts.append(str(reasons[0]))
-    return "; ".join(parts)
+        return f"{result.get('verdict')}: {reasons[0]}"
+    sp = _speedup_text(result.get("speedup"))
+    return f"{result.get('verdict')}" + (f": {sp}" if sp else "")
 
 
 def _spec_arg(spec: Any) -> Any:
@@ -272,8 +270,8 @@ def drive(target: list[str], *, steps: LoopSteps, iters: int = 5, proposals: Opt
                     continue
                 avoid = _advised_against(p, sel)
                 if avoid and not p.force:
-                    why = (f"not tried: the classification advises against {avoid} for {sel.kernel} "
-                           f"({sel.diagnosis}); set force = true to validate it anyway")
+                    why = (f"not tried: the classification of {sel.short_name or sel.kernel} advises against "
+                           f"{avoid} (set force = true to validate it anyway)")
                     with led.write():  # candidate and decision together: never a pending one to validate
                         cid, _ = _record_candidate(led, exp_id, pid, sel, p)
                         rec.record_decision(led, cid, "abandoned", by=by, why=why, key=f"c{cid}:decision")

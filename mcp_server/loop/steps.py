@@ -122,37 +122,52 @@ def compact_classification(res: dict[str, Any]) -> dict[str, Any]:
     for k in res.get("kernels") or []:
         b = k.get("bottleneck") or {}
         d = (k.get("duration_ns") or {}).get("total")
-        share = k.get("share", k.get("time_share"))
+        share = k.get("time_share", k.get("share"))
         if share is None and total and isinstance(d, (int, float)):
             share = d / total
         kernels.append({"name": k.get("name"), "short_name": k.get("short_name"), "launches": k.get("launches"),
                         "class": b.get("class"), "limiter": b.get("limiter"), "l2_resident": b.get("l2_resident"),
                         "confidence": b.get("confidence"), "share": share,
                         "advice": b.get("advice") or []})
+    if not kernels:  # select_candidate's answer: one ranking row per kernel
+        for r in res.get("ranking") or []:
+            kernels.append({"name": r.get("short_name"), "short_name": r.get("short_name"), "class":
+                            r.get("bottleneck_class"), "limiter": r.get("limiter"), "share": r.get("time_share"),
+                            "score": r.get("score"), "why_not": r.get("why_not")})
     src = res.get("source") or {}
     return {"kernels": kernels, "gpu": res.get("gpu"), "cache_control": src.get("cache_control"),
             "ncu_version": src.get("ncu_version"), "format": src.get("format")}
 
 
-def selection_from(res: dict[str, Any]) -> Selection:
-    """Read select_candidate's answer (its candidate, diagnosis, fitting / unfitting change kinds)."""
-    cls = compact_classification(res)
+def selection_from(res: dict[str, Any], classification: Optional[dict[str, Any]] = None) -> Selection:
+    """Read select_candidate's answer (its candidate, diagnosis, fitting / unfitting change kinds);
+    ``classification``, a classify_bottleneck answer for the same report, gives the per-kernel record."""
+    cls = compact_classification(classification if classification is not None else res)
     cand = res.get("candidate")
     if isinstance(cand, str):
         cand = {"name": cand}
     if not isinstance(cand, dict) or not (cand.get("name") or cand.get("short_name")):
-        reason = _text(res.get("reason") or res.get("stop_reason") or res.get("why_none")) or "no candidate"
+        reason = _text(res.get("reason") or res.get("stop_reason")) or "; ".join(
+            str(w.get("message")) for w in res.get("warnings") or []
+            if isinstance(w, dict) and w.get("code") == "no_candidate") or "no candidate"
         cls["candidate"] = None
         return Selection(kernel=None, classification=cls, stop_reason=reason)
     b = cand.get("bottleneck") or {}
     diag = _text(res.get("diagnosis") or cand.get("diagnosis"))
     if not diag and b:
-        diag = f"{b.get('class')} ({b.get('limiter')}), confidence {b.get('confidence')}"
+        res_txt = {True: "L2-resident", False: "not L2-resident", None: "residency unknown"}.get(
+            b.get("l2_resident"), "residency unknown")
+        diag = f"{b.get('class')} on {b.get('limiter') or '?'} ({res_txt}"
+        share = cand.get("time_share")
+        if isinstance(share, (int, float)):
+            diag += f", {share:.0%} of kernel time"
+        if isinstance(b.get("confidence"), (int, float)):
+            diag += f", confidence {b['confidence']:.2f}"
+        diag += ")"
         if b.get("advice"):
             diag += ": " + _text(b.get("advice"))
-    avoid = _kinds(res.get("avoid") or res.get("unfit_changes") or res.get("changes_not_fitting")
-                   or cand.get("avoid"))
-    fits = _kinds(res.get("fits") or res.get("fit_changes") or res.get("changes_fitting") or cand.get("fits"))
+    avoid = _kinds(res.get("does_not_fit") or res.get("avoid") or cand.get("avoid"))
+    fits = _kinds(res.get("fits") or cand.get("fits"))
     cls["candidate"] = cand.get("name") or cand.get("short_name")
     cls["diagnosis"] = diag
     return Selection(kernel=cand.get("name") or cand.get("short_name"), short_name=cand.get("short_name"),
@@ -166,7 +181,7 @@ def _ncu_select(gpu: Optional[str]) -> Callable[[Path, Optional[str]], Selection
             args["gpu"] = gpu
         if cache_control:
             args["cache_control"] = cache_control
-        return selection_from(call_tool("select_candidate", args))
+        return selection_from(call_tool("select_candidate", args), call_tool("classify_bottleneck", args))
     return select
 
 
