@@ -1,0 +1,249 @@
+"""The ncu parser on the H200 fixtures (tests/fixtures/ncu, made by tools/make_ncu_fixtures.py)."""
+from __future__ import annotations
+
+import csv
+import io
+import lzma
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mcp_server.errors import FileMissingError, KernelscopeError
+from mcp_server.ncu.parse import NcuFormatError, convert, parse_ncu, parse_number
+
+NCU = Path(__file__).resolve().parent / "fixtures" / "ncu"
+TARGETS = ["gemm_bf16", "fma_chain", "elementwise", "bmm_hbm", "bmm_l2", "tiny_add"]
+
+def _has_ncu_report() -> bool:
+    try:
+        import ncu_report  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_ncu_report = pytest.mark.skipif(not _has_ncu_report(), reason="ncu-report package not installed")
+
+
+def by_nvtx(profile):
+    return {k.nvtx: k for k in profile.kernels}
+
+
+@pytest.mark.parametrize("cc", ["all", "none"])
+def test_raw_csv_groups_launches_per_kernel(cc):
+    p = parse_ncu(str(NCU / f"targets_{cc}.raw.csv"))
+    assert p.source.format == "csv-raw"
+    assert p.source.cache_control == cc and p.source.cache_control_from == "sidecar"
+    assert p.source.device == "NVIDIA H200"
+    assert p.source.ncu_version == "2025.3.1.0"
+    k = by_nvtx(p)
+    assert sorted(k) == sorted(TARGETS)
+    # bmm_hbm and bmm_l2 run the same cuBLAS kernel with the same grid: only the NVTX range tells them apart
+    assert k["bmm_hbm"].name == k["bmm_l2"].name and k["bmm_hbm"].grid == k["bmm_l2"].grid
+    assert all(x.launches == 2 and len(x.launch_rows) == 2 for x in p.kernels)
+    assert k["tiny_add"].grid == "(1, 1, 1)" and k["elementwise"].grid == "(65536, 1, 1)"
+    # sorted by total time; the 8192^3 GEMM dominates (about 1.39 ms per launch)
+    assert p.kernels[0].nvtx == "gemm_bf16"
+    assert 1.3e6 < k["gemm_bf16"].duration_ns.median < 1.5e6
+    assert p.total_duration_ns == pytest.approx(sum(x.duration_ns.total for x in p.kernels))
+
+
+def _durations(p):
+    return {k.nvtx: (k.duration_ns.total, k.duration_ns.min, k.duration_ns.max) for k in p.kernels}
+
+
+@needs_ncu_report
+@pytest.mark.parametrize("cc", ["all", "none"])
+def test_every_format_of_a_run_gives_the_same_durations(cc):
+    rep = _durations(parse_ncu(str(NCU / f"targets_{cc}.ncu-rep.xz")))
+    raw = _durations(parse_ncu(str(NCU / f"targets_{cc}.raw.csv")))
+    det = _durations(parse_ncu(str(NCU / f"targets_{cc}.details.csv")))
+    assert rep == raw  # base units: exact nanoseconds
+    for name, (tot, lo, hi) in rep.items():
+        # the details page prints auto units with 3 significant digits ("1.39 ms")
+        assert det[name][0] == pytest.approx(tot, rel=5e-3)
+        assert det[name][1] == pytest.approx(lo, rel=5e-3)
+    if cc == "none":
+        auto = _durations(parse_ncu(str(NCU / "targets_none.raw_auto.csv")))
+        for name, v in rep.items():
+            assert auto[name] == pytest.approx(v, rel=1e-6)
+
+
+@needs_ncu_report
+def test_report_and_csv_agree_on_metrics():
+    rep = by_nvtx(parse_ncu(str(NCU / "targets_none.ncu-rep.xz")))
+    raw = by_nvtx(parse_ncu(str(NCU / "targets_none.raw.csv")))
+    for name in TARGETS:
+        for m in ("sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct", "l2_hit_rate_pct",
+                  "registers_per_thread", "dram_read_bytes"):
+            assert raw[name].metrics[m] == pytest.approx(rep[name].metrics[m], rel=1e-3, abs=0.02), (name, m)
+    assert rep["gemm_bf16"].registers_per_thread == 168
+    assert rep["gemm_bf16"].occupancy_limiter == "registers"
+    # FMA chain: 132*64 blocks of 256 threads x 4 chains x 2048 FMAs = 17.7 G FFMA -> 35.4 GFLOP
+    assert rep["fma_chain"].flops == pytest.approx(2 * 132 * 64 * 256 * 4 * 2048, rel=0.01)
+
+
+def test_stdout_csv_with_application_output_mixed_in():
+    p = parse_ncu(str(NCU / "stdout_mixed.csv"))
+    assert p.source.format == "csv-raw"
+    assert [(k.grid, k.launches) for k in p.kernels] == [("(65536, 1, 1)", 2), ("(1, 1, 1)", 2)]
+    w = [x for x in p.warnings if x.code == "foreign_lines_skipped"]
+    assert w and w[0].count == 5  # the target's 5 chatty lines
+    assert 1.5e5 < p.kernels[0].duration_ns.median < 2.5e5
+    assert p.source.cache_control is None  # no sidecar for a stdout capture
+
+
+def test_details_page_without_rule_columns_and_old_layout(tmp_path):
+    rows = list(csv.reader(open(NCU / "targets_all.details.csv", newline="")))
+    drop = {"Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup",
+            "Block Size", "Grid Size", "Device", "CC"}
+    keep = [i for i, h in enumerate(rows[0]) if h not in drop]
+    buf = io.StringIO()
+    w = csv.writer(buf, quoting=csv.QUOTE_ALL)
+    for r in rows:
+        w.writerow([r[i] for i in keep if i < len(r)])
+    f = tmp_path / "old.csv"
+    f.write_text(buf.getvalue())
+    p = parse_ncu(str(f))
+    ref = parse_ncu(str(NCU / "targets_all.details.csv"))
+    assert p.source.format == "csv-details"
+    # without Grid/Block the tiny and the large add collapse only if their NVTX range is equal: they are not
+    assert len(p.kernels) == len(ref.kernels) == 6
+    assert all(k.grid is None for k in p.kernels)
+    assert _durations(p) == _durations(ref)
+
+
+def test_raw_csv_older_layout_without_launch_columns(tmp_path):
+    rows = list(csv.reader(open(NCU / "targets_none.raw.csv", newline="")))
+    drop = {"Block Size", "Grid Size", "Device", "CC"}
+    keep = [i for i, h in enumerate(rows[0]) if h not in drop and "Range" not in h]
+    buf = io.StringIO()
+    w = csv.writer(buf, quoting=csv.QUOTE_ALL)
+    for r in rows:
+        w.writerow([r[i] for i in keep])
+    f = tmp_path / "old_raw.csv"
+    f.write_text(buf.getvalue())
+    p = parse_ncu(str(f))
+    # no grid, block or NVTX: launches group by name alone, so the two BMM sizes (one cuBLAS kernel) and
+    # the tiny and the large add (one elementwise kernel) each fall together -> 4 kernels
+    assert len(p.kernels) == 4
+    assert sorted(k.launches for k in p.kernels) == [2, 2, 4, 4]
+    assert sum(k.launches for k in p.kernels) == 12
+
+
+def test_values_and_units():
+    assert parse_number("n/a") is None and parse_number("no data") is None and parse_number("") is None
+    assert parse_number('"2,592"') == 2592.0
+    assert parse_number("1,980,000") == 1980000.0
+    assert convert(1.39, "ms", "ns") == pytest.approx(1.39e6)
+    assert convert(548.77, "us", "ns") == pytest.approx(548770)
+    assert convert(548.77, "usecond", "ns") == pytest.approx(548770)
+    assert convert(1.26, "Gbyte", "bytes") == pytest.approx(1.26e9)
+    assert convert(188.64, "Kbyte/block", "bytes") == pytest.approx(188640)
+    assert convert(1.59, "Ghz", "hz") == pytest.approx(1.59e9)
+    assert convert(1.59, "cycle/nsecond", "hz") == pytest.approx(1.59e9)
+    assert convert(94.6, "%", "pct") == 94.6
+
+
+# --------------------------------------------------------------------------- bad input
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileMissingError):
+        parse_ncu(str(tmp_path / "nope.ncu-rep"))
+
+
+def test_empty_csv(tmp_path):
+    f = tmp_path / "empty.csv"
+    f.write_text("")
+    with pytest.raises(NcuFormatError, match="empty"):
+        parse_ncu(str(f))
+
+
+def test_header_only_csv(tmp_path):
+    f = tmp_path / "header.csv"
+    lines = (NCU / "targets_all.raw.csv").read_text().splitlines()
+    f.write_text("\n".join(lines[:2]) + "\n")  # header + units row
+    with pytest.raises(NcuFormatError, match="no kernel rows"):
+        parse_ncu(str(f))
+
+
+def test_unknown_columns(tmp_path):
+    f = tmp_path / "other.csv"
+    f.write_text('"ID","Kernel Name","foo__bar.sum","baz"\n"0","k","1","2"\n')
+    with pytest.raises(NcuFormatError, match="catalogue knows.*foo__bar.sum"):
+        parse_ncu(str(f))
+
+
+def test_not_an_ncu_csv(tmp_path):
+    f = tmp_path / "x.csv"
+    f.write_text("a,b,c\n1,2,3\n")
+    with pytest.raises(NcuFormatError, match="not an ncu CSV"):
+        parse_ncu(str(f))
+
+
+def test_error_output_instead_of_csv(tmp_path):
+    f = tmp_path / "err.csv"
+    f.write_text((NCU / "targets_all.log").read_text().splitlines()[0] + "\n"
+                 "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
+                 "Performance Counters on the target device 0.\n")
+    with pytest.raises(NcuFormatError, match="ERR_NVGPUCTRPERM"):
+        parse_ncu(str(f))
+
+
+def test_na_everywhere_is_missing_not_zero(tmp_path):
+    rows = list(csv.reader(open(NCU / "targets_none.raw.csv", newline="")))
+    h = rows[0]
+    na = {i for i, c in enumerate(h) if c.startswith(("sm__throughput", "gpu__compute_memory_throughput"))}
+    buf = io.StringIO()
+    w = csv.writer(buf, quoting=csv.QUOTE_ALL)
+    w.writerow(h)
+    w.writerow(rows[1])
+    for r in rows[2:]:
+        w.writerow(["n/a" if i in na else v for i, v in enumerate(r)])
+    f = tmp_path / "na.csv"
+    f.write_text(buf.getvalue())
+    p = parse_ncu(str(f))
+    assert all(k.metrics["sm_throughput_pct"] is None for k in p.kernels)
+    assert all("sm_throughput_pct" in k.missing for k in p.kernels)
+    assert any(w.code == "metric_missing" and "sm_throughput_pct" in w.message for w in p.warnings)
+
+
+@needs_ncu_report
+def test_truncated_report(tmp_path):
+    data = lzma.decompress((NCU / "targets_none.ncu-rep.xz").read_bytes())
+    f = tmp_path / "cut.ncu-rep"
+    f.write_bytes(data[:4096])
+    with pytest.raises(NcuFormatError) as ei:
+        parse_ncu(str(f))
+    assert "cut.ncu-rep" in str(ei.value)
+
+
+@needs_ncu_report
+def test_empty_and_foreign_report(tmp_path):
+    f = tmp_path / "zero.ncu-rep"
+    f.write_bytes(b"")
+    with pytest.raises(NcuFormatError, match="empty"):
+        parse_ncu(str(f))
+    g = tmp_path / "text.ncu-rep"
+    g.write_text("hello")
+    with pytest.raises(NcuFormatError, match="not an Nsight Compute report"):
+        parse_ncu(str(g))
+
+
+def test_report_without_the_package(monkeypatch, tmp_path):
+    import builtins
+
+    real = builtins.__import__
+
+    def fake(name, *a, **k):
+        if name == "ncu_report":
+            raise ImportError("no")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    f = tmp_path / "r.ncu-rep"
+    shutil.copy(NCU / "targets_all.ncu-rep.xz", tmp_path / "r.ncu-rep.xz")
+    f.write_bytes(lzma.decompress((tmp_path / "r.ncu-rep.xz").read_bytes()))
+    with pytest.raises(KernelscopeError, match="ncu-report"):
+        parse_ncu(str(f))
