@@ -93,7 +93,7 @@ def convert(value: Optional[float], unit: str, canonical_unit: str) -> Optional[
         if "/" in u:  # cycle/nsecond, cycle/usecond, cycle/second
             den = u.split("/", 1)[1]
             return value * 1e9 / _TIME_NS.get(den, 1e9)
-        s = _prefix_scale(u.lower(), ("hz",))
+        s = _prefix_scale(u, ("hz", "Hz", "HZ"))
         return value * (s if s is not None else 1.0)
     if canonical_unit == "bytes_per_s":
         num, _, den = u.partition("/")
