@@ -107,7 +107,8 @@ def module_keys(df: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
     if n == 0:
         return [], [], []
     empty = {"", "nan", "None"}
-    col = (lambda c: df[c].astype(str).to_numpy(dtype=object) if c in df else np.full(n, "", dtype=object))
+    def col(c):
+        return df[c].astype(str).to_numpy(dtype=object) if c in df else np.full(n, "", dtype=object)
     codes, uniq = pd.factorize(col("module_path"))
     uniq = [str(u) for u in uniq]
     u_chain, u_parent, u_type, u_generic = [], [], [], []

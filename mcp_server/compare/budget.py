@@ -35,7 +35,8 @@ def category_totals(side: Side) -> tuple[pd.DataFrame, str]:
     return g, "GPU Kernels"
 
 
-def side_info(side: Side, *, total_us: float, count: int, table: str, phase: Optional[str], phases: list[str]) -> SideInfo:
+def side_info(side: Side, *, total_us: float, count: int, table: str, phase: Optional[str],
+              phases: list[str]) -> SideInfo:
     return SideInfo(
         label=side.label, path=side.path, kind=side.kind, source_table=table,
         truncated=bool(side.gpu_kernels_truncated if table == "GPU Kernels" else side.kernels_truncated),

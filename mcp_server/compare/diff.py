@@ -16,9 +16,8 @@ Blocks are sorted by |gap| (b - a); the first is marked for optimisation.
 """
 from __future__ import annotations
 
-from collections import Counter
-
 import os
+from collections import Counter
 from typing import Optional, Sequence, Union
 
 from mcp_server.compare.blocks import BlockRules, assign_blocks, load_blocks
@@ -231,4 +230,5 @@ def _step_ratio(blocks: list[BlockDiff]) -> Optional[float]:
 
 def replacements(block: BlockDiff) -> list[tuple[str, str, str]]:
     """(A kernel, B kernel, how paired) for the kernels one side replaced with another in a block."""
-    return [(m.a_name or "", m.b_name or "", m.kind) for m in block.matches if m.kind in ("category", "time", "renamed")]
+    return [(m.a_name or "", m.b_name or "", m.kind) for m in block.matches
+            if m.kind in ("category", "time", "renamed")]

@@ -12,10 +12,10 @@ import io
 import os
 from pathlib import Path
 
+from mcp_server.atomic import atomic_write_text, check_output_path
 from mcp_server.compare.matching import display_kernel_name
 from mcp_server.compare.models import BlockDiff, DiffResult
 from mcp_server.compare.xlsx import category_budget
-from mcp_server.atomic import atomic_write_text, check_output_path
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1d1d1f}
@@ -95,7 +95,8 @@ def _panel(b: BlockDiff, la: str, lb: str) -> str:
             f"<td>{_e(m.b_category or '')}</td><td class=\"num\">{_num(m.b_us) if m.b_name else ''}</td>"
             "</tr>"
         )
-    notes = "".join(f'<p class="note"><span class="kind">{_e(a.kind)}</span> {_e(a.message)}</p>' for a in b.annotations)
+    notes = "".join(f'<p class="note"><span class="kind">{_e(a.kind)}</span> '
+                    f'{_e(a.message)}</p>' for a in b.annotations)
     cls = "panel optimize" if b.optimize else "panel"
     star = "★ " if b.optimize else ""
     return (
@@ -117,7 +118,8 @@ def render_diff_html(res: DiffResult) -> str:
             f'<tr class="{"optimize" if b.optimize else ""}"><td>{"★" if b.optimize else ""}</td>'
             f'<td><a href="#block-{_e(b.block)}">{_e(b.block)}</a></td><td>{_e(b.role)}</td>'
             f'<td class="num">{_num(b.a_us)}</td><td class="num">{_num(b.b_us)}</td>{_gap(b.gap_us)}'
-            f'<td class="num">{_ratio(b.ratio)}</td><td class="num">{b.a_count}/{b.b_count}</td><td>{_e(kinds)}</td></tr>'
+            f'<td class="num">{_ratio(b.ratio)}</td><td '
+            f'class="num">{b.a_count}/{b.b_count}</td><td>{_e(kinds)}</td></tr>'
         )
     block_rows.append(
         f'<tr><td></td><td><b>total</b></td><td></td><td class="num">{_num(res.total_a_us)}</td>'
@@ -132,7 +134,8 @@ def render_diff_html(res: DiffResult) -> str:
     mism = ""
     if res.mismatches:
         mrows = "".join(
-            f"<tr><td>{_e(m.side)}</td><td><code>{_e(display_kernel_name(m.kernel, 90))}</code></td><td>{_e(m.stored)}</td>"
+            f"<tr><td>{_e(m.side)}</td><td><code>{_e(display_kernel_name(m.kernel, 90))}</code></td>"
+            f"<td>{_e(m.stored)}</td>"
             f'<td>{_e(m.current)}</td><td class="num">{_num(m.us)}</td></tr>' for m in res.mismatches
         )
         mism = ('<h2>Category mismatches (stored vs current rules)</h2><table id="mismatches"><thead><tr><th>side</th>'

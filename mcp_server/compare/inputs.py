@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence, Literal, Optional
+from typing import Literal, Optional, Sequence
 
 import pandas as pd
 
@@ -74,7 +74,8 @@ def _kind_of(path: Path) -> Literal["trace", "report"]:
     )
 
 
-def _mismatches(label: str, names: pd.Series, stored: pd.Series, current: pd.Series, us: pd.Series) -> list[CategoryMismatch]:
+def _mismatches(label: str, names: pd.Series, stored: pd.Series, current: pd.Series,
+                us: pd.Series) -> list[CategoryMismatch]:
     st = stored.astype(str).str.strip()
     diff = (st != current.astype(str)) & (st != "")
     if not diff.any():
@@ -82,7 +83,8 @@ def _mismatches(label: str, names: pd.Series, stored: pd.Series, current: pd.Ser
     sub = pd.DataFrame({"kernel": names[diff], "stored": stored[diff], "current": current[diff], "us": us[diff]})
     agg = sub.groupby(["kernel", "stored", "current"], sort=False, as_index=False)["us"].sum()
     agg = agg.sort_values("us", ascending=False)
-    return [CategoryMismatch(side=label, kernel=str(r.kernel), stored=str(r.stored), current=str(r.current), us=float(r.us))
+    return [CategoryMismatch(side=label, kernel=str(r.kernel), stored=str(r.stored), current=str(r.current),
+                             us=float(r.us))
             for r in agg.itertuples(index=False)]
 
 
@@ -149,13 +151,16 @@ def _load_trace(p: Path, label: str, categories, rules: CategoryRules, reference
     try:
         from mcp_server.traces import analyze_trace
     except ImportError:  # pragma: no cover - depends on the build
-        raise ToolMissingError("the trace analyzer is not available in this build; pass a report (.xlsx)", path=p) from None
+        raise ToolMissingError("the trace analyzer is not available in this build; pass a report "
+                               "(.xlsx)", path=p) from None
     res = analyze_trace(str(p), categories=str(categories) if categories else None,
                         reference_trace=str(reference) if reference else None)
     df = res.kernels
     if df is None:
         raise InputError("the trace analysis returned no kernel table", path=p)
-    df = df.sort_values("ts_us", kind="stable").reset_index(drop=True) if "ts_us" in df and len(df) else df.reset_index(drop=True)
+    if "ts_us" in df and len(df):
+        df = df.sort_values("ts_us", kind="stable")
+    df = df.reset_index(drop=True)
     warnings = [Warning_(code=w.code, message=w.message, count=w.count) for w in getattr(res, "warnings", [])]
     return Side(label=label, path=str(p), kind="trace", kernels=df, categories_sha256=rules.sha256, warnings=warnings)
 

@@ -16,7 +16,8 @@ class SideInfo(Model):
     label: str
     path: str
     kind: SideKind
-    source_table: str = Field(description="table the numbers come from: 'kernels' (full list) or 'GPU Kernels' (upstream)")
+    source_table: str = Field(description="table the numbers come from: 'kernels' (full list) or 'GPU Kernels' "
+                                          "(upstream)")
     truncated: bool = Field(False, description="the upstream table was cut at its row cap: totals are a lower bound")
     phase: Optional[str] = Field(None, description="phase filter applied (prefill | decode), if any")
     phases_present: list[str] = Field(default_factory=list)
@@ -92,7 +93,8 @@ class KernelMatch(Model):
 
 class Annotation(Model):
     kind: Literal["FUSION", "IMPROVE", "MISSING"]
-    side: Literal["a", "b"] = Field(description="FUSION: side with more kernels; IMPROVE: slower side; MISSING: side lacking the category")
+    side: Literal["a", "b"] = Field(description="FUSION: side with more kernels; IMPROVE: slower side; MISSING: side "
+                                                "lacking the category")
     message: str
     kernels: list[str] = Field(default_factory=list, description="kernel names involved")
     category: Optional[str] = None

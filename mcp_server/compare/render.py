@@ -34,7 +34,8 @@ def _gap_style(g: float) -> str:
 def _side_line(res) -> str:
     parts = []
     for s in (res.a, res.b):
-        extra = f", {s.source_table}" + (" TRUNCATED" if s.truncated else "") + (f", phase {s.phase}" if s.phase else "")
+        extra = (f", {s.source_table}" + (" TRUNCATED" if s.truncated else "")
+                 + (f", phase {s.phase}" if s.phase else ""))
         parts.append(f"[bold]{escape(s.label)}[/]: {escape(s.path)} ({s.kind}{extra}, {s.kernel_count} kernels)")
     return "\n".join(parts)
 
@@ -118,7 +119,8 @@ def render_diff(res: DiffResult, console: Console, request: Any = None, *, panel
 def render_recategorize(res: Any, console: Console) -> None:
     """Per report: kernels whose category changed, the first changes, warnings."""
     t = Table(title=f"recategorize ({escape(res.categories_source)})", title_justify="left")
-    for c, right in (("report", False), ("layout", False), ("kernels changed", True), ("cells", True), ("sheets", True)):
+    cols = (("report", False), ("layout", False), ("kernels changed", True), ("cells", True), ("sheets", True))
+    for c, right in cols:
         t.add_column(c, justify="right" if right else "left")
     for f in res.files:
         t.add_row(escape(f.output), escape(f.source), str(f.changed), str(f.rows_changed), str(len(f.sheets_updated)))

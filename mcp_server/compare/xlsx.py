@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mcp_server.compare.models import DiffResult
 from mcp_server.atomic import check_output_path
+from mcp_server.compare.models import DiffResult
 
 
 def category_budget(res: DiffResult) -> list[tuple[str, float, float]]:
@@ -74,7 +74,8 @@ def write_diff_xlsx(res: DiffResult, path: str | os.PathLike) -> Path:
     header(ws, ["Block", "Kind", "Side", "Category", "Message", "Kernels"])
     for b in res.blocks:
         for a in b.annotations:
-            ws.append([b.block, a.kind, la if a.side == "a" else lb, a.category or "", a.message, " | ".join(a.kernels)])
+            ws.append([b.block, a.kind, la if a.side == "a" else lb, a.category or "", a.message,
+                       " | ".join(a.kernels)])
 
     ws = wb.create_sheet("Budget")
     header(ws, ["Category", f"{la} (us)", f"{la} %", f"{lb} (us)", f"{lb} %", "Gap (us, B-A)", "Ratio B/A"])

@@ -2,6 +2,6 @@
 from __future__ import annotations
 
 from mcp_server.refs.finder import find_references
-from mcp_server.refs.models import RefItem, RefSection, ReferenceResult
+from mcp_server.refs.models import ReferenceResult, RefItem, RefSection
 
 __all__ = ["find_references", "RefItem", "RefSection", "ReferenceResult"]

@@ -16,7 +16,7 @@ from mcp_server.refs.common import SearchParams
 from mcp_server.refs.github import search_github, search_url
 from mcp_server.refs.jira_src import browse_url, build_jql, search_jira
 from mcp_server.refs.localgit import code_search_url, search_local
-from mcp_server.refs.models import Outcome, RefItem, RefSection, ReferenceResult
+from mcp_server.refs.models import Outcome, ReferenceResult, RefItem, RefSection
 from mcp_server.refs.registry import SourceSpec, load_registry
 from mcp_server.vocab import WarningCode
 

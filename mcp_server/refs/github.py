@@ -76,7 +76,8 @@ def search_github(spec: SourceSpec, p: SearchParams) -> RefSection:
             pass
     if len(q) > SEARCH_Q_MAX:
         return RefSection(**base, method="url-only", degraded=True, elapsed_s=sw.elapsed(),
-                          reason=f"query longer than GitHub's {SEARCH_Q_MAX}-character search limit; shorten the keyword")
+                          reason=f"query longer than GitHub's {SEARCH_Q_MAX}-character search limit; shorten the "
+                                 "keyword")
 
     notes: list[str] = []
     gh = _find_gh(p.gh_path)
@@ -172,7 +173,8 @@ def _via_rest(spec: SourceSpec, p: SearchParams, n: int, q: str, url: str, sw: S
     until = p.cache.limited_until(limit_name)
     base = dict(source=spec.key, kind=spec.kind, query=q, url=url)
     if until is not None:
-        why = f"REST: rate limited until {iso_utc(until)} (remembered from an earlier answer; not asked again before then)"
+        why = (f"REST: rate limited until {iso_utc(until)} "
+               "(remembered from an earlier answer; not asked again before then)")
         return RefSection(**base, method="url-only", degraded=True, reason="; ".join([*notes, why]),
                           rate_limit_reset=iso_utc(until), elapsed_s=sw.elapsed()), ""
     left = sw.left(p.timeout_s)
@@ -220,7 +222,8 @@ def _via_rest(spec: SourceSpec, p: SearchParams, n: int, q: str, url: str, sw: S
                           elapsed_s=sw.elapsed()), ""
 
     msg = _message(r)
-    if r.status_code in (403, 429) and (remaining == "0" or "rate limit" in msg.lower() or r.headers.get("retry-after")):
+    limited = remaining == "0" or "rate limit" in msg.lower() or r.headers.get("retry-after")
+    if r.status_code in (403, 429) and limited:
         if reset is None:
             reset = time.time() + 60.0
         p.cache.remember_limit(limit_name, reset)

@@ -100,7 +100,8 @@ def search_jira(spec: SourceSpec, p: SearchParams) -> RefSection:
             return degraded(f"JQL rejected (HTTP 400: {short(getattr(exc, 'text', '') or '', 200)})")
         if code == 429:
             return degraded("rate limited by the Jira site (HTTP 429)")
-        return degraded(f"Jira error HTTP {code}" + (f": {short(getattr(exc, 'text', ''), 160)}" if getattr(exc, "text", None) else ""))
+        return degraded(f"Jira error HTTP "
+                        f"{code}" + (f": {short(getattr(exc, 'text', ''), 160)}" if getattr(exc, "text", None) else ""))
     except requests.exceptions.Timeout:
         return degraded(f"timeout after {p.timeout_s:.1f}s")
     except requests.exceptions.ConnectionError:

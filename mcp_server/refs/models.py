@@ -24,7 +24,8 @@ class RefItem(Model):
     updated: Optional[str] = Field(None, description="last update (ISO 8601) as the source reports it")
     commit: Optional[str] = Field(None, description="full commit hash (local git)")
     subject: Optional[str] = Field(None, description="commit subject line (local git)")
-    match: Optional[str] = Field(None, description="how a local commit matched: 'message' (git log --grep) or 'diff' (git log -S)")
+    match: Optional[str] = Field(None, description="how a local commit matched: 'message' (git log --grep) or 'diff' "
+                                                   "(git log -S)")
     file: Optional[str] = Field(None, description="path inside the checkout (git grep)")
     line: Optional[int] = None
     snippet: Optional[str] = None
@@ -35,16 +36,20 @@ class RefSection(Model):
 
     source: str = Field(description="registry key, e.g. aiter-upstream")
     kind: str = Field(description="registry kind: github-prs, local-git or jira")
-    method: Method = Field(description="live:gh, live:rest, live:jira, local:git, url-only (only a link to run the search by hand) or unavailable")
+    method: Method = Field(description="live:gh, live:rest, live:jira, local:git, url-only (only a link to run the "
+                                       "search by hand) or unavailable")
     degraded: bool = Field(description="true when the preferred way did not answer")
-    reason: Optional[str] = Field(None, description="why degraded: no token, rate limited until ..., timeout, offline, not installed, auth failed ...")
+    reason: Optional[str] = Field(None, description="why degraded: no token, rate limited until ..., timeout, offline, "
+                                                    "not installed, auth failed ...")
     url: Optional[str] = Field(None, description="the search as a link a person can open (always given when known)")
     query: Optional[str] = Field(None, description="the query sent (GitHub q / JQL / git pattern)")
     root: Optional[str] = Field(None, description="local checkout searched (local-git)")
     items: list[RefItem] = Field(default_factory=list)
     total: Optional[int] = Field(None, description="total matches the source reports (may exceed len(items))")
-    incomplete: bool = Field(False, description="the source said its results are incomplete (GitHub incomplete_results, a partial local search)")
-    rate_limit_reset: Optional[str] = Field(None, description="when the GitHub search limit resets (ISO 8601 UTC), when known")
+    incomplete: bool = Field(False, description="the source said its results are incomplete (GitHub "
+                                                "incomplete_results, a partial local search)")
+    rate_limit_reset: Optional[str] = Field(None, description="when the GitHub search limit resets (ISO 8601 UTC), "
+                                                              "when known")
     cached: bool = Field(False, description="served from the on-disk cache")
     elapsed_s: float = 0.0
 
@@ -58,10 +63,12 @@ class ReferenceResult(Model):
         None, description="'classified' when the category came from _shared/kernel_categories.csv")
     outcomes: list[Outcome] = Field(
         description="upstream_pr (cherry-pick candidate), local_hit (dispatch/wiring), jira_ticket (coordinate), "
-        "nothing_found (every source answered live with no hit: new work), unknown (no hit but some source was degraded)")
+        "nothing_found (every source answered live with no hit: new work), unknown (no hit but some source was "
+        "degraded)")
     unanswered: list[str] = Field(
         default_factory=list,
-        description="keys of sources that gave no live answer (url-only / unavailable / incomplete): their silence is not a 'no'")
+        description="keys of sources that gave no live answer (url-only / unavailable / incomplete): their silence is "
+                    "not a 'no'")
     sections: list[RefSection]
     registry: str = Field(description="the data-sources registry used")
     elapsed_s: float

@@ -165,9 +165,9 @@ def fill_full_tables(src: str, dst: str, parts: list[tuple[str, pd.DataFrame]], 
                     last = 1 + len(d)
                     head = xml[:cut]
                     if b"<dimension" in head:
+                        ref = f"A1:{col_letter(len(cols) - 1)}{last}".encode()
                         head = re.sub(rb'(<dimension\b[^>]*\bref=")[^"]*(")',
-                                      lambda m: m.group(1) + f"A1:{col_letter(len(cols) - 1)}{last}".encode()
-                                      + m.group(2), head, count=1)
+                                      lambda m, ref=ref: m.group(1) + ref + m.group(2), head, count=1)
                     zi = zipfile.ZipInfo(info.filename, date_time=info.date_time)
                     zi.compress_type = zipfile.ZIP_DEFLATED
                     with zout.open(zi, "w", force_zip64=True) as w:

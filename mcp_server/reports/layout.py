@@ -21,7 +21,10 @@ NON_DETAIL_SHEETS = frozenset({SUMMARY, OVERVIEW, MODULE_TREE, GPU_KERNELS, FULL
 
 
 def full_table_sheet_name(part: int) -> str:
-    """Name of the ``part``-th (0-based) sheet of the full kernel table: ``Kernels (full)``, ``Kernels (full 2)``, ..."""
+    """Name of the ``part``-th (0-based) sheet of the full kernel table.
+
+    ``Kernels (full)``, ``Kernels (full 2)``, ...
+    """
     return FULL_KERNELS if part == 0 else f"{FULL_KERNELS[:-1]} {part + 1})"
 
 

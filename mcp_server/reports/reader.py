@@ -21,10 +21,9 @@ A sheet or column an operation needs that is missing raises
 """
 from __future__ import annotations
 
-from collections import defaultdict
-
 import os
 import zipfile
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Literal, Optional

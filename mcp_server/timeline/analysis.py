@@ -12,7 +12,14 @@ from mcp_server.errors import BufferFormatError
 from mcp_server.models import Warning_
 from mcp_server.timeline.decode import Decoded, decode_buffer, event_name_list
 from mcp_server.timeline.models import (
-    CriticalSegment, DecodeSummary, Instant, Occurrence, Phase, ProbeOverhead, TimelineAnalysis, Verdict,
+    CriticalSegment,
+    DecodeSummary,
+    Instant,
+    Occurrence,
+    Phase,
+    ProbeOverhead,
+    TimelineAnalysis,
+    Verdict,
 )
 from mcp_server.timeline.overhead import find_overhead_file, load_overhead
 from mcp_server.vocab import ProgressFn, WarningCode
@@ -127,7 +134,8 @@ def analyze_decoded(dec: Decoded, event_names=None, *, overhead: Optional[ProbeO
         phases = _phases(blk, occ, _waits_after(iv), crit_by_event, nested_events, names)
     instants = _instants(dec, names)
     if not phases:
-        warnings.append(Warning_(code=WarningCode.no_intervals, message="no matched begin/end pairs: nothing to analyse"))
+        warnings.append(Warning_(code=WarningCode.no_intervals, message="no matched begin/end pairs: nothing to "
+                                                                        "analyse"))
     res = TimelineAnalysis(
         source=dec.source, nblocks=dec.nblocks, ngroups=dec.ngroups, tag_layout=dec.tag_layout,
         tag_layout_auto=dec.layout_auto, sm_known=bool((dec.lane_sm >= 0).any()),
@@ -337,7 +345,8 @@ def _verdicts(res: TimelineAnalysis) -> list[Verdict]:
         crit = sorted(res.phases, key=lambda p: -p.critical_ns)
         total = sum(s.critical_ns for s in res.critical_path) or 1
         rel = sum(s.release_ns for s in res.critical_path)
-        parts = ", ".join(f"{p.name} {_fmt_ns(p.critical_ns)} ({100 * p.critical_ns / total:.0f}%)" for p in crit if p.critical_ns)
+        parts = ", ".join(f"{p.name} {_fmt_ns(p.critical_ns)} "
+                          f"({100 * p.critical_ns / total:.0f}%)" for p in crit if p.critical_ns)
         out.append(Verdict(kind="critical_phase", phase=crit[0].name, at_stake_ns=0.0, message=(
             f"critical path {_fmt_ns(total)} over {len(res.critical_path)} phase step(s): {parts}; of it "
             f"{_fmt_ns(rel)} is release/wait before the last block of a step began.")))

@@ -46,13 +46,16 @@ def compare_analyses(before: TimelineAnalysis, after: TimelineAnalysis) -> Timel
     losses = [r for r in rows if r.d_critical_ns is not None and r.d_critical_ns > 0]
     for r in rows:
         if r.before is None:
-            findings.append((r.after.critical_ns, f"{r.name}: new in after ({_fmt_ns(r.after.critical_ns)} on the critical path)"))
+            findings.append((r.after.critical_ns, f"{r.name}: new in after ({_fmt_ns(r.after.critical_ns)} on the "
+                                                  "critical path)"))
             continue
         if r.after is None:
-            findings.append((r.before.critical_ns, f"{r.name}: gone in after (was {_fmt_ns(r.before.critical_ns)} on the critical path)"))
+            findings.append((r.before.critical_ns, f"{r.name}: gone in after (was {_fmt_ns(r.before.critical_ns)} on "
+                                                   "the critical path)"))
             continue
         if r.before.occurrences != r.after.occurrences:
-            findings.append((abs(r.d_critical_ns or 0), f"{r.name}: occurrences {r.before.occurrences} -> {r.after.occurrences}: totals are not like for like"))
+            findings.append((abs(r.d_critical_ns or 0), f"{r.name}: occurrences {r.before.occurrences} -> "
+                                                        f"{r.after.occurrences}: totals are not like for like"))
         if abs(r.d_critical_ns or 0) >= 0.01 * max(before.span_ns, 1) or abs(r.d_imbalance or 0) >= 0.1:
             findings.append((abs(r.d_critical_ns or 0), (
                 f"{r.name}: critical {_fmt_ns(r.before.critical_ns)} -> {_fmt_ns(r.after.critical_ns)} "
@@ -68,7 +71,8 @@ def compare_analyses(before: TimelineAnalysis, after: TimelineAnalysis) -> Timel
     findings.sort(key=lambda t: -t[0])
     po_b, po_a = before.probe_overhead, after.probe_overhead
     if po_b or po_a:
-        findings.append((0, "both runs carry probes: confirm the change with an unprofiled A/B benchmark before accepting it"))
+        findings.append((0, "both runs carry probes: confirm the change with an unprofiled A/B benchmark before "
+                            "accepting it"))
     return TimelineComparison(
         before=before.source, after=after.source, span_before_ns=before.span_ns, span_after_ns=after.span_ns,
         d_span_ns=d_span, phases=rows, findings=[f for _, f in findings],

@@ -166,7 +166,8 @@ def decode_buffer(buf: BufferLike, tag_layout: Optional[str] = None) -> Decoded:
     """Decode a probe buffer. ``tag_layout``: None (auto), "legacy" or "sm"."""
     raw, where = load_buffer(buf)
     if tag_layout is not None and tag_layout not in TAG_LAYOUTS:
-        raise BufferFormatError(f"unknown tag layout {tag_layout!r}; use one of {', '.join(TAG_LAYOUTS)} or leave it out")
+        raise BufferFormatError(f"unknown tag layout {tag_layout!r}; use one of {', '.join(TAG_LAYOUTS)} or leave it "
+                                "out")
     nblocks, ngroups, overflow = parse_header(raw, where)
     nlanes = nblocks * ngroups
     st = DecodeStats(overflow=overflow)
@@ -232,7 +233,8 @@ def _lane_extents(nz: np.ndarray, st: DecodeStats, where: str) -> tuple[np.ndarr
     st.records = int(counts.sum())
     if st.records == 0:
         raise BufferFormatError("probe buffer holds a header but no records (every record slot is zero)",
-                                path=where, hint="the probes were compiled out, or the buffer was copied before the kernel ran")
+                                path=where, hint="the probes were compiled out, or the buffer was copied before the "
+                                                 "kernel ran")
     return first, has
 
 

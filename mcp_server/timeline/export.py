@@ -21,8 +21,6 @@ from mcp_server.timeline.models import TimelineAnalysis
 from mcp_server.vocab import WarningCode
 
 
-
-
 def _names(res: TimelineAnalysis) -> dict[int, str]:
     m = {p.event_id: p.name for p in res.phases}
     m.update({i.event_id: i.name for i in res.instants})
@@ -132,7 +130,8 @@ def write_gantt_png(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.Pat
                  f"{res.span_ns / 1000:.1f} us{shown_note}")
         worst = max(res.phases, key=lambda p: p.imbalance) if res.phases else None
         if worst is not None and worst.imbalance >= 1.2:
-            title += f"; {worst.name} imbalance {worst.imbalance:.2f}x (slowest blocks {', '.join(map(str, worst.slowest_blocks[:3]))})"
+            slowest = ", ".join(map(str, worst.slowest_blocks[:3]))
+            title += f"; {worst.name} imbalance {worst.imbalance:.2f}x (slowest blocks {slowest})"
         ax.set_title(title, fontsize=9)
         ax.legend(handles=[Patch(color=colour[e], label=names.get(e, f"event{e}")) for e in events],
                   loc="upper right", fontsize=7, ncol=min(len(events), 6))

@@ -30,7 +30,8 @@ class DecodeSummary(Model):
     unmatched_ends: int
     bad_type: int
     tag_mismatches: int = Field(description="records whose tag names another block than their slot position")
-    truncated_lanes: int = Field(description="writers with a record in the buffer's last round (may have run out of room)")
+    truncated_lanes: int = Field(description="writers with a record in the buffer's last round (may have run out of "
+                                             "room)")
     timer_wraps: int = Field(description="writers whose 32-bit timer wrapped (unwrapped)")
     non_monotonic: int
     overflow: bool = Field(description="header overflow bit: the bounds guard dropped records")
@@ -63,7 +64,8 @@ class Phase(Model):
     occurrences: list[Occurrence]
     imbalance: float = Field(description="the largest slowest/mean over occurrences")
     cv_max: float
-    slowest_blocks: list[int] = Field(description="blocks ordered slowest first by mean duration in this phase (top 32)")
+    slowest_blocks: list[int] = Field(description="blocks ordered slowest first by mean duration in this phase (top "
+                                                  "32)")
     slowest_block_mean_ns: list[float] = Field(description="their mean durations, same order")
     block_mean_ns: float = Field(description="mean block duration over all blocks and occurrences")
     last_blocks: list[int] = Field(description="the last-finishing block of each occurrence")
@@ -75,11 +77,14 @@ class Phase(Model):
     total_slowest_ns: int
     total_mean_ns: float
     total_skew_ns: int
-    wait_after_mean_ns: float = Field(description="mean gap on a lane from this phase's end to its next begin (barrier wait)")
+    wait_after_mean_ns: float = Field(description="mean gap on a lane from this phase's end to its next begin (barrier "
+                                                  "wait)")
     wait_after_max_ns: int
     critical_ns: int = Field(description="time this phase holds on the critical path (sum over occurrences)")
-    imbalance_at_stake_ns: float = Field(description="sum over occurrences of slowest - mean: what perfect balance could save")
-    skew_at_stake_ns: float = Field(description="sum over occurrences of wall - slowest: time lost to start skew / late release")
+    imbalance_at_stake_ns: float = Field(description="sum over occurrences of slowest - mean: what perfect balance "
+                                                     "could save")
+    skew_at_stake_ns: float = Field(description="sum over occurrences of wall - slowest: time lost to start skew / "
+                                                "late release")
     nested: bool = Field(False, description="some intervals of this event are nested inside another of the same event")
 
 

@@ -152,7 +152,8 @@ def build_and_time(source: Union[str, os.PathLike], run_args: Sequence[str] = ()
         try:
             cp = _run(cmd, timeout)
         except FileNotFoundError:
-            raise ToolMissingError(f"{nvcc} not found: building with and without probes needs the CUDA toolkit") from None
+            raise ToolMissingError(f"{nvcc} not found: building with and without probes needs the CUDA "
+                                   "toolkit") from None
         if cp.rc != 0:
             raise InputError(f"nvcc failed building {src} ({build}): {cp.stderr.strip()[-800:]}", path=src)
         cp = _run([str(exe), *run_args, build], timeout)
@@ -163,4 +164,5 @@ def build_and_time(source: Union[str, os.PathLike], run_args: Sequence[str] = ()
             raise InputError(f"{exe.name} printed no 'KS_TIMING {build} {variant} ...' line")
         times[build] = got
     return overhead_from_samples(times["probe"], times["noprobe"], source=str(src),
-                                 method=f"nvcc -O3 -arch={arch}, with/without -DKERNELSCOPE_PROBE, CUDA events per launch")
+                                 method=f"nvcc -O3 -arch={arch}, with/without -DKERNELSCOPE_PROBE, CUDA events per "
+                                        "launch")

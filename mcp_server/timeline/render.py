@@ -44,7 +44,8 @@ def render_analysis(res: TimelineAnalysis, con: Console) -> None:
                       "critical", "slowest blocks", "last blocks"], rows))
     if res.instants:
         con.print(_table("Instants", ["event", "count", "first", "last", "last block"],
-                         [[i.name, i.count, _fmt_ns(i.first_ns), _fmt_ns(i.last_ns), i.last_block] for i in res.instants]))
+                         [[i.name, i.count, _fmt_ns(i.first_ns), _fmt_ns(i.last_ns), i.last_block]
+                          for i in res.instants]))
     if res.critical_path:
         cp = res.critical_path
         shown = cp if len(cp) <= 24 else cp[:12] + cp[-12:]
@@ -66,7 +67,8 @@ def render_comparison(cmp: TimelineComparison, con: Console) -> None:
     rows = []
     for r in cmp.phases:
         b, a = r.before, r.after
-        def pair(fb, fa, fmt=_fmt_ns):
+
+        def pair(fb, fa, fmt=_fmt_ns, b=b, a=a):
             return f"{fmt(fb) if b else '-'} -> {fmt(fa) if a else '-'}"
         rows.append([
             r.name,

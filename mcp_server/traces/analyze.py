@@ -181,8 +181,10 @@ def analyze_trace(
 
     rules = load_categories(categories)
     report(0, "reading trace")
-    rt = load_trace(trace_path, progress=(lambda d, t: report(min(d / max(t, 1), 0.99), "reading trace")) if progress else None,
-                    blocks=blocks)
+    def reading(done: int, total: int) -> None:
+        report(min(done / max(total, 1), 0.99), "reading trace")
+
+    rt = load_trace(trace_path, progress=reading if progress else None, blocks=blocks)
     report(1, "linking kernels to launches and modules")
     lk = link(rt)
     warnings: list[Warning_] = rules.reserved_warnings() + _load_warnings(rt)
@@ -488,7 +490,8 @@ def _tree(rt, table, arrays, path_code, k_cat, cat_names, k_phase) -> list[Modul
     paths = table.paths
     rows = bd[order].tolist()
     pre, dec = (ph[order, 1] > 0).tolist(), (ph[order, 2] > 0).tolist()
-    incl_l, self_l, cnt_l, depth_l = incl[order].tolist(), self_us[order].tolist(), cnt[order].tolist(), depth[order].tolist()
+    incl_l, self_l = incl[order].tolist(), self_us[order].tolist()
+    cnt_l, depth_l = cnt[order].tolist(), depth[order].tolist()
     phase_txt = {(True, True): "prefill+decode", (True, False): "prefill", (False, True): "decode", (False, False): ""}
     construct = ModuleNode.model_construct
     for k, c in enumerate(order.tolist()):

@@ -173,7 +173,7 @@ def attribute_sequence(seq: Sequence[str], ref: Reference,
         out: list[str] = [""] * n
         conf = [0.0] * n
         ops = sm.get_opcodes()
-        for tag, i1, i2, j1, j2 in ops:
+        for tag, i1, _i2, j1, j2 in ops:
             if tag == "equal":
                 for k in range(j2 - j1):
                     out[j1 + k] = epaths[i1 + k]
@@ -201,7 +201,8 @@ def attribute_sequence(seq: Sequence[str], ref: Reference,
         nb = len(ref.blocks)
         lay = list(layers) if layers is not None else [-1] * n
         reps = max(lay) + 1 if lay else 0
-        shift = nb - reps if 0 < reps < nb else 0  # repeated run shorter than the model: assume it ends at the last block
+        # repeated run shorter than the model: assume it ends at the last block
+        shift = nb - reps if 0 < reps < nb else 0
         for s, li in zip(seq, lay):
             p, c = ref.vote.get(s, ("", 0.0))
             if li >= 0 and nb and s in ref.layer_vote:

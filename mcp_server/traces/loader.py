@@ -40,7 +40,8 @@ import msgspec
 import numpy as np
 
 from mcp_server.errors import FileMissingError, TraceFormatError
-from mcp_server.traces._reader import blocks as _read_blocks, check_path, is_gzip, open_trace
+from mcp_server.traces._reader import blocks as _read_blocks
+from mcp_server.traces._reader import check_path, is_gzip, open_trace
 
 KERNEL_CATS = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}
 KIND_NAMES = ("kernel", "memcpy", "memset")
@@ -247,8 +248,10 @@ class _Collector:
                     self._intern([e.name for e in good]), kind,
                     np.array([e.ts for e in good], dtype=f64),
                     np.array([e.dur for e in good], dtype=f64),
-                    _int_col([e.args.device if e.args.device is not None else (e.pid if isinstance(e.pid, int) else -1) for e in good]),
-                    _int_col([e.args.stream if e.args.stream is not None else (e.tid if isinstance(e.tid, int) else -1) for e in good]),
+                    _int_col([e.args.device if e.args.device is not None else (e.pid if isinstance(e.pid, int) else -1)
+                              for e in good]),
+                    _int_col([e.args.stream if e.args.stream is not None else (e.tid if isinstance(e.tid, int) else -1)
+                              for e in good]),
                     [e.args.correlation for e in good],
                 ))
         if lau:

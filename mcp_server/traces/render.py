@@ -64,7 +64,8 @@ def render_analysis(res: TraceAnalysis, console: Console, *, max_modules: int = 
 
     shown = [n for n in res.tree if n.depth <= max_tree_depth][:40]
     if shown:
-        t = _table(f"Module tree (depth <= {max_tree_depth})", ["Module", "Total", "Self", "Kernels", "Phase", "Top category"],
+        t = _table(f"Module tree (depth <= {max_tree_depth})",
+                   ["Module", "Total", "Self", "Kernels", "Phase", "Top category"],
                    squeeze="Top category")
         for n in shown:
             topcat = next(iter(n.breakdown.items()), ("", 0.0))
