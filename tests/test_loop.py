@@ -205,7 +205,7 @@ def test_without_proposals_it_profiles_selects_and_shows_the_candidate(proj):
     fake = FakeSteps(proj / "proj" / "kernel.py")
     res = drive(TARGET, steps=fake.steps(), ledger="l.db")
     assert res.stopped == "no_proposals" and res.candidate == "bmm_kernel"
-    assert "memory_bound (dram)" in res.stop_message and res.profile_id == 1
+    assert res.diagnosis == "memory_bound (dram)" and "for bmm" in res.stop_message and res.profile_id == 1
     assert Path(res.report).is_file() and Path(res.report).resolve() == (proj / "reports" / "e1-p1.ncu-rep")
     md = ledger_export(ledger="l.db").text
     assert "### Profile 1: `reports/e1-p1.ncu-rep`" in md and "Selected: `bmm_kernel`" in md

@@ -25,15 +25,18 @@ def render_list(res: LedgerListResult, console: Console, request: Any = None) ->
         console.print("  [dim]no experiments yet[/]")
         return
     t = Table(show_edge=False)
-    for col in ("id", "started", "target", "rev", "profiles", "candidates", "accepted", "reverted",
-                "abandoned", "pending"):
-        t.add_column(col, justify="right" if col not in ("started", "target", "rev") else "left")
+    for col in ("id", "started", "target", "rev", "prof", "outcome"):
+        t.add_column(col, overflow="fold")
     for e in res.experiments:
-        rev = (e.git_rev or "")[:10] + ("*" if e.git_dirty else "")
-        t.add_row(str(e.id), e.created_at[:19], escape(" ".join(e.target))[:60], rev, str(e.profiles),
-                  str(e.candidates), f"[green]{e.accepted}[/]", f"[red]{e.reverted}[/]", str(e.abandoned),
-                  f"[magenta]{e.pending}[/]" if e.pending else "0")
+        rev = (e.git_rev or "")[:8] + ("*" if e.git_dirty else "")
+        parts = [f"[green]{e.accepted} acc[/]", f"[red]{e.reverted} rev[/]", f"{e.abandoned} aband"]
+        if e.pending:
+            parts.append(f"[magenta]{e.pending} pending[/]")
+        t.add_row(str(e.id), e.created_at[5:16].replace("T", " "), escape(" ".join(e.target))[:48], rev,
+                  str(e.profiles), f"{e.candidates} cand: " + ", ".join(parts))
     console.print(t)
+    if any(e.git_dirty for e in res.experiments):
+        console.print("  [dim]* uncommitted changes in the target's repository when it started[/]")
 
 
 def render_show(res: LedgerShowResult, console: Console, request: Any = None) -> None:
@@ -45,10 +48,11 @@ def render_show(res: LedgerShowResult, console: Console, request: Any = None) ->
                   f"{e.env.get('torch')}  triton {e.env.get('triton')}  ncu {escape(str(e.env.get('ncu')))}")
     for p in res.profiles:
         console.print(f"  profile {p.id}: {escape(str(p.report_path))}  [dim]{(p.report_sha256 or '')[:12]}[/]")
-    t = Table(show_edge=False)
-    for col in ("cand", "proposal", "kernel", "verdict", "speedup", "decision", "why"):
-        t.add_column(col)
+    if not res.candidates:
+        console.print("  [dim]no candidates yet[/]")
+        return
     for v in res.candidates:
+        c = v.candidate
         val = v.validations[-1] if v.validations else None
         sp = (val.result or {}).get("speedup") if val and isinstance(val.result, dict) else None
         sp_s = ""
@@ -57,11 +61,12 @@ def render_show(res: LedgerShowResult, console: Console, request: Any = None) ->
             if isinstance(sp.get("ci_low"), (int, float)) and isinstance(sp.get("ci_high"), (int, float)):
                 sp_s += f" [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]"
         style = _STATUS_STYLE.get(v.status, "")
-        why = v.decisions[-1].why if v.decisions else ""
-        t.add_row(str(v.candidate.id), escape(str(v.candidate.proposal_id or "")),
-                  escape(str(v.candidate.kernel or ""))[:40], val.verdict if val else "", escape(sp_s),
-                  f"[{style}]{v.status}[/]", escape(why)[:60])
-    console.print(t)
+        console.print(f"  candidate {c.id} [bold]{escape(str(c.proposal_id or ''))}[/] on "
+                      f"{escape(str(c.kernel or '?'))}: [{style}]{v.status}[/]"
+                      + (f"  {val.verdict} {escape(sp_s)}" if val else ""))
+        if v.decisions:
+            d = v.decisions[-1]
+            console.print(f"    [dim]by {escape(d.by)}: {escape(d.why)}[/]")
 
 
 def render_export(res: LedgerExportResult, console: Console, request: Any = None) -> None:

@@ -252,8 +252,8 @@ def drive(target: list[str], *, steps: LoopSteps, iters: int = 5, proposals: Opt
                 break
             if not props:
                 stopped = "no_proposals"
-                message = (f"candidate {sel.kernel}: {sel.diagnosis or 'no diagnosis'}; write proposals for it "
-                           "(a [[proposal]] with a validate_candidate spec) and run again with --proposals")
+                message = (f"no proposals given: write [[proposal]] entries (each a validate_candidate spec) "
+                           f"for {sel.short_name or sel.kernel} and run again with proposals")
                 break
             settled = _settled(led, tkey)
             chosen: Optional[Proposal] = None
