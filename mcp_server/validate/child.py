@@ -105,7 +105,8 @@ class Harness:
                 raise _Fatal("setup", f"device '{self.device}' asked for but torch sees no CUDA GPU "
                                       "(use device = \"cpu\", or run on a GPU machine)")
             t.cuda.init()
-            dev = t.device(self.device)
+            idx = t.device(self.device).index
+            dev = idx if idx is not None else t.cuda.current_device()
             t.cuda.set_device(dev)
             self._c_sync = t._C._cuda_synchronize
             self._Event = t.cuda.Event
@@ -120,6 +121,24 @@ class Harness:
             e = self._Event(enable_timing=True)
             self._ev_record(e, self._current_stream())
             self._c_sync()
+            # exercise every facility the harness uses (graph capture, side streams, memory
+            # snapshots) so torch's lazy set-up happens before the snapshot, not inside a user call
+            try:
+                x = t.zeros(16, device=self.device)
+                side = t.cuda.Stream()
+                side.wait_stream(self._current_stream())
+                with t.cuda.stream(side):
+                    x.add_(1)
+                self._current_stream().wait_stream(side)
+                g = self._Graph()
+                with t.cuda.graph(g):
+                    x.add_(1)
+                self._graph_replay(g)
+                t.cuda.memory_snapshot()
+                self._c_sync()
+                del g, x
+            except Exception as exc:  # capture unsupported here: timing falls back to launch loops
+                self.warn("graphs_unavailable", f"CUDA-graph capture failed at start-up: {_exc_line(exc)}")
             props = t.cuda.get_device_properties(dev)
             self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 50 << 20)
             self.result["device"] = {
@@ -331,8 +350,9 @@ class Harness:
                 out = self.call(self.candidate, args, self.cand_who, f"candidate on {label}")
                 outs = self._as_outputs(out, label)
                 snap = None
-                if outs is not None and self.is_cuda:
-                    snap = tuple(o.clone() for o in outs)  # what the current stream sees now
+                if self.is_cuda:
+                    if outs is not None:
+                        snap = tuple(o.clone() for o in outs)  # what the current stream sees now
                     self._c_sync()
                 # inputs unchanged
                 changed = [i for i, (a, b) in enumerate(zip(args, before))
@@ -560,7 +580,8 @@ class Harness:
             method = "launch_loop"
             want = cfg["graphs"]
             if want == "on" or (want == "auto" and max(est) < 200e-6):
-                graphs = {c: self._capture_all(fa, fb, sets[c]) for c in ("cold", "warm")}
+                need = ("cold", "warm") if cfg.get("other_cache", True) else (cache,)
+                graphs = {c: self._capture_all(fa, fb, sets[c]) if c in need else None for c in ("cold", "warm")}
                 if graphs[cache] is None:
                     self.warn("graphs_unavailable", "CUDA-graph capture failed for the baseline or the "
                                                     "candidate; timed with a launch loop")
@@ -569,7 +590,12 @@ class Harness:
         batch_s = float(cfg.get("batch_s") or BATCH_S["cuda" if self.is_cuda else "cpu"])
 
         def reps_for(c):
-            return [max(1, int(round(batch_s / max(e * len(s), 1e-9)))) for e, s in zip(est, sets[c])]
+            per_call = list(est)
+            g = graphs[c] if method == "cuda_graph" else None
+            if g:  # replays have no launch gaps: size the batches from a replayed pass
+                per_call = [sorted(self._batch(fa, argset, 1, g[s][0]) for _ in range(3))[1]
+                            for s, argset in enumerate(sets[c])]
+            return [max(1, int(round(batch_s / max(e * len(a), 1e-9)))) for e, a in zip(per_call, sets[c])]
 
         def run_rounds(c, budget_s, min_rounds, max_rounds, target, seed):
             from mcp_server.validate.stats import sample_adaptively
