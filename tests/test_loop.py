@@ -294,7 +294,11 @@ def test_inline_spec_paths_are_made_absolute_and_fingerprinted(proj):
     assert props[0].spec["candidate"] == f"{(proj / 'cand.py').resolve()}:f"
     assert props[0].spec["baseline"] == "pkg.mod:f"
     before = props[0].fingerprint
+    # the target's files change when a change is accepted: that must not make the proposal new
     (proj / "cand.py").write_text("def f(x):\n    return x + 0\n")
+    assert load_proposals(proj / "proposals.toml")[0].fingerprint == before
+    # editing the proposal itself does
+    _write(proj, '[[proposal]]\nid = "a"\n[proposal.spec]\ncandidate = "cand.py:f"\nbaseline = "pkg.mod:g"\n')
     assert load_proposals(proj / "proposals.toml")[0].fingerprint != before
 
 

@@ -131,6 +131,12 @@ def test_run_loop_selects_on_h200_fixture_and_validates_on_cpu(tmp_path, monkeyp
     assert res.stopped == "proposals_exhausted"
     assert seen and seen[-1][:2] == (2, 5) and any("validating once" in (m or "") for _, _, m in seen)
     _check_ledger(tmp_path, res.experiment_id)
+    # started again: the accepted change edited proj/kern.py, which the spec names; nothing is re-tried
+    again = run_loop(["python", "proj/bench.py"], proposals="proposals.toml", profile=str(FIXTURE), ledger="l.db")
+    assert again.resumed and again.steps == [] and again.stopped == "proposals_exhausted"
+    assert {s.proposal_id: s.reason.split(" (")[0] for s in again.skipped} == {
+        "four-times": "already reverted", "once": "already accepted", "int4-weights": "already abandoned"}
+    _check_ledger(tmp_path, res.experiment_id)
     md = ledger_export(ledger="l.db").text
     assert f"| `{TENSOR_GEMM}` | compute_bound | tensor | no |" in md
     assert "Profiled with `--cache-control none` (warm: residency verdicts valid)." in md

@@ -19,9 +19,12 @@ with = "proposals/attn_kernel_int4.py"    # ... replaced by this one while valid
 ```
 
 Paths are relative to the proposals file. A proposal's fingerprint hashes its id, its
-spec (and the files the spec's ``baseline`` / ``candidate`` / ``inputs`` name), its change
-and ``force``: edit any of them and it counts as a new proposal; otherwise a proposal the
-ledger holds as rejected is never tried again.
+spec (the spec file's text, or the inline table), its change (the replacement file's or the
+patch's bytes) and ``force``: edit any of them and it counts as a new proposal; otherwise a
+proposal the ledger holds as decided is never tried again. The files the spec's functions
+live in are not hashed (an accepted change edits the target's files, which must not make
+every proposal look new): after editing only a kernel the spec points at, give the
+proposal a new id.
 """
 from __future__ import annotations
 
@@ -118,34 +121,12 @@ def _resolve_spec_fields(fields: dict[str, Any], base: Path) -> dict[str, Any]:
     return out
 
 
-def _referenced_files(spec: Union[Path, dict[str, Any]]) -> list[Path]:
-    """Files named by a spec's baseline / candidate / inputs (``path.py:function``)."""
-    if isinstance(spec, Path):
-        try:
-            fields = tomllib.loads(spec.read_text(encoding="utf-8")) if tomllib else {}
-        except (ValueError, OSError):
-            return []
-        base = spec.parent
-    else:
-        fields, base = spec, Path(".")
-    files = []
-    for k in _SPEC_FILE_FIELDS:
-        v = fields.get(k)
-        if isinstance(v, str) and ":" in v:
-            f = v.rpartition(":")[0]
-            p = Path(f) if Path(f).is_absolute() else base / f
-            if f.endswith(".py") and p.is_file():
-                files.append(p)
-    return files
-
-
 def fingerprint(p: ProposalSpec, spec: Union[Path, dict[str, Any]], change: Change) -> str:
     doc: dict[str, Any] = {"id": p.id, "force": p.force, "kind": change.kind}
     if isinstance(spec, Path):
         doc["spec"] = _sha_file(spec)
     else:
         doc["spec"] = json.dumps(spec, sort_keys=True, default=str)
-    doc["spec_files"] = sorted(_sha_file(f) for f in _referenced_files(spec))
     if change.source is not None:
         doc["change"] = _sha_file(change.source)
         doc["target"] = str(change.target)
