@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import statistics
 import sys
 import time
@@ -66,14 +67,23 @@ def decision(h: Harness, make_inputs, fa, fb, shape: dict, seed: int, min_gain: 
             "cand_us": statistics.median(t["candidate_s"]) * 1e6}
 
 
+DEADLINE = [float("inf"), float("inf")]  # (unused, seconds per decision allotted)
+
+
 def series(label: str, n: int, h: Harness, mk, fa, fb, shape, min_gain, seed0, log) -> list[dict]:
+    """``n`` decisions; with --deadline each series gets a share of it in proportion to ``n``."""
     out = []
+    stop = time.monotonic() + DEADLINE[1] * n if math.isfinite(DEADLINE[1]) else float("inf")
     for i in range(n):
+        if time.monotonic() > stop:
+            print(f"{label}: deadline reached after {i} of {n} decisions", flush=True)
+            break
         d = decision(h, mk, fa, fb, shape, seed0 + i, min_gain)
         out.append(d)
         log.write(json.dumps({"series": label, "i": i, **d}) + "\n")
     acc = sum(d["accepted"] for d in out)
     med = statistics.median(d["median"] for d in out) if out else float("nan")
+    n = len(out)
     print(f"{label:<22} {n:>4} decisions  accepted {acc:>3} ({acc / max(n, 1):.1%})  median speedup "
           f"{med:.4f}  rounds med {statistics.median(d['rounds'] for d in out) if out else 0:.0f}  "
           f"wall/decision med {statistics.median(d['wall_s'] for d in out) if out else 0:.3f} s "
@@ -93,7 +103,11 @@ def main() -> None:
     ap.add_argument("--cache", default="cold")
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-e2e", action="store_true")
+    ap.add_argument("--deadline", type=float, default=None, help="stop starting decisions after this many s")
     args = ap.parse_args()
+    if args.deadline:
+        total = args.aa + args.slower + args.faster + max(10, args.aa // 5)
+        DEADLINE[1] = args.deadline / total
     cuda = args.device.startswith("cuda")
     budget = args.budget if args.budget is not None else (1.5 if cuda else 2.0)
     out_dir = Path(args.out) if args.out else Path(".")
