@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -225,3 +228,45 @@ def test_experiment_records_git_state_of_the_targets_repo(tmp_path, monkeypatch)
     env = x1.env
     assert env["python"] and env["kernelscope"]
     assert set(env) >= {"torch", "triton", "ncu", "gpu", "driver"}  # recorded, None where absent
+
+
+def test_tokens_in_the_target_never_reach_the_ledger(db, monkeypatch):
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_abcdefghijklmnopqrstuvwxyz0123")
+    e = ledger_record(ledger=db, kind="experiment",
+                      target=["python", "bench.py", "--token=hunter2hunter2", "--gh", "ghp_abcdefghijklmnopqrstuvwxyz0123"])
+    shown = ledger_show(id=e.id, ledger=db)
+    assert shown.experiment.target == ["python", "bench.py", "--token=***", "--gh", "***"]
+    raw = open(db, "rb").read() + (open(db + "-wal", "rb").read() if os.path.exists(db + "-wal") else b"")
+    assert b"hunter2" not in raw and b"ghp_abcdef" not in raw
+
+
+def test_a_migration_upgrades_an_old_file_in_place(tmp_path, monkeypatch):
+    path = tmp_path / "old.db"
+    e = ledger_record(ledger=str(path), kind="experiment", target=["./bench"], cwd=str(tmp_path))
+    monkeypatch.setattr(store, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    monkeypatch.setitem(store.MIGRATIONS, SCHEMA_VERSION + 1, ("ALTER TABLE experiments ADD COLUMN label TEXT",))
+    with Ledger.open(path) as led:
+        assert led.schema_version == SCHEMA_VERSION + 1
+        assert led.get("experiments", e.id)["label"] is None
+        assert led.get("experiments", e.id)["target"] == ["./bench"]  # the records survive the upgrade
+
+
+MIGRATE_AT_ONCE = r"""
+import sys
+from mcp_server.ledger.store import Ledger
+with Ledger.open(sys.argv[1]) as led:
+    print(led.schema_version)
+"""
+
+
+def test_processes_opening_a_new_ledger_at_once_migrate_it_once(tmp_path):
+    path = tmp_path / "new.db"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    procs = [subprocess.Popen([sys.executable, "-c", MIGRATE_AT_ONCE, str(path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(4)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], [e for _, e in outs]
+    assert [o.strip() for o, _ in outs] == [str(SCHEMA_VERSION)] * 4
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0] == 6
+    con.close()

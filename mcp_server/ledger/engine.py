@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from mcp_server.errors import FileMissingError, LedgerError
+from mcp_server.errors import FileMissingError, LedgerError, redact
 from mcp_server.ledger import env as envmod
 from mcp_server.ledger.models import (
     CandidateRow,
@@ -46,8 +46,8 @@ def record_experiment(led: Ledger, target: list[str], *, cwd: Optional[str] = No
     run_dir = str(Path(cwd or os.getcwd()).resolve())
     repo_dir = envmod.target_repo_dir(list(target), run_dir)
     git = envmod.git_state(repo_dir)
-    return led.insert("experiments", {
-        "key": key, "target_key": envmod.target_key(list(target), repo_dir), "target": list(target),
+    return led.insert("experiments", {  # argv as recorded: tokens redacted (the key hashes the real argv)
+        "key": key, "target_key": envmod.target_key(list(target), repo_dir), "target": [redact(a) for a in target],
         "cwd": run_dir, "repo": git["repo"], "git_rev": git["git_rev"],
         "git_dirty": None if git["git_dirty"] is None else int(git["git_dirty"]),
         "env": environment if environment is not None else envmod.environment(), "note": note,
