@@ -14,6 +14,7 @@ communication block). ``CategoryRules.reserved_warnings()`` returns a
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -91,7 +92,7 @@ def _parsed(source: str, text: str) -> CategoryRules:
     return parse_categories(text, source=source)  # cached so the per-name memo lives across calls
 
 
-def load_categories(path: str | Path | None = None) -> CategoryRules:
+def load_categories(path: str | os.PathLike | None = None) -> CategoryRules:
     """Load rules from ``path`` or the shared default."""
     p = Path(path) if path else default_categories_path()
     text, resolved = read_rules_file(p, what="categories", hint="pass a CSV with header 'category,pattern'")

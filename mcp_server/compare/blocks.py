@@ -20,6 +20,7 @@ mlp_down_proj, ...). The CSV header comment documents the key; in short:
 from __future__ import annotations
 
 import bisect
+import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -89,7 +90,7 @@ def _parsed(source: str, text: str) -> BlockRules:
     return parse_blocks(text, source=source)
 
 
-def load_blocks(path: str | Path | None = None) -> BlockRules:
+def load_blocks(path: str | os.PathLike | None = None) -> BlockRules:
     p = Path(path) if path else default_blocks_path()
     text, resolved = read_rules_file(p, what="functional blocks", hint="pass a CSV with header 'pattern,block,role'")
     return _parsed(resolved, text)

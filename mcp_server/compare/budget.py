@@ -13,6 +13,7 @@ import pandas as pd
 
 from mcp_server.compare.inputs import Side, distinct_labels, filter_phase, load_sides
 from mcp_server.compare.models import BudgetResult, BudgetRow, SideInfo
+from mcp_server.errors import InputError
 from mcp_server.models import Warning_
 from mcp_server.vocab import WarningCode
 
@@ -31,6 +32,8 @@ def category_totals(side: Side) -> tuple[pd.DataFrame, str]:
         g.columns = ["us", "count"]
         return g, "kernels"
     gk = side.gpu_kernels
+    if gk is None:
+        raise InputError("no kernel table to budget", path=side.path)
     g = gk.groupby("category", sort=False).agg(us=("total_us", "sum"), count=("count", "sum"))
     return g, "GPU Kernels"
 

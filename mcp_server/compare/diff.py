@@ -157,6 +157,8 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
     for s in (sa, sb):
         if s.kernels is None:
             raise InputError("no kernel table to group by module", path=s.path)
+    ka, kb = sa.kernels, sb.kernels
+    assert ka is not None and kb is not None  # checked above
     warnings: list[Warning_] = sa.warnings + sb.warnings
     if not phase:
         for s in (sa, sb):
@@ -196,11 +198,11 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
             f"{sb.label} launches {steps:.2f}x as many kernels as {sa.label} in most blocks: the runs cover "
             f"different numbers of steps (iterations, replays or layers), so totals, gaps and FUSION notes "
             f"compare unequal amounts of work; profile the same number of steps, or read ratios per launch")))
-    tot_a = float(sa.kernels["dur_us"].sum()) if len(sa.kernels) else 0.0
-    tot_b = float(sb.kernels["dur_us"].sum()) if len(sb.kernels) else 0.0
+    tot_a = float(ka["dur_us"].sum()) if len(ka) else 0.0
+    tot_b = float(kb["dur_us"].sum()) if len(kb) else 0.0
     res = DiffResult(
-        a=side_info(sa, total_us=tot_a, count=len(sa.kernels), table="kernels", phase=phase, phases=sa.phases),
-        b=side_info(sb, total_us=tot_b, count=len(sb.kernels), table="kernels", phase=phase, phases=sb.phases),
+        a=side_info(sa, total_us=tot_a, count=len(ka), table="kernels", phase=phase, phases=sa.phases),
+        b=side_info(sb, total_us=tot_b, count=len(kb), table="kernels", phase=phase, phases=sb.phases),
         blocks=out, total_a_us=tot_a, total_b_us=tot_b, gap_us=tot_b - tot_a, ratio=_ratio(tot_a, tot_b),
         top_block=out[0].block if out and out[0].optimize else None, blocks_source=rules.source,
         mismatches=sa.mismatches + sb.mismatches, warnings=warnings,

@@ -81,14 +81,14 @@ def write_diff_xlsx(res: DiffResult, path: str | os.PathLike) -> Path:
     header(ws, ["Category", f"{la} (us)", f"{la} %", f"{lb} (us)", f"{lb} %", "Gap (us, B-A)", "Ratio B/A"])
     ta = sum(r[1] for r in category_budget(res)) or 1.0
     tb = sum(r[2] for r in category_budget(res)) or 1.0
-    for c, a, b in category_budget(res):
-        ws.append([c, round(a, 3), round(100 * a / ta, 2), round(b, 3), round(100 * b / tb, 2), round(b - a, 3),
-                   round(b / a, 4) if a > 0 else None])
+    for c, a_us, b_us in category_budget(res):
+        ws.append([c, round(a_us, 3), round(100 * a_us / ta, 2), round(b_us, 3), round(100 * b_us / tb, 2),
+                   round(b_us - a_us, 3), round(b_us / a_us, 4) if a_us > 0 else None])
 
     ws = wb.create_sheet("Category Mismatches")
     header(ws, ["Side", "Kernel", "Stored", "Current", "Total (us)"])
-    for m in res.mismatches:
-        ws.append([m.side, m.kernel, m.stored, m.current, round(m.us, 3)])
+    for mm in res.mismatches:
+        ws.append([mm.side, mm.kernel, mm.stored, mm.current, round(mm.us, 3)])
 
     ws = wb.create_sheet("Sides")
     header(ws, ["Side", "Label", "Path", "Kind", "Table", "Truncated", "Phase", "Kernels", "Total (us)",

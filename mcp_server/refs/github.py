@@ -70,8 +70,8 @@ def search_github(spec: SourceSpec, p: SearchParams) -> RefSection:
     hit = p.cache.get(spec.key, *cache_parts)
     if hit is not None:
         try:
-            sec = RefSection.model_validate(hit)
-            return sec.model_copy(update={"cached": True, "elapsed_s": sw.elapsed()})
+            cached = RefSection.model_validate(hit)
+            return cached.model_copy(update={"cached": True, "elapsed_s": sw.elapsed()})
         except ValueError:
             pass
     if len(q) > SEARCH_Q_MAX:
@@ -211,12 +211,12 @@ def _via_rest(spec: SourceSpec, p: SearchParams, n: int, q: str, url: str, sw: S
             incomplete = bool(data.get("incomplete_results", False))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None, "REST: malformed JSON in GitHub's answer"
-        why = list(notes)
+        reasons = list(notes)
         if not token:
-            why.append("anonymous REST search (no GITHUB_TOKEN: 10 searches/min)")
+            reasons.append("anonymous REST search (no GITHUB_TOKEN: 10 searches/min)")
         if incomplete:
-            why.append("GitHub reported incomplete_results (search timed out on its side; results may be partial)")
-        return RefSection(**base, method="live:rest", degraded=True, reason="; ".join(why) or None,
+            reasons.append("GitHub reported incomplete_results (search timed out on its side; results may be partial)")
+        return RefSection(**base, method="live:rest", degraded=True, reason="; ".join(reasons) or None,
                           items=items, total=total if isinstance(total, int) else None, incomplete=incomplete,
                           rate_limit_reset=iso_utc(reset) if (remaining == "0" and reset) else None,
                           elapsed_s=sw.elapsed()), ""

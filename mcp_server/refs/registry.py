@@ -5,6 +5,7 @@ with ``key | kind`` (format documented in the file itself).
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,7 +134,7 @@ def parse_registry(text: str, source: str = "<string>") -> Registry:
     return Registry(path=source, sources=tuple(specs))
 
 
-def load_registry(path: str | Path | None = None) -> Registry:
+def load_registry(path: str | os.PathLike | None = None) -> Registry:
     p = Path(path) if path is not None else default_registry_path()
     if not p.is_file():
         from mcp_server.errors import FileMissingError

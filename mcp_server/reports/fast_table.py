@@ -61,7 +61,7 @@ class _Strings:
         return "".join(parts).encode("utf-8")
 
 
-def _column_slots(s: pd.Series, letter: str, sst: _Strings) -> tuple[list, np.ndarray]:
+def _column_slots(s: pd.Series, letter: str, sst: _Strings) -> tuple[np.ndarray, np.ndarray]:
     """Per column: the constant/array slots making up each row's cell (empty cells left out).
 
     Returns (slots, empty-mask); slots are [prefix const, value array]; the row
@@ -166,8 +166,10 @@ def fill_full_tables(src: str, dst: str, parts: list[tuple[str, pd.DataFrame]], 
                     head = xml[:cut]
                     if b"<dimension" in head:
                         ref = f"A1:{col_letter(len(cols) - 1)}{last}".encode()
-                        head = re.sub(rb'(<dimension\b[^>]*\bref=")[^"]*(")',
-                                      lambda m, ref=ref: m.group(1) + ref + m.group(2), head, count=1)
+
+                        def dimension(m: re.Match[bytes], ref: bytes = ref) -> bytes:
+                            return m.group(1) + ref + m.group(2)
+                        head = re.sub(rb'(<dimension\b[^>]*\bref=")[^"]*(")', dimension, head, count=1)
                     zi = zipfile.ZipInfo(info.filename, date_time=info.date_time)
                     zi.compress_type = zipfile.ZIP_DEFLATED
                     with zout.open(zi, "w", force_zip64=True) as w:

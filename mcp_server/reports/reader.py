@@ -351,7 +351,7 @@ def _read_metadata(book: _Book) -> dict[str, str]:
     return out
 
 
-def _detail_title(rows: list[list[Any]]) -> Optional[tuple[str, str, str, Optional[int], str]]:
+def _detail_title(rows: list[list[Any]]) -> Optional[tuple[Literal["old", "new"], str, str, Optional[int], str]]:
     """(layout, instance name, phase from title, count, parent path) or None if not a detail title."""
     if not rows:
         return None

@@ -201,6 +201,7 @@ class SheetXml:
 
     def set_cell(self, num: int, col: int, value: Any, style: Optional[bytes] = None) -> None:
         row = self._row(num)
+        assert row is not None  # _row creates the row when absent
         ref = f"{col_letter(col)}{num}"
         if row.cells is None and not row.dirty and self._set_in_place(row, ref, value, style):
             self.changed = True

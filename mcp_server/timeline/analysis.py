@@ -351,9 +351,9 @@ def _verdicts(res: TimelineAnalysis) -> list[Verdict]:
             f"critical path {_fmt_ns(total)} over {len(res.critical_path)} phase step(s): {parts}; of it "
             f"{_fmt_ns(rel)} is release/wait before the last block of a step began.")))
     if not any(v.kind in ("imbalance", "fixed_straggler", "moving_straggler") for v in out) and res.phases:
-        worst = max(res.phases, key=lambda p: p.imbalance)
-        out.append(Verdict(kind="balanced", phase=worst.name, at_stake_ns=0.0, message=(
-            f"no load imbalance: the largest slowest/mean is {worst.imbalance:.2f}x ({worst.name}), under the "
+        most = max(res.phases, key=lambda p: p.imbalance)
+        out.append(Verdict(kind="balanced", phase=most.name, at_stake_ns=0.0, message=(
+            f"no load imbalance: the largest slowest/mean is {most.imbalance:.2f}x ({most.name}), under the "
             f"{IMBALANCE_RATIO:.2f}x threshold, or too little time at stake.")))
     if res.probe_overhead is not None:
         po = res.probe_overhead

@@ -45,26 +45,29 @@ def compare_analyses(before: TimelineAnalysis, after: TimelineAnalysis) -> Timel
     gains = [r for r in rows if r.d_critical_ns is not None and r.d_critical_ns < 0]
     losses = [r for r in rows if r.d_critical_ns is not None and r.d_critical_ns > 0]
     for r in rows:
-        if r.before is None:
-            findings.append((r.after.critical_ns, f"{r.name}: new in after ({_fmt_ns(r.after.critical_ns)} on the "
-                                                  "critical path)"))
+        rb, ra = r.before, r.after
+        if rb is None or ra is None:  # a phase on one side only (compare_analyses gives at least one)
+            if ra is not None:
+                findings.append((ra.critical_ns, f"{r.name}: new in after ({_fmt_ns(ra.critical_ns)} on the "
+                                                 "critical path)"))
+            elif rb is not None:
+                findings.append((rb.critical_ns, f"{r.name}: gone in after (was {_fmt_ns(rb.critical_ns)} on "
+                                                 "the critical path)"))
             continue
-        if r.after is None:
-            findings.append((r.before.critical_ns, f"{r.name}: gone in after (was {_fmt_ns(r.before.critical_ns)} on "
-                                                   "the critical path)"))
-            continue
-        if r.before.occurrences != r.after.occurrences:
-            findings.append((abs(r.d_critical_ns or 0), f"{r.name}: occurrences {r.before.occurrences} -> "
-                                                        f"{r.after.occurrences}: totals are not like for like"))
+        # both sides present: compare_analyses set every d_* field
+        if rb.occurrences != ra.occurrences:
+            findings.append((abs(r.d_critical_ns or 0), f"{r.name}: occurrences {rb.occurrences} -> "
+                                                        f"{ra.occurrences}: totals are not like for like"))
         if abs(r.d_critical_ns or 0) >= 0.01 * max(before.span_ns, 1) or abs(r.d_imbalance or 0) >= 0.1:
             findings.append((abs(r.d_critical_ns or 0), (
-                f"{r.name}: critical {_fmt_ns(r.before.critical_ns)} -> {_fmt_ns(r.after.critical_ns)} "
-                f"({_fmt_ns(r.d_critical_ns)}); wall {_fmt_ns(r.d_wall_ns)}, slowest {_fmt_ns(r.d_slowest_ns)}, "
-                f"mean {_fmt_ns(r.d_mean_ns)}; imbalance {r.before.imbalance:.2f}x -> {r.after.imbalance:.2f}x; "
-                f"skew {_fmt_ns(r.d_skew_ns)}; waits {_fmt_ns(r.d_wait_ns)}")))
+                f"{r.name}: critical {_fmt_ns(rb.critical_ns)} -> {_fmt_ns(ra.critical_ns)} "
+                f"({_fmt_ns(r.d_critical_ns or 0)}); wall {_fmt_ns(r.d_wall_ns or 0)}, "
+                f"slowest {_fmt_ns(r.d_slowest_ns or 0)}, mean {_fmt_ns(r.d_mean_ns or 0)}; "
+                f"imbalance {rb.imbalance:.2f}x -> {ra.imbalance:.2f}x; "
+                f"skew {_fmt_ns(r.d_skew_ns or 0)}; waits {_fmt_ns(r.d_wait_ns or 0)}")))
     if gains and losses:
-        g = sum(-r.d_critical_ns for r in gains)
-        l = sum(r.d_critical_ns for r in losses)
+        g = sum(-(r.d_critical_ns or 0) for r in gains)
+        l = sum(r.d_critical_ns or 0 for r in losses)
         findings.append((min(g, l) + 1e17, (
             f"cost moved between phases: {', '.join(r.name for r in gains)} gained {_fmt_ns(g)} while "
             f"{', '.join(r.name for r in losses)} lost {_fmt_ns(l)}")))

@@ -78,8 +78,8 @@ def find_overhead_file(buffer_path: Union[str, os.PathLike]) -> Optional[Path]:
 def write_overhead(path: Union[str, os.PathLike], with_us: Sequence[float], without_us: Sequence[float],
                    method: str = "", noise_pct: Optional[float] = None) -> Path:
     p = Path(path)
-    doc = {"with_probes_us": list(map(float, with_us)), "without_probes_us": list(map(float, without_us)),
-           "method": method}
+    doc: dict[str, object] = {"with_probes_us": list(map(float, with_us)),
+                              "without_probes_us": list(map(float, without_us)), "method": method}
     if noise_pct is not None:
         doc["noise_pct"] = noise_pct
     from mcp_server.atomic import atomic_write_text

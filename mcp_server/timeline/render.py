@@ -56,8 +56,8 @@ def render_analysis(res: TimelineAnalysis, con: Console) -> None:
     con.print("[bold]Verdicts[/] (ranked by time at stake)")
     for i, v in enumerate(res.verdicts, 1):
         con.print(escape(f"{i}. [{v.kind}] {v.message}"), highlight=False)
-    for k, v in res.outputs.items():
-        con.print(f"wrote {k}: {v}")
+    for k, path in res.outputs.items():
+        con.print(f"wrote {k}: {path}")
 
 
 def render_comparison(cmp: TimelineComparison, con: Console) -> None:

@@ -10,7 +10,7 @@ import os
 import queue
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from mcp_server.errors import FileMissingError, TraceFormatError
 
@@ -38,7 +38,7 @@ def open_trace(p: Path):
     return gzip.open(p, "rb") if is_gzip(p) else open(p, "rb")
 
 
-def blocks(p: Path, block: int = BLOCK) -> Iterator[bytes]:
+def blocks(p: Path, block: int = BLOCK) -> "BlockReader":
     """Decompressed blocks of the file, read ahead by a helper thread started now.
 
     zlib releases the GIL while inflating, so decompression overlaps the
@@ -61,17 +61,17 @@ def blocks(p: Path, block: int = BLOCK) -> Iterator[bytes]:
 
     t = threading.Thread(target=work, name="kernelscope-trace-reader", daemon=True)
     t.start()
-    return _Blocks(q, stop, t)
+    return BlockReader(q, stop, t)
 
 
-class _Blocks:
+class BlockReader:
     """Iterator over the reader thread's blocks; ``close()`` stops the thread even if never iterated."""
 
     def __init__(self, q: "queue.Queue[tuple[str, Any]]", stop: threading.Event, thread: threading.Thread) -> None:
         self._q, self._stop, self._t = q, stop, thread
         self._done = False
 
-    def __iter__(self) -> "_Blocks":
+    def __iter__(self) -> "BlockReader":
         return self
 
     def __next__(self) -> bytes:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
-from typing import Optional
+from typing import Literal, Optional
 
 import numpy as np
 
@@ -256,7 +256,8 @@ def _kernel_phases(rt: RawTrace, lk: Linked) -> np.ndarray:
 
 
 def _replay_reference(rt: RawTrace, lk: Linked, table: PathTable, path_code: np.ndarray, reference_trace,
-                      report, gstat: GraphAttribution) -> tuple[G.Reference, str]:
+                      report, gstat: GraphAttribution
+                      ) -> tuple[G.Reference, Literal["same-trace", "reference-trace"]]:
     """What replays are attributed from: this trace's eager kernels, or the reference trace's when given
     and attributed. Returns (reference, method)."""
     ref = _eager_reference(rt, lk, table, path_code)
@@ -316,7 +317,8 @@ def _attribute_replays(rt: RawTrace, lk: Linked, table: PathTable, rules, refere
     gstat.attributed_count = attributed
     gstat.method = method if attributed else "unattributed"
     gstat.mean_confidence = float(confidence[gidx].mean())
-    gstat.layer_cut = max(cuts, key=cuts.get) if cuts else "none"  # type: ignore[assignment]
+    cut_kind: str = max(cuts, key=lambda c: cuts[c]) if cuts else "none"
+    gstat.layer_cut = cut_kind  # type: ignore[assignment]  # a layer_cuts kind
     gstat.layers_found = layers_found
     gstat.notes.append(f"{len(bounds) + 1} replay(s), {len(memo)} distinct kernel sequence(s); "
                        f"attribution by {', '.join(sorted(methods))}")

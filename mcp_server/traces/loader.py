@@ -40,8 +40,8 @@ import msgspec
 import numpy as np
 
 from mcp_server.errors import FileMissingError, TraceFormatError
+from mcp_server.traces._reader import BlockReader, check_path, is_gzip, open_trace
 from mcp_server.traces._reader import blocks as _read_blocks
-from mcp_server.traces._reader import check_path, is_gzip, open_trace
 
 KERNEL_CATS = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}
 KIND_NAMES = ("kernel", "memcpy", "memset")
@@ -204,7 +204,8 @@ class _Collector:
         cpu: list = []
         ker: list = []
         lau: list = []
-        route = {"python_function": py, "cpu_op": cpu, "kernel": ker, "gpu_memcpy": ker, "gpu_memset": ker}
+        route: dict[Optional[str], list] = {"python_function": py, "cpu_op": cpu, "kernel": ker,
+                                            "gpu_memcpy": ker, "gpu_memset": ker}
         for c in LAUNCH_CATS:
             route[c] = lau
         get = route.get
@@ -326,7 +327,7 @@ def _read_errors(p: Path, exc: BaseException) -> TraceFormatError:
     return TraceFormatError(f"cannot read trace: {exc}", path=p)
 
 
-def _decode_chunk(text: bytes, coll: _Collector) -> bool:
+def _decode_chunk(text: bytes | memoryview, coll: _Collector) -> bool:
     """Decode one ``[...]`` array of events into ``coll``. False when ``text`` is not valid JSON."""
     try:
         events = _events_dec.decode(text)
@@ -371,7 +372,7 @@ def _drop_front(buf: bytearray, n: int) -> bytearray:
 
 
 def _stream(p: Path, coll: _Collector, progress: Optional[Callable[[int], None]],
-            blocks: Optional[Iterator[bytes]] = None) -> dict[str, Any]:
+            blocks: Optional[BlockReader] = None) -> dict[str, Any]:
     """Streaming decode; raises _FallBack when the layout is not the usual ``{..."traceEvents": [...]...}``."""
     blocks = blocks if blocks is not None else _read_blocks(p, _BLOCK)
     try:
@@ -403,7 +404,7 @@ def _stream(p: Path, coll: _Collector, progress: Optional[Callable[[int], None]]
             if progress:
                 progress(done_bytes)
             buf = _grow(buf, block)
-            cuts = []
+            cuts: list[int] = []
             q = len(buf)
             while len(cuts) < 3 and q > 0:
                 q = buf.rfind(b"}", 0, q)
@@ -519,7 +520,7 @@ def gc_paused() -> Iterator[None]:
 
 
 def load_trace(path: str | os.PathLike, progress: Optional[Callable[[int, int], None]] = None,
-               blocks: Optional[Iterator[bytes]] = None) -> RawTrace:
+               blocks: Optional[BlockReader] = None) -> RawTrace:
     """Load a Kineto trace into numpy columns. ``progress(done_bytes, total_bytes_estimate)``.
 
     ``blocks``: an already started ``_reader.blocks(path)`` iterator (read-ahead).
