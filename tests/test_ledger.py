@@ -233,7 +233,8 @@ def test_experiment_records_git_state_of_the_targets_repo(tmp_path, monkeypatch)
 def test_tokens_in_the_target_never_reach_the_ledger(db, monkeypatch):
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_abcdefghijklmnopqrstuvwxyz0123")
     token = "ghp_abcdefghijklmnopqrstuvwxyz0123"
-    e = ledger_record(ledger=db, kind="experiment", target=["python", "bench.py", "--token=hunter2hunter2", "--gh", token])
+    argv = ["python", "bench.py", "--token=hunter2hunter2", "--gh", token]
+    e = ledger_record(ledger=db, kind="experiment", target=argv)
     shown = ledger_show(id=e.id, ledger=db)
     assert shown.experiment.target == ["python", "bench.py", "--token=***", "--gh", "***"]
     raw = open(db, "rb").read() + (open(db + "-wal", "rb").read() if os.path.exists(db + "-wal") else b"")
