@@ -157,9 +157,6 @@ PHASE_CODES: tuple[str, ...] = (Phase.unknown.value, Phase.prefill.value, Phase.
 COMMUNICATION = "communication"
 #: What a kernel no rule matches is classified as.
 OTHER = "other"
-#: Kernel kinds that are categories of their own (the kernel table's ``kind``).
-MEMCPY = "memcpy"
-MEMSET = "memset"
 
 #: Names the engines rely on; the categories CSV should define each (``other`` is implicit).
 RESERVED_CATEGORIES: tuple[str, ...] = (COMMUNICATION,)
@@ -214,13 +211,15 @@ KERNEL_COLUMNS: dict[str, str] = {
     "correlation": "correlation id linking to the launch",
     "module": "owning (deepest) module instance, e.g. Linear_3; '' when unattributed",
     "module_type": "module type (instance name without numeric suffix), e.g. Linear",
-    "module_path": "slash-joined instance path from the root module, e.g. LlamaForCausalLM_0/LlamaModel_0/LlamaDecoderLayer_0/LlamaAttention_0/Linear_0",
+    "module_path": "slash-joined instance path from the root module, e.g. "
+                   "LlamaForCausalLM_0/LlamaModel_0/LlamaDecoderLayer_0/LlamaAttention_0/Linear_0",
     "root_type": "type of the outermost module of the path ('' when unattributed)",
     "phase": "prefill | decode | '' (unknown)",
     "cpu_op": "innermost aten/cpu op enclosing the launch ('' when none)",
     "input_dims": "Input Dims of that cpu op, as text ('' when not recorded)",
     "source": "innermost non-torch Python frame enclosing the launch, e.g. modeling_llama.py(123): forward",
     "graph": "True when launched by a CUDA/HIP graph replay",
-    "confidence": "attribution confidence 0..1 (1 for direct attribution; majority share for graph replays; 0 when unattributed)",
+    "confidence": "attribution confidence 0..1 (1 for direct attribution; majority share for graph replays; 0 when "
+                  "unattributed)",
     "layer": "index of the layer occurrence within its phase for graph replays (-1 when not cut)",
 }
