@@ -6,11 +6,11 @@ import math
 from pathlib import Path
 
 import pytest
+from upstream_layout import UDetail, UKernel, UpstreamSpec, build_upstream_report
 
 from mcp_server.compare.budget import budget
 from mcp_server.compare.inputs import load_side
 from mcp_server.errors import FileMissingError, InputError, ReportFormatError
-from upstream_layout import UDetail, UKernel, UpstreamSpec, build_upstream_report
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 EAGER = TRACES / "llama_prefill_eager.json.gz"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_server.compare.blocks import load_blocks
 from mcp_server.categories import DEFAULT_CATEGORY, load_categories, parse_categories
+from mcp_server.compare.blocks import load_blocks
 from mcp_server.errors import CategoriesError, FileMissingError
 
 # Kernel names as they appear in the H200 fixtures and in public NVIDIA / AMD traces.
@@ -16,12 +16,14 @@ CASES = {
     "fused_moe_kernel": "moe",
     "void aiter::moe_sorting_kernel<...>": "moe",
     "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x64_4x1x1_kernel0_0": "attention",
-    "void at::native::(anonymous namespace)::softmax_warp_forward<c10::BFloat16, float, float, 8, false, false>": "attention",
+    "void at::native::(anonymous namespace)::softmax_warp_forward<c10::BFloat16, float, float, 8, false, "
+    "false>": "attention",
     "flashinfer::BatchPrefillWithPagedKVCacheKernel": "attention",
     "_fwd_grouped_kernel_stage1": "attention",  # SGLang triton decode attention (MLA and MHA)
     "_fwd_kernel_stage2": "attention",
     "void rotary_embedding_kernel<c10::BFloat16, true>": "rope",
-    "void at::native::(anonymous namespace)::indexSelectSmallIndex<c10::BFloat16, long, unsigned int, 2, 2, -2>": "embedding",
+    "void at::native::(anonymous namespace)::indexSelectSmallIndex<c10::BFloat16, long, unsigned int, 2, 2, "
+    "-2>": "embedding",
     "_per_token_group_quant_fp8": "quantization",
     "void vllm::rms_norm_kernel<c10::BFloat16>": "normalization",
     "nvjet_sm90_tst_64x8_64x16_1x2_h_bz_NNT": "gemm",

@@ -20,11 +20,13 @@ def _kernel_names(stem: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def names() -> dict[str, list[str]]:
-    return {s: _kernel_names(s) for s in ("llama_prefill_eager", "llama_prefill_sdpa", "dsv3_prefill", "llama_decode_graph")}
+    return {s: _kernel_names(s)
+            for s in ("llama_prefill_eager", "llama_prefill_sdpa", "dsv3_prefill", "llama_decode_graph")}
 
 
 def test_tile_and_arch_variants_of_one_gemm_normalise_together(names):
-    nvjet = sorted({n for n in names["llama_prefill_eager"] if n.startswith("nvjet_sm90_tst_") and n.endswith("_h_bz_TNT")})
+    nvjet = sorted({n for n in names["llama_prefill_eager"]
+                    if n.startswith("nvjet_sm90_tst_") and n.endswith("_h_bz_TNT")})
     assert len(nvjet) >= 3  # several tile shapes of the same cuBLAS (nvjet) GEMM in the trace
     assert {normalize_kernel_name(n) for n in nvjet} == {"nvjet_tst_h_bz_tnt"}
     # the transpose layout is part of the work: NNT stays distinct
@@ -52,8 +54,10 @@ def test_generated_and_hashed_names():
     assert normalize_kernel_name("triton_poi_fused_add_mul_0") == normalize_kernel_name("triton_poi_fused_add_mul_17")
     assert normalize_kernel_name("ck_moe_stage1_7f3a9b2c1d") == "ck_moe_stage1"
     sdpa = "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_kernel0_0"
-    assert normalize_kernel_name(sdpa) == normalize_kernel_name(sdpa.replace("sm90", "sm100").replace("knob_7", "knob_3"))
-    cutlass = "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(cutlass_80_simt_sgemm_128x32_8x5_nn_align1::Params)"
+    other_arch = sdpa.replace("sm90", "sm100").replace("knob_7", "knob_3")
+    assert normalize_kernel_name(sdpa) == normalize_kernel_name(other_arch)
+    cutlass = ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>"
+               "(cutlass_80_simt_sgemm_128x32_8x5_nn_align1::Params)")
     assert normalize_kernel_name(cutlass) == "cutlass_simt_sgemm_nn"
 
 
@@ -68,9 +72,10 @@ def test_lcs_pairs_is_a_longest_common_subsequence():
 
 
 def test_align_pairs_replacements_by_category_then_time():
-    a = [Item("rope", "rope", 5), Item("gemm_qk", "gemm", 10), Item("softmax", "attention", 6), Item("gemm_pv", "gemm", 9),
+    a = [Item("rope", "rope", 5), Item("gemm_qk", "gemm", 10), Item("softmax", "attention", 6),
+         Item("gemm_pv", "gemm", 9), Item("copy", "elementwise", 1)]
+    b = [Item("rope", "rope", 5), Item("flash_fwd", "attention", 8), Item("memset", "memset", 1),
          Item("copy", "elementwise", 1)]
-    b = [Item("rope", "rope", 5), Item("flash_fwd", "attention", 8), Item("memset", "memset", 1), Item("copy", "elementwise", 1)]
     pairs = align(a, b)
     kinds = {(p.a, p.b): p.kind for p in pairs}
     assert kinds[(0, 0)] == "same" and kinds[(4, 3)] == "same"

@@ -11,8 +11,17 @@ from pathlib import Path
 import pytest
 
 from mcp_server.ncu import runner
-from mcp_server.ncu.runner import (NcuNoKernelsError, NcuNotFoundError, NcuPermissionError, NcuProfilerLoadError,
-                                   NcuTargetFailedError, NcuTimeoutError, build_argv, find_ncu, run_ncu)
+from mcp_server.ncu.runner import (
+    NcuNoKernelsError,
+    NcuNotFoundError,
+    NcuPermissionError,
+    NcuProfilerLoadError,
+    NcuTargetFailedError,
+    NcuTimeoutError,
+    build_argv,
+    find_ncu,
+    run_ncu,
+)
 
 NCU = Path(__file__).resolve().parent / "fixtures" / "ncu"
 

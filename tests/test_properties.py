@@ -9,6 +9,7 @@ import random
 
 import numpy as np
 import pytest
+from conftest import TRACES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,8 +17,6 @@ from mcp_server.errors import KernelscopeError
 from mcp_server.timeline import layout as L
 from mcp_server.timeline.decode import decode_buffer
 from mcp_server.traces import analyze_trace
-
-from conftest import TRACES
 
 
 def _program(draw) -> list[tuple[int, int]]:

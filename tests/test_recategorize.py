@@ -10,14 +10,14 @@ from collections import defaultdict
 import anyio
 import openpyxl
 import pytest
-
 from conftest import TRACES
+from upstream_layout import build_upstream_report, make_large_spec
+
 from mcp_server.categories import load_categories
 from mcp_server.compare.recategorize import recategorize
 from mcp_server.errors import FileMissingError, ReportFormatError, WriteError
 from mcp_server.reports import layout as L
 from mcp_server.reports.reader import read_report
-from upstream_layout import build_upstream_report, make_large_spec
 
 DEFAULT = load_categories()
 
@@ -153,7 +153,7 @@ def test_recategorize_upstream_report(tmp_path, custom_csv, layout):
     assert all(rules.classify(n) == c for n, c in zip(rep.kernels["name"], rep.kernels["category"]))
     # Summary: time moved exactly as the re-classified GPU Kernels rows say
     exp = defaultdict(lambda: [0.0, 0])
-    for n, c, dur, _ in allk:
+    for n, _c, dur, _ in allk:
         e = exp[rules.classify(n)]
         e[0] += dur
         e[1] += 1

@@ -7,10 +7,10 @@ import time
 
 import httpx
 import pytest
+from test_refs_support import refs_env, write_registry  # noqa: F401  (fixture)
 
 from mcp_server.errors import InputError
 from mcp_server.refs import find_references
-from test_refs_support import refs_env, write_registry  # noqa: F401  (fixture)
 
 PR_ITEMS = [
     {"number": 812, "title": "Optimize moe_sorting for large token counts", "html_url": "https://github.com/ROCm/aiter/pull/812",

@@ -4,10 +4,11 @@ from __future__ import annotations
 import base64
 import time
 
+from test_refs_support import FakeJira, refs_env, write_registry  # noqa: F401  (fixture)
+
 from mcp_server.refs import find_references
 from mcp_server.refs.jira_src import build_jql, jql_escape
 from mcp_server.refs.registry import SourceSpec
-from test_refs_support import FakeJira, refs_env, write_registry  # noqa: F401  (fixture)
 
 PAT = "jira-pat-FAKE-0123456789abcdef"
 API_TOKEN = "ATATT3xFAKEcloudtoken0123456789"
@@ -29,7 +30,8 @@ def test_server_dc_with_pat(refs_env, monkeypatch):
     assert sec.total == 2 and res.outcomes == ["jira_ticket"]
     search = [r for r in fj.requests if r["path"].startswith("/rest/api/2/search")]
     assert [r["path"] for r in search] == ["/rest/api/2/search"]
-    assert search[0]["query"]["jql"] == ['project = "KS" AND text ~ "moe_sorting" AND updated >= -14d ORDER BY updated DESC']
+    assert search[0]["query"]["jql"] == ['project = "KS" AND text ~ "moe_sorting" AND updated >= -14d ORDER BY updated '
+                                         'DESC']
     assert all(r["auth"] == f"Bearer {PAT}" for r in fj.requests)
     assert PAT not in res.model_dump_json()
 

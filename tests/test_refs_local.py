@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import pytest
+from test_refs_support import git, make_repo, refs_env, write_registry  # noqa: F401  (fixture)
 
 from mcp_server.refs import find_references
-from test_refs_support import git, make_repo, refs_env, write_registry  # noqa: F401  (fixture)
 
 
 @pytest.fixture
@@ -92,7 +92,8 @@ def test_keyword_is_literal_not_regex_or_option(refs_env, reg, monkeypatch):
 def test_importable_package_clone_is_detected_but_installed_copy_is_not(refs_env, monkeypatch):
     import importlib
 
-    reg = write_registry(refs_env / "reg2.md", ["| x-local | local-git | ROCm/kstestpkg | KSTEST_ROOT | kstestpkg | | yes |"])
+    reg = write_registry(refs_env / "reg2.md", ["| x-local | local-git | ROCm/kstestpkg | KSTEST_ROOT | kstestpkg | | "
+                                                "yes |"])
     # an installed copy inside some other repository's site-packages: must not be taken for the clone
     other = refs_env / "venvrepo"
     other.mkdir()

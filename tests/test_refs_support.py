@@ -52,7 +52,8 @@ def refs_env(monkeypatch, tmp_path):
 
 
 def write_registry(path: Path, rows: list[str]) -> str:
-    text = "# test registry\n\n| key | kind | repo | env | package | jql_project | enabled |\n|---|---|---|---|---|---|---|\n"
+    text = ("# test registry\n\n| key | kind | repo | env | package | jql_project | enabled |\n"
+            "|---|---|---|---|---|---|---|\n")
     text += "".join(r + "\n" for r in rows)
     path.write_text(text)
     return str(path)

@@ -7,15 +7,14 @@ from functools import lru_cache
 
 import openpyxl
 import pytest
-
 from conftest import TRACES
+from upstream_layout import UDetail, UKernel, UpstreamSpec, build_upstream_report, make_analysis, make_large_spec
+
 from mcp_server.errors import FileMissingError, ReportFormatError, WriteError
 from mcp_server.reports import layout as L
 from mcp_server.reports.reader import kernel_table, read_report
 from mcp_server.reports.xlsx_writer import write_analysis_report
 from mcp_server.traces.models import KERNEL_COLUMNS
-from upstream_layout import (UDetail, UKernel, UpstreamSpec, build_upstream_report, make_analysis,
-                             make_large_spec)
 
 FIXTURES = sorted(p.name for p in TRACES.glob("*.json.gz"))
 
@@ -77,7 +76,7 @@ def test_round_trip_on_real_fixture(reports, name):
 def test_layout_headers_and_detail_sheets(reports):
     """Exact upstream sheet names and header rows; detail sheets titled and named as documented."""
     seen_detail = 0
-    for name, p in reports.items():
+    for p in reports.values():
         wb = openpyxl.load_workbook(p)
         assert wb.sheetnames[:4] == ["Summary", "Overview", "Module Tree", "GPU Kernels"]
         assert wb.sheetnames[-2:] == ["Kernels (full)", "Metadata"]
@@ -328,11 +327,11 @@ def test_full_table_split_over_several_sheets(tmp_path, monkeypatch):
 
 
 def test_full_table_append_refuses_a_shared_strings_workbook_with_a_typed_error(tmp_path):
+    import zipfile
+
     import pandas as pd
 
     from mcp_server.reports.fast_table import fill_full_tables
-
-    import zipfile
 
     plain = tmp_path / "plain.xlsx"
     wb = openpyxl.Workbook()

@@ -6,6 +6,7 @@ import zipfile
 import pytest
 from python_calamine import CalamineWorkbook
 
+from mcp_server.errors import ReportFormatError
 from mcp_server.reports.xlsx_patch import SheetXml, WorkbookPatch, col_index, col_letter, patch_workbook
 
 CT = ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
@@ -102,5 +103,5 @@ def test_shrinking_block_and_missing_cells():
     out = sx.to_bytes()
     assert b'<row r="4"' in out and b'<c r="B4"><v>7</v></c>' in out
     assert b'<mergeCell ref="A6:C6"/>' in out
-    with pytest.raises(Exception):
+    with pytest.raises(ReportFormatError, match="sheet 'bad': worksheet XML has no sheetData"):
         SheetXml(b"<worksheet><foo/></worksheet>", "bad")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import FIXTURES
+
 from mcp_server.timeline.analysis import IMBALANCE_RATIO, analyze_timeline
 from mcp_server.timeline.compare import compare_timelines
 from mcp_server.timeline.decode import decode_buffer

@@ -227,7 +227,8 @@ def test_analyze_timeline_reads_sidecars(tmp_path: Path):
     p = tmp_path / "k.bin"
     buf.tofile(p)
     (tmp_path / "k.events").write_text("phase\n")
-    (tmp_path / "k.overhead.json").write_text('{"with_probes_us": [10.5, 10.6, 10.4], "without_probes_us": [10.0, 10.1, 9.9]}')
+    (tmp_path / "k.overhead.json").write_text(
+        '{"with_probes_us": [10.5, 10.6, 10.4], "without_probes_us": [10.0, 10.1, 9.9]}')
     res = analyze_timeline(p)
     assert res.phases[0].name == "phase"
     assert res.probe_overhead is not None and res.probe_overhead.overhead_pct == pytest.approx(5.0, abs=0.01)

@@ -68,7 +68,8 @@ def test_cuda_header_roundtrip_and_guard(tmp_path: Path) -> None:
     src = tmp_path / "small.cu"
     src.write_text(SMALL_CU)
     exe = tmp_path / "small"
-    cp = subprocess.run(["nvcc", "-O3", "-arch=sm_90", "-DKERNELSCOPE_PROBE", "-I", str(INCLUDE), str(src), "-o", str(exe)],
+    cp = subprocess.run(["nvcc", "-O3", "-arch=sm_90", "-DKERNELSCOPE_PROBE", "-I", str(INCLUDE), str(src),
+                         "-o", str(exe)],
                         capture_output=True, text=True, timeout=240)
     assert cp.returncode == 0, cp.stderr
     ok, small = tmp_path / "ok.bin", tmp_path / "small.bin"

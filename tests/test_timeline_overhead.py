@@ -7,11 +7,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES
+
 from mcp_server.errors import BufferFormatError, FileMissingError, InputError, ToolMissingError
 from mcp_server.timeline.overhead import (
-    build_and_time, load_overhead, overhead_from_samples, parse_timing_lines, write_overhead,
+    build_and_time,
+    load_overhead,
+    overhead_from_samples,
+    parse_timing_lines,
+    write_overhead,
 )
 
 TL = FIXTURES / "timeline"

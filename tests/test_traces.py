@@ -6,11 +6,10 @@ from functools import lru_cache
 
 import numpy as np
 import pytest
+from conftest import TRACES
 
 from mcp_server.traces import KERNEL_COLUMNS, analyze_trace
 from mcp_server.traces.graph import UNATTRIBUTED_GRAPH, layer_cuts
-
-from conftest import TRACES
 
 ALL = ["llama_prefill_eager", "llama_prefill_sdpa", "llama_decode_mixed", "llama_decode_graph", "dsv3_prefill",
        "tp2_prefill", "tp2_decode_mixed"]
@@ -54,7 +53,7 @@ def test_invariants(name, ref):
     # per-type totals = sum of the kernels below calls of that type (no type nests in itself here)
     types_of = paths.map(lambda p: {s.rsplit("_", 1)[0] for s in p.split("/")})
     for m in res.modules:
-        mask = types_of.map(lambda s: m.type in s).astype(bool)
+        mask = types_of.map(lambda s, t=m.type: t in s).astype(bool)
         assert m.total_us == pytest.approx(att.loc[mask, "dur_us"].sum()), m.type
         assert m.min_us <= m.mean_us <= m.max_us
         assert m.mean_us * m.count == pytest.approx(m.total_us)

@@ -5,12 +5,11 @@ import gzip
 import json
 
 import pytest
+from conftest import TRACES
 
 from mcp_server.errors import FileMissingError, TraceFormatError
 from mcp_server.traces import analyze_trace
 from mcp_server.traces.loader import load_trace
-
-from conftest import TRACES
 
 
 def _events(name="llama_prefill_sdpa"):
@@ -167,7 +166,8 @@ def test_hip_runtime_names(tmp_path):
     """ROCm traces name the runtime calls hip*: the launch link and graph detection still hold."""
     raw = gzip.decompress((TRACES / "llama_decode_mixed.json.gz").read_bytes())
     raw = raw.replace(b'"cudaGraphLaunch"', b'"hipGraphLaunch"').replace(b'"cudaLaunchKernel"', b'"hipLaunchKernel"')
-    raw = raw.replace(b'"cuLaunchKernelEx"', b'"hipExtModuleLaunchKernel"').replace(b'"cuda_runtime_version"', b'"hip_runtime_version"')
+    raw = raw.replace(b'"cuLaunchKernelEx"', b'"hipExtModuleLaunchKernel"')
+    raw = raw.replace(b'"cuda_runtime_version"', b'"hip_runtime_version"')
     p = tmp_path / "rocm_like.json"
     p.write_bytes(raw)
     res = analyze_trace(p)

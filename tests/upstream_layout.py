@@ -119,7 +119,7 @@ def build_upstream_report(path: str, spec: UpstreamSpec, layout: str = "old", *,
     row = 4
     chain = spec.chain or sorted({d.module_type for d in spec.details})
     by_type_total: dict[str, float] = defaultdict(float)
-    for name, cat, dur, mt in allk:
+    for _name, _cat, dur, mt in allk:
         by_type_total[mt] += dur
     first_tab = {}
     for d in spec.details:
@@ -137,7 +137,7 @@ def build_upstream_report(path: str, spec: UpstreamSpec, layout: str = "old", *,
     header(ws, row, ["Category", "Count", "Total (us)", "Avg (us)", "Percentage"])
     row += 1
     cat_agg: dict[str, list] = {}
-    for name, cat, dur, mt in allk:
+    for _name, cat, dur, _mt in allk:
         e = cat_agg.setdefault(cat, [0.0, 0])
         e[0] += dur
         e[1] += 1
@@ -166,7 +166,7 @@ def build_upstream_report(path: str, spec: UpstreamSpec, layout: str = "old", *,
     tree = spec.tree
     if tree is None:
         root_bd: dict[str, float] = defaultdict(float)
-        for name, cat, dur, mt in allk:
+        for _name, cat, dur, _mt in allk:
             root_bd[cat] += dur
         tree = [UTreeRow(0, f"{spec.root_type}_0", grand, len(allk), dict(root_bd))]
         for d in spec.details:
@@ -308,7 +308,7 @@ def make_large_spec(sheets: int = 50, rows: int = 1000, seed: int = 0, categorie
             ks.append(UKernel(f"{leaf}_{j % 7}", name, dur, rules.classify(name), f"[[{j % 64}, 4096], [4096, 4096]]",
                               "model.py(123): forward", ts))
             ts += dur + 0.5
-        details.append(UDetail(mtype, inst, phase, f"Model_0/Body_0", ks))
+        details.append(UDetail(mtype, inst, phase, "Model_0/Body_0", ks))
     return UpstreamSpec(details=details, root_type="Model", chain=["Body"] + [d.module_type for d in details])
 
 
@@ -327,8 +327,7 @@ def make_analysis(n_layers: int = 4, phase: str = "prefill", seed: int = 0, trac
     import pandas as pd
 
     from mcp_server.categories import load_categories
-    from mcp_server.traces.models import (KERNEL_COLUMNS, CategoryTotal, ModuleNode, ModuleTypeStats,
-                                          TraceAnalysis)
+    from mcp_server.traces.models import KERNEL_COLUMNS, CategoryTotal, ModuleNode, ModuleTypeStats, TraceAnalysis
 
     rules = categories or load_categories()
     rng = random.Random(seed)
