@@ -60,7 +60,7 @@ def test_every_format_of_a_run_gives_the_same_durations(cc):
     raw = _durations(parse_ncu(str(NCU / f"targets_{cc}.raw.csv")))
     det = _durations(parse_ncu(str(NCU / f"targets_{cc}.details.csv")))
     assert rep == raw  # base units: exact nanoseconds
-    for name, (tot, lo, hi) in rep.items():
+    for name, (tot, lo, _hi) in rep.items():
         # the details page prints auto units with 3 significant digits ("1.39 ms")
         assert det[name][0] == pytest.approx(tot, rel=5e-3)
         assert det[name][1] == pytest.approx(lo, rel=5e-3)

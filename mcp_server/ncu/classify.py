@@ -115,7 +115,8 @@ def _occupancy(k: KernelProfile, v: _Verdict) -> Optional[str]:
         lim = k.occupancy_limiter or "unknown"
         v.ev("theoretical_occupancy_pct", theo, OCC_LOW,
              f"theoretical occupancy {_pct(theo)}, limited by {lim}"
-             + (f" ({k.registers_per_thread:.0f} registers/thread)" if lim == "registers" and k.registers_per_thread else ""))
+             + (f" ({k.registers_per_thread:.0f} registers/thread)"
+                if lim == "registers" and k.registers_per_thread else ""))
         return lim
     if ach is not None and theo:
         if ach < OCC_GAP * theo:
@@ -193,7 +194,8 @@ def classify_kernel(k: KernelProfile, cache_control: Optional[str] = None,
                     limiter = "latency"
         if k.top_stalls:
             r, c = k.top_stalls[0]
-            v.ev(f"stall_{r}", c, None, f"top warp stall: {r.replace('_', ' ')} ({c:.1f} cycles per issued instruction)")
+            v.ev(f"stall_{r}", c, None,
+                 f"top warp stall: {r.replace('_', ' ')} ({c:.1f} cycles per issued instruction)")
         v.ev("max_throughput_pct", top, LOW, f"both compute and memory under {LOW:.0f}% of peak: latency-bound")
     else:
         l1_feeds_tensor = (mem >= sm and (m.get("tensor_pipe_pct") or 0) >= PIPE_HIGH
@@ -222,7 +224,8 @@ def classify_kernel(k: KernelProfile, cache_control: Optional[str] = None,
                 v.advice.append(f"occupancy is limited ({_occ}); more warps in flight may reach the roof")
     _advise(cls, limiter, resident, k, m, v, sm, mem)
     conf = 0.9 - v.penalty - (0.2 if margin < 5 else 0.0)
-    return Bottleneck(class_=cls, limiter=limiter, l2_resident=resident, confidence=round(max(0.05, min(0.95, conf)), 2),
+    return Bottleneck(class_=cls, limiter=limiter, l2_resident=resident,
+                      confidence=round(max(0.05, min(0.95, conf)), 2),
                       evidence=v.evidence, advice=v.advice, missing=v.missing)
 
 
@@ -288,7 +291,8 @@ def _spec_summary(spec: Optional[GpuSpec]) -> Optional[dict]:
     return out
 
 
-def resolve_gpu(gpu: Optional[str], device: Optional[str], warnings: list[Warning_]) -> tuple[Optional[str], Optional[GpuSpec]]:
+def resolve_gpu(gpu: Optional[str], device: Optional[str],
+                warnings: list[Warning_]) -> tuple[Optional[str], Optional[GpuSpec]]:
     specs = load_gpu_specs()
     name = gpu or device
     spec = find_gpu(name, specs) if name else None

@@ -63,8 +63,10 @@ class KernelProfile(Model):
         "registers | shared_mem | blocks | warps: the launch limit that sets theoretical occupancy"))
     top_stalls: list[tuple[str, float]] = Field(default_factory=list, description=(
         "largest warp-stall reasons, cycles per issued instruction"))
-    flops: Optional[float] = Field(default=None, description="FP32 FLOPs per launch (2 x FFMA + FADD + FMUL), when collected")
-    dram_bytes: Optional[float] = Field(default=None, description="DRAM bytes read + written per launch, when collected")
+    flops: Optional[float] = Field(default=None, description=(
+        "FP32 FLOPs per launch (2 x FFMA + FADD + FMUL), when collected"))
+    dram_bytes: Optional[float] = Field(default=None, description=(
+        "DRAM bytes read + written per launch, when collected"))
     arithmetic_intensity: Optional[float] = Field(default=None, description="flops / dram_bytes (FLOP/byte)")
     metrics: dict[str, Optional[float]] = Field(default_factory=dict, description=(
         "canonical name -> duration-weighted mean over launches (null: missing or n/a in every launch)"))

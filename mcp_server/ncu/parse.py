@@ -361,7 +361,7 @@ def _details_rows(path: Path, header: list[str], body: list[list[str]], warnings
 
 def _load_ncu_report():
     try:
-        import ncu_report  # type: ignore[import-not-found]
+        import ncu_report
     except ImportError:
         raise ToolMissingError("reading .ncu-rep needs NVIDIA's ncu-report package",
                                hint="pip install ncu-report, or export a CSV with `ncu --import R --csv`") from None
@@ -525,14 +525,14 @@ def _aggregate(launches: list[RawLaunch]) -> list[KernelProfile]:
         for c in all_canon:
             if c not in present:
                 continue
-            pairs = [(la.metrics.get(c), la.metrics.get("duration_ns")) for la in ls]
-            pairs = [(v, w) for v, w in pairs if v is not None]
+            vals = [(la.metrics.get(c), la.metrics.get("duration_ns")) for la in ls]
+            pairs = [(v, w) for v, w in vals if v is not None]
             if not pairs:
                 metrics[c] = None
                 continue
-            if cat.CATALOGUE[c].unit in cat.INTENSIVE_UNITS and all(w for _, w in pairs):
-                tot = sum(w for _, w in pairs)
-                metrics[c] = sum(v * w for v, w in pairs) / tot
+            weights = [w for _, w in pairs if w]
+            if cat.CATALOGUE[c].unit in cat.INTENSIVE_UNITS and len(weights) == len(pairs):
+                metrics[c] = sum(v * (w or 0.0) for v, w in pairs) / sum(weights)
             else:
                 metrics[c] = statistics.fmean(v for v, _ in pairs)
         arch = cat.arch_of(next((la.cc for la in ls if la.cc), None))

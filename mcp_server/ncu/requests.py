@@ -7,7 +7,8 @@ from pydantic import Field
 
 from mcp_server.faces import Request, SizedRequest
 
-PATH_HELP = "An Nsight Compute report (.ncu-rep, also .ncu-rep.xz/.gz) or an ncu CSV (raw or details page, or --csv stdout)"
+PATH_HELP = ("An Nsight Compute report (.ncu-rep, also .ncu-rep.xz/.gz) or an ncu CSV "
+             "(raw or details page, or --csv stdout)")
 GPU_HELP = ("GPU of the spec table (h200, h100, a100, b200, l40s, mi300x, mi355x) or a device name; "
             "default: the device the report records")
 CACHE_HELP = ("Cache control the profile was collected with, when neither the sidecar nor the report says: "
@@ -27,7 +28,8 @@ class RunNcuRequest(Request):
         "Named metric set: 'classify' (the sections and metrics the classifier reads), 'minimal' (speed of light, "
         "time, launch), 'none' (only what set_name/sections/metrics ask for)"))
     set_name: Optional[str] = Field(default=None, description="An ncu section set (--set), e.g. 'full'")
-    sections: Optional[list[str]] = Field(default=None, description="Extra ncu sections (--section), e.g. SourceCounters")
+    sections: Optional[list[str]] = Field(default=None, description=(
+        "Extra ncu sections (--section), e.g. SourceCounters"))
     metrics: Optional[list[str]] = Field(default=None, description="Extra ncu metric names (--metrics)")
     kernel_name: Optional[str] = Field(default=None, description=(
         "Profile only kernels of this name: exact, or 'regex:PATTERN' (ncu --kernel-name)"))

@@ -80,7 +80,8 @@ def find_ncu(explicit: Optional[str] = None) -> str:
         p = shutil.which(c) if os.sep not in c else (c if os.path.isfile(c) and os.access(c, os.X_OK) else None)
         if p:
             return p
-    where = "the ncu given" if explicit else ("$NCU" if os.environ.get("NCU") else "PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute/*")
+    where = "the ncu given" if explicit else (
+        "$NCU" if os.environ.get("NCU") else "PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute/*")
     raise NcuNotFoundError(f"ncu (Nsight Compute CLI) not found: looked in {where} ({', '.join(tried) or 'nothing'})",
                            hint="install Nsight Compute, or pass --ncu PATH / set NCU")
 
@@ -118,7 +119,8 @@ def report_paths(report: str) -> tuple[Path, Path, Path, Path]:
     if not rep.name.endswith(".ncu-rep"):
         rep = rep.with_name(rep.name + ".ncu-rep")
     stem = rep.with_name(rep.name[: -len(".ncu-rep")])
-    return rep, stem.with_name(stem.name + ".log"), rep.with_name(rep.name + ".json"), stem.with_name(stem.name + ".app.txt")
+    return (rep, stem.with_name(stem.name + ".log"), rep.with_name(rep.name + ".json"),
+            stem.with_name(stem.name + ".app.txt"))
 
 
 def build_argv(ncu: str, target: Sequence[str], report: Path, log: Path, *, metric_set: str = "classify",
@@ -185,7 +187,8 @@ def _tail(text: str, n: int = 15) -> str:
     return " | ".join(lines[-n:])[-1500:]
 
 
-def diagnose(log_text: str, rc: Optional[int], n_profiled: int, filters: str, report: Path) -> Optional[KernelscopeError]:
+def diagnose(log_text: str, rc: Optional[int], n_profiled: int, filters: str,
+             report: Path) -> Optional[KernelscopeError]:
     """The typed failure an ncu log shows, or None."""
     if "ERR_NVGPUCTRPERM" in log_text:
         return NcuPermissionError("the driver does not allow access to the GPU performance counters "
@@ -200,7 +203,8 @@ def diagnose(log_text: str, rc: Optional[int], n_profiled: int, filters: str, re
         if rc not in (0, None):
             return NcuTargetFailedError(f"the target exited with code {rc} before any kernel was profiled; "
                                         f"log tail: {_tail(log_text)}", path=report)
-        return NcuNoKernelsError(f"no kernels were profiled ({filters or 'no filters'}); log tail: {_tail(log_text, 5)}",
+        return NcuNoKernelsError(f"no kernels were profiled ({filters or 'no filters'}); "
+                                 f"log tail: {_tail(log_text, 5)}",
                                  hint="check --kernel-name/--kernel-id/--launch-skip/NVTX filters, and that the "
                                       "target launches GPU work")
     return None

@@ -47,7 +47,8 @@ def change_kinds(k: ClassifiedKernel) -> tuple[list[str], list[str]]:
             nope += [f"{QUANT}: the kernel is bound on the {lim or 'compute'} pipe, extra unpacking makes it worse"]
     elif cls == "memory_bound":
         if lim == "dram" and not b.l2_resident:
-            fits += [QUANT, "fuse producer/consumer to skip an HBM round trip", "more loads in flight (deeper pipelining)"]
+            fits += [QUANT, "fuse producer/consumer to skip an HBM round trip",
+                     "more loads in flight (deeper pipelining)"]
             nope += ["math optimisation: the pipes are not the roof"]
         else:
             fits += ["better reuse in shared memory / registers (larger tiles, swizzled block order)",
@@ -144,9 +145,12 @@ def write_roofline(c: Classification, out: str, highlight: Optional[int] = None)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.5))
     spec = c.gpu_spec or {}
     bw = (spec.get("hbm_tb_s") or 0) * 1e12
-    peaks = [(f"bf16 matrix {spec['bf16_tflops']:.0f} TFLOP/s", spec["bf16_tflops"] * 1e12)] if spec.get("bf16_tflops") else []
-    if spec.get("fp32_tflops"):
-        peaks.append((f"fp32 {spec['fp32_tflops']:.0f} TFLOP/s", spec["fp32_tflops"] * 1e12))
+    peaks: list[tuple[str, float]] = []
+    bf16, fp32 = spec.get("bf16_tflops"), spec.get("fp32_tflops")
+    if bf16:
+        peaks.append((f"bf16 matrix {bf16:.0f} TFLOP/s", bf16 * 1e12))
+    if fp32:
+        peaks.append((f"fp32 {fp32:.0f} TFLOP/s", fp32 * 1e12))
     pts = []
     for k in c.kernels:
         fl = (k.flops or 0) + (k.metrics.get("tensor_ops_bf16") or 0)
@@ -172,7 +176,7 @@ def write_roofline(c: Classification, out: str, highlight: Optional[int] = None)
     ax1.set_title(f"roofline ({c.gpu or 'unknown GPU'}, memory roof: {src})"
                   + ("" if pts else "\nno kernel has FLOP and DRAM-byte counters"), fontsize=9)
     if peaks and bw:
-        ax1.legend(fontsize=7, loc="lower right")
+        ax1.legend(fontsize=7, loc="upper left")
     for k in c.kernels:
         sm, mem = k.metrics.get("sm_throughput_pct"), k.metrics.get("memory_throughput_pct")
         if sm is None or mem is None:
