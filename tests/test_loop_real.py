@@ -117,6 +117,7 @@ def _check_ledger(root: Path, experiment_id: int) -> None:
     assert len(shown.profiles) == 1 and shown.profiles[0].report_path == str(FIXTURE)
     cls = shown.profiles[0].classification
     assert cls["cache_control"] == "none" and cls["candidate"] == TENSOR_GEMM
+    assert any("weight quantization" in k for k in cls["does_not_fit"]) and cls["fits"]
 
 
 def test_run_loop_selects_on_h200_fixture_and_validates_on_cpu(tmp_path, monkeypatch):
@@ -140,6 +141,7 @@ def test_run_loop_selects_on_h200_fixture_and_validates_on_cpu(tmp_path, monkeyp
     md = ledger_export(ledger="l.db").text
     assert f"| `{TENSOR_GEMM}` | compute_bound | tensor | no |" in md
     assert "Profiled with `--cache-control none` (warm: residency verdicts valid)." in md
+    assert "Changes that do not: weight quantization (fewer bytes per weight): the kernel is compute-bound" in md
 
 
 CHILD = r"""

@@ -81,19 +81,15 @@ def _gpu(timeout: float) -> dict[str, Any]:
             "driver": drivers[0] if drivers else None, "gpu_source": "nvidia-smi"}
 
 
-def _ncu_version(timeout: float) -> Optional[str]:
-    exe = os.environ.get("NCU") or shutil.which("ncu")
-    if not exe:
-        for cand in ("/usr/local/cuda/bin/ncu",):
-            if os.path.exists(cand):
-                exe = cand
-    if not exe:
+def _ncu_version() -> Optional[str]:
+    """The version of the ncu the profiler would use (the ncu engine's finder), None when there is none."""
+    from mcp_server.errors import KernelscopeError
+    from mcp_server.ncu.runner import find_ncu, ncu_version
+
+    try:
+        return ncu_version(find_ncu())
+    except KernelscopeError:
         return None
-    r = proc.run([exe, "--version"], timeout=timeout)
-    if r.rc != 0:
-        return None
-    lines = [ln.strip() for ln in r.stdout.splitlines() if ln.strip()]
-    return lines[-1] if lines else None
 
 
 def environment(timeout: float = 10.0) -> dict[str, Any]:
@@ -107,7 +103,7 @@ def environment(timeout: float = 10.0) -> dict[str, Any]:
         "kernelscope": __version__,
         "torch": _dist_version("torch"),
         "triton": _dist_version("triton"),
-        "ncu": _ncu_version(timeout),
+        "ncu": _ncu_version(),
     }
     env.update(_gpu(timeout))
     return env

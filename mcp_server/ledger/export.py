@@ -87,6 +87,11 @@ def _profile(p: ProfileRow, out: list[str], base: Optional[str] = None) -> None:
         out.append(f"Selected: {_code(cls['candidate'])}"
                    + (f": {_cell(cls.get('diagnosis'), 300)}" if cls.get("diagnosis") else ""))
         out.append("")
+        for label, key in (("Changes that fit", "fits"), ("Changes that do not", "does_not_fit")):
+            kinds = cls.get(key)
+            if isinstance(kinds, list) and kinds:
+                out.append(f"{label}: " + "; ".join(_cell(k, 160) for k in kinds) + ".")
+                out.append("")
     elif cls is not None and not rows:
         text = json.dumps(cls, indent=1)
         if len(text) > 2000:

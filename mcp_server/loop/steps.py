@@ -170,6 +170,7 @@ def selection_from(res: dict[str, Any], classification: Optional[dict[str, Any]]
     fits = _kinds(res.get("fits") or cand.get("fits"))
     cls["candidate"] = cand.get("name") or cand.get("short_name")
     cls["diagnosis"] = diag
+    cls["fits"], cls["does_not_fit"] = fits, avoid
     return Selection(kernel=cand.get("name") or cand.get("short_name"), short_name=cand.get("short_name"),
                      diagnosis=diag, classification=cls, avoid=avoid, fits=fits)
 
