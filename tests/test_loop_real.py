@@ -191,3 +191,21 @@ def test_kill_9_during_a_real_validation_resumes_without_duplicates(tmp_path):
     assert res["resumed"] is True
     assert res["steps"][0]["resumed"] is True  # the interrupted candidate was finished first
     _check_ledger(tmp_path, res["experiment_id"])
+
+
+def test_without_a_report_it_profiles_through_run_ncu(tmp_path, monkeypatch):
+    """No ncu on this machine: run_ncu's typed error comes through, nothing is applied, nothing half-written."""
+    import shutil
+
+    if shutil.which("ncu") or os.path.exists("/usr/local/cuda/bin/ncu"):
+        pytest.skip("ncu is installed here: the GPU-marked worked example covers profiling")
+    from mcp_server.errors import ToolMissingError
+
+    _project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NCU", raising=False)
+    with pytest.raises(ToolMissingError, match="ncu"):
+        run_loop(["python", "proj/bench.py"], proposals="proposals.toml", ledger="l.db")
+    shown = ledger_show(id=1, ledger="l.db")
+    assert shown.profiles == [] and shown.candidates == []
+    assert (tmp_path / "proj" / "kern.py").read_text() == TWICE
