@@ -334,5 +334,23 @@ def test_loop_operation_is_declared():
     assert req.target == ["python", "x.py"]
 
 
-if __name__ == "__main__":  # pragma: no cover - used by tests/test_loop_kill.py
-    sys.exit("run through pytest")
+def test_a_validation_answer_that_is_not_a_result_is_abandoned_and_restored(proj):
+    props = _write(proj, _proposal("fast", swap="fast", speedup=2.0, expect=FAST))
+    fake = FakeSteps(proj / "proj" / "kernel.py")
+    steps = fake.steps()
+    steps.validate = lambda spec: {"speedup": 9.9}  # not a validate_candidate answer: never accepted
+    res = drive(TARGET, steps=steps, proposals=props, ledger="l.db")
+    [step] = res.steps
+    assert step.decision == "abandoned" and "not a validate_candidate result" in step.why
+    assert (proj / "proj" / "kernel.py").read_text() == BASE
+
+
+def test_forced_proposal_is_validated_with_a_warning(proj):
+    props = _write(proj, _proposal("quant", swap="int4", speedup=0.97, expect=QUANT,
+                                   extra='kind = "quantization"\nforce = true\n'))
+    fake = FakeSteps(proj / "proj" / "kernel.py", l2=True)
+    res = drive(TARGET, steps=fake.steps(), proposals=props, ledger="l.db")
+    assert [(s.proposal_id, s.decision) for s in res.steps] == [("quant", "reverted")]
+    assert [w.code for w in res.warnings] == ["forced_proposal"]
+    assert (proj / "proj" / "kernel.py").read_text() == BASE
+

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from mcp_server.errors import FileMissingError, KernelscopeError, LedgerError
+from mcp_server.errors import FileMissingError, InputError, KernelscopeError
 from mcp_server.ledger import engine as rec
 from mcp_server.ledger.env import sha256_file, target_key, target_repo_dir
 from mcp_server.ledger.store import Ledger
@@ -108,6 +108,9 @@ class _Run:
             self.tell(f"validating {cand['proposal_id']} on {cand['kernel'] or 'the target'}")
             try:
                 res = self.steps.validate(_spec_arg(cand["spec"]))
+                if hasattr(res, "model_dump"):
+                    res = res.model_dump(mode="json")
+                rec.record_validation(self.led, cid, res, key=f"c{cid}:validation")
             except KernelscopeError as exc:
                 ch.revert()
                 why = f"validation could not run: {exc}"
@@ -116,9 +119,6 @@ class _Run:
             except BaseException:
                 ch.revert()  # a crash or an interrupt never leaves the change in place
                 raise
-            if hasattr(res, "model_dump"):
-                res = res.model_dump(mode="json")
-            rec.record_validation(self.led, cid, res, key=f"c{cid}:validation")
             result = res
         why = _why(result)
         if result.get("accepted") is True:
@@ -212,7 +212,7 @@ def drive(target: list[str], *, steps: LoopSteps, iters: int = 5, proposals: Opt
     """Run the loop with the given steps (``run_loop`` passes the declared operations)."""
     target = list(target)
     if not target:
-        raise LedgerError("target is empty: give the command to profile after --")
+        raise InputError("target is empty: give the command to profile after --")
     props = load_proposals(proposals) if proposals else []
     given = Path(profile) if profile else None
     if given is not None and not given.is_file():
@@ -278,9 +278,8 @@ def drive(target: list[str], *, steps: LoopSteps, iters: int = 5, proposals: Opt
                     run.skipped.append(LoopSkip(proposal_id=p.id, candidate_id=cid, reason=why))
                     continue
                 if avoid:
-                    run.warn(WarningCode.forced_proposal, f"{p.id}: validated although the classification advises "
-                             "against "
-                             f"{avoid} for {sel.kernel}")
+                    run.warn(WarningCode.forced_proposal, f"{p.id}: validated although the classification of "
+                             f"{sel.short_name or sel.kernel} advises against {avoid}")
                 chosen = p
                 break
             if chosen is None:
