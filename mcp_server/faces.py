@@ -35,6 +35,7 @@ OPERATION_MODULES: tuple[str, ...] = (
     "mcp_server.validate.ops",
     "mcp_server.kernels.ops",
     "mcp_server.ledger.ops",
+    "mcp_server.loop.ops",
 )
 
 #: Request fields handled by the faces (result sizing), never passed to the engine.
