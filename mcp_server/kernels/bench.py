@@ -183,15 +183,16 @@ def bench_row(shape, cache: str, group: int = 128, configs=None) -> dict:
     return row
 
 
-def check_shape(shape, group: int = 128, seed: int = 0) -> dict:
+def check_shape(shape, group: int = 128, seed: int = 0, configs=None) -> dict:
     """Correctness on random inputs: kernel vs dequantized reference, and the quantization error
     of each format against the BF16 product (relative Frobenius norms)."""
     import torch
 
-    from mcp_server.kernels import quant
+    from mcp_server.kernels import quant, tuning
     from mcp_server.kernels.w4a16 import w4a16_bmm
     from mcp_server.kernels.w8a16 import w8a16_bmm
 
+    pick = configs or tuning.config_for
     g = torch.Generator(device="cuda")
     g.manual_seed(seed)
     H = min(shape.H, 128)
@@ -204,8 +205,8 @@ def check_shape(shape, group: int = 128, seed: int = 0) -> dict:
     def rel(a, b):
         return float((a.float() - b).norm() / b.norm())
 
-    oi = w4a16_bmm(x, qi)
-    of = w8a16_bmm(x, qf)
+    oi = w4a16_bmm(x, qi, config=pick("int4", shape.M, shape.K, shape.N))
+    of = w8a16_bmm(x, qf, config=pick("fp8", shape.M, shape.K, shape.N))
     return {
         "int4_kernel_err": rel(oi, x.float() @ quant.dequantize_int4(qi)),
         "fp8_kernel_err": rel(of, x.float() @ quant.dequantize_fp8(qf)),
@@ -229,7 +230,7 @@ def run_mla_bench(model: str = "deepseek-v3", batches=(1, 8, 64), stacks=(1, 8, 
     done = 0
     for shape in shapes:
         if check and shape.layers == 1:
-            res["checks"].append({"shape": shape.label, "M": shape.M, **check_shape(shape, group)})
+            res["checks"].append({"shape": shape.label, "M": shape.M, **check_shape(shape, group, configs=configs)})
         for cache in caches:
             res["rows"].append(bench_row(shape, cache, group, configs))
             done += 1

@@ -11,9 +11,8 @@ M_BUCKETS = (1, 8, 16, 64, 256)
 
 #: Defaults before measurement (replaced by the sweep's winners below).
 _DEFAULTS: dict[str, dict] = {
-    "int4": {"variant": "persistent", "BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "CTAS_PER_SM": 2},
-    "fp8": {"variant": "asm", "persistent": True, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3,
-            "CTAS_PER_SM": 2},
+    "int4": {"variant": "dot", "BLOCK_N": 128, "num_warps": 4, "num_stages": 2},
+    "fp8": {"variant": "asm", "BLOCK_N": 128, "SUB": 2, "num_warps": 4, "num_stages": 3},
     "w8a8": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
 }
 

@@ -117,15 +117,29 @@ def _w4a16_dot_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, K: tl.constexp
     s_row = s_ptr + b * NG * N + offs_n
     z_row = z_ptr + b * NG * N + offs_n
     CH: tl.constexpr = (GROUP if GROUP < 128 else 128) // 16      # 16-k chunks per scale step
+    NB: tl.constexpr = K // 128
+    offs_blk = tl.arange(0, NB)
+    if CH == 8:
+        # all the tile's scales up front ([BN, K/128]): a plain load inside the K loop would
+        # stall every iteration (the software pipeline only covers the dot operands)
+        sz = ((offs_blk * 128) // GROUP)[None, :] * N + offs_n[:, None]
+        s_all = tl.load(s_ptr + b * NG * N + sz).to(tl.float32)
+        if HAS_ZERO:
+            z_all = tl.load(z_ptr + b * NG * N + sz).to(tl.float32)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     for k0 in range(0, K, 128):
-        # every load of the block first (activations, scales, then the weight words), so their
-        # latencies overlap: the dots wait on barriers that would serialize later loads
+        # the block's activations, then its weight words
         xs = _load_x8(x_cols + k0, m_mask)
         if CH == 8:
-            s_blk = tl.load(s_row + (k0 // GROUP) * N).to(tl.float32)
-            if HAS_ZERO:
-                z_blk = tl.load(z_row + (k0 // GROUP) * N).to(tl.float32)
+            if NB == 1:
+                s_blk = tl.sum(s_all, axis=1)
+                if HAS_ZERO:
+                    z_blk = tl.sum(z_all, axis=1)
+            else:
+                sel = offs_blk[None, :] == k0 // 128
+                s_blk = tl.sum(tl.where(sel, s_all, 0.0), axis=1)
+                if HAS_ZERO:
+                    z_blk = tl.sum(tl.where(sel, z_all, 0.0), axis=1)
         p = tl.load(qw_rows + k0 // 8)
         ws = _unpack8(p, UNPACK)
         for g in tl.static_range(8 // CH):
@@ -173,7 +187,27 @@ def _w4a16_persistent_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, H, K: t
     KW: tl.constexpr = K // 8
     NG: tl.constexpr = K // GROUP
     CH: tl.constexpr = (GROUP if GROUP < 128 else 128) // 16
+    NB: tl.constexpr = K // 128
+    offs_blk = tl.arange(0, NB)
+    blk_grp = (offs_blk * 128) // GROUP
+    # the scales (and zeros) of a tile are prefetched one tile ahead in registers: a plain load
+    # in the loop would stall every iteration (the software pipeline only covers the dot operands)
+    if CH == 8:
+        n0 = (pid % per_head % n_nb) * BLOCK_N + tl.arange(0, BLOCK_N)
+        sz0 = (pid // per_head).to(tl.int64) * NG * N + blk_grp[None, :] * N + n0[:, None]
+        s_next = tl.load(s_ptr + sz0, mask=pid < tiles, other=0.0).to(tl.float32)       # [BN, NB]
+        if HAS_ZERO:
+            z_next = tl.load(z_ptr + sz0, mask=pid < tiles, other=0.0).to(tl.float32)
     for t in range(pid, tiles, nprog):
+        if CH == 8:
+            s_cur = s_next
+            t2 = t + nprog
+            n2 = (t2 % per_head % n_nb) * BLOCK_N + tl.arange(0, BLOCK_N)
+            sz2 = (t2 // per_head).to(tl.int64) * NG * N + blk_grp[None, :] * N + n2[:, None]
+            s_next = tl.load(s_ptr + sz2, mask=t2 < tiles, other=0.0).to(tl.float32)
+            if HAS_ZERO:
+                z_cur = z_next
+                z_next = tl.load(z_ptr + sz2, mask=t2 < tiles, other=0.0).to(tl.float32)
         b = (t // per_head).to(tl.int64)
         r = t % per_head
         pid_n = r % n_nb
@@ -189,9 +223,10 @@ def _w4a16_persistent_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, H, K: t
         for k0 in tl.static_range(0, K, 128):
             xs = _load_x8(x_cols + k0, m_mask)
             if CH == 8:
-                s_blk = tl.load(s_row + (k0 // GROUP) * N).to(tl.float32)
+                sel = offs_blk[None, :] == k0 // 128
+                s_blk = tl.sum(tl.where(sel, s_cur, 0.0), axis=1)
                 if HAS_ZERO:
-                    z_blk = tl.load(z_row + (k0 // GROUP) * N).to(tl.float32)
+                    z_blk = tl.sum(tl.where(sel, z_cur, 0.0), axis=1)
             p = tl.load(qw_rows + k0 // 8)
             ws = _unpack8(p, UNPACK)
             for g in tl.static_range(8 // CH):

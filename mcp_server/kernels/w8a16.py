@@ -169,7 +169,16 @@ def _w8a16_persistent_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, H, K: tl.conste
     offs_i = tl.arange(0, 16)
     KW: tl.constexpr = K // 4
     NG: tl.constexpr = K // GROUP if GROUP > 0 else 1
+    # per-channel scales prefetched one tile ahead (a plain load in the loop stalls it)
+    if GROUP == 0:
+        n0 = (pid % per_head % n_nb) * BLOCK_N + tl.arange(0, BLOCK_N)
+        s_next = tl.load(s_ptr + (pid // per_head).to(tl.int64) * N + n0, mask=pid < tiles, other=0.0)
     for t in range(pid, tiles, nprog):
+        if GROUP == 0:
+            s_ch = s_next
+            t2 = t + nprog
+            n2 = (t2 % per_head % n_nb) * BLOCK_N + tl.arange(0, BLOCK_N)
+            s_next = tl.load(s_ptr + (t2 // per_head).to(tl.int64) * N + n2, mask=t2 < tiles, other=0.0)
         b = (t // per_head).to(tl.int64)
         r = t % per_head
         offs_n = (r % n_nb) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -178,8 +187,6 @@ def _w8a16_persistent_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, H, K: tl.conste
         x_cols = x_ptr + b * M * K + offs_m[None, :] * K + offs_i[:, None]
         m_mask = offs_m[None, :] < M
         s_row = s_ptr + b * NG * N + offs_n
-        if GROUP == 0:
-            s_ch = tl.load(s_row)
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
         for kb in tl.static_range(0, K, 64):
             xs = _load_x4(x_cols + kb, m_mask)
