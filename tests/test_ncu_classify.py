@@ -26,7 +26,7 @@ def _has_ncu_report() -> bool:
     return True
 
 
-FORMATS = ["raw.csv"] + (["ncu-rep.xz"] if _has_ncu_report() else [])
+FORMATS = ["raw.csv", "details.csv"] + (["ncu-rep.xz"] if _has_ncu_report() else [])
 
 EXPECTED = {
     "gemm_bf16": ("compute_bound", "tensor"),
@@ -94,16 +94,27 @@ def test_conflicting_cache_control_warns():
     assert any(w.code == "cache_control_conflict" for w in c.warnings)
 
 
-def test_missing_metric_lowers_confidence_and_is_named():
+def test_missing_metric_lowers_confidence_and_is_named(tmp_path):
+    import csv
+    import io
+
+    rows = list(csv.reader(open(NCU / "targets_none.raw.csv", newline="")))
+    keep = [i for i, h in enumerate(rows[0]) if not h.startswith("sm__pipe_tensor")]
+    buf = io.StringIO()
+    w = csv.writer(buf, quoting=csv.QUOTE_ALL)
+    for r in rows:
+        w.writerow([r[i] for i in keep])
+    f = tmp_path / "no_tensor.csv"
+    f.write_text(buf.getvalue())
     full = classes(classify_bottleneck(str(NCU / "targets_none.raw.csv")))
-    det = classes(classify_bottleneck(str(NCU / "targets_none.details.csv")))
-    # the details page of these fixtures carries no tensor-pipe row (it sits in a section chart)
-    g = det["gemm_bf16"].bottleneck
-    assert "tensor_pipe_pct" in g.missing
+    cut = classes(classify_bottleneck(str(f), cache_control="none"))
+    g = cut["gemm_bf16"].bottleneck
+    assert "tensor_pipe_pct" in g.missing and "tensor_pipe_pct" in cut["gemm_bf16"].missing
     assert g.confidence < full["gemm_bf16"].bottleneck.confidence
-    # the DRAM-bound kernels need no pipe metric: same verdict in both formats
+    assert g.limiter != "tensor"  # never guessed: without the tensor pipe the GEMM is read from what is there
+    # the DRAM-bound and small-grid kernels need no pipe metric: same verdict
     for n in ("elementwise", "bmm_hbm", "tiny_add"):
-        assert (det[n].bottleneck.class_, det[n].bottleneck.limiter) == (
+        assert (cut[n].bottleneck.class_, cut[n].bottleneck.limiter) == (
             full[n].bottleneck.class_, full[n].bottleneck.limiter)
 
 

@@ -91,7 +91,18 @@ def test_stdout_csv_with_application_output_mixed_in():
     w = [x for x in p.warnings if x.code == "foreign_lines_skipped"]
     assert w and w[0].count == 5  # the target's 5 chatty lines
     assert 1.5e5 < p.kernels[0].duration_ns.median < 2.5e5
-    assert p.source.cache_control is None  # no sidecar for a stdout capture
+    # no sidecar for a stdout capture: ncu's own notes say the caches were controlled (flushed)
+    assert (p.source.cache_control, p.source.cache_control_from) == ("all", "report")
+
+
+def test_cache_control_from_the_log_beside(tmp_path):
+    for cc in ("all", "none"):
+        shutil.copy(NCU / f"targets_{cc}.raw.csv", tmp_path / f"t_{cc}.raw.csv")
+        p = parse_ncu(str(tmp_path / f"t_{cc}.raw.csv"))
+        assert p.source.cache_control is None  # no sidecar, no log
+        shutil.copy(NCU / f"targets_{cc}.log", tmp_path / f"t_{cc}.log")
+        p = parse_ncu(str(tmp_path / f"t_{cc}.raw.csv"))
+        assert (p.source.cache_control, p.source.cache_control_from) == (cc, "log")
 
 
 def test_details_page_without_rule_columns_and_old_layout(tmp_path):

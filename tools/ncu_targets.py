@@ -11,7 +11,7 @@ Targets (what they are built to be bound by):
 
 gemm_bf16     torch.mm 8192x8192x8192 bf16: tensor pipe (compute-bound)
 fma_chain     Triton kernel, 4 independent fp32 FMA chains of 2048 steps per element over
-              132*64*256 elements: FMA pipe (compute-bound)
+              132*64*256 elements (8448 programs of 256 elements, 128 threads each): FMA pipe
 elementwise   torch.add of two 64 Mi-element fp32 tensors (768 MiB moved): DRAM
 bmm_hbm       MLA-like torch.bmm [128,1,4096] x [128,4096,512] bf16 (512 MiB of weights): DRAM
 bmm_l2        the same BMM at [128,1,128] x [128,128,512] (16 MiB of weights, fits the 60 MB L2):

@@ -24,7 +24,8 @@ class Source(Model):
     ncu_version: Optional[str] = None
     cache_control: Optional[CacheControl] = None
     cache_control_from: Optional[str] = Field(default=None, description=(
-        "where cache_control came from: 'argument', 'sidecar', 'report' or null when unknown"))
+        "where cache_control came from: 'argument', 'sidecar', 'report' (ncu's notes in a --csv capture), "
+        "'log' (the REPORT.log beside it) or null when unknown"))
     clock_control: Optional[str] = None
     device: Optional[str] = None
     sidecar: Optional[str] = None
@@ -64,7 +65,8 @@ class KernelProfile(Model):
     top_stalls: list[tuple[str, float]] = Field(default_factory=list, description=(
         "largest warp-stall reasons, cycles per issued instruction"))
     flops: Optional[float] = Field(default=None, description=(
-        "FP32 FLOPs per launch (2 x FFMA + FADD + FMUL), when collected"))
+        "executed FLOPs per launch, when collected: FP32 (2 x FFMA + FADD + FMUL) plus the tensor path's bf16 "
+        "ops as ncu counts them (padded tile rows included: work done, not useful work)"))
     dram_bytes: Optional[float] = Field(default=None, description=(
         "DRAM bytes read + written per launch, when collected"))
     arithmetic_intensity: Optional[float] = Field(default=None, description="flops / dram_bytes (FLOP/byte)")

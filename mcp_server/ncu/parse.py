@@ -274,7 +274,8 @@ def read_csv(path: Path) -> RawProfile:
     if not launches:
         raise NcuFormatError("the CSV has a header but no kernel rows", path=path,
                              hint="the ncu run profiled no kernel, or the file was cut; re-export it")
-    return RawProfile(path=str(path), format=fmt, launches=launches, warnings=warnings)
+    return RawProfile(path=str(path), format=fmt, launches=launches, warnings=warnings,
+                      cache_control=cache_control_in_log(text))
 
 
 def _launch_info(header: list[str], r: list[str]) -> dict:
@@ -481,6 +482,31 @@ def _report_launches(ctx) -> list[RawLaunch]:
 
 # --------------------------------------------------------------------------- sidecar, aggregation
 
+def cache_control_in_log(text: str) -> Optional[str]:
+    """ncu's own notes: 'Running with uncontrolled GPU caches' means --cache-control none.
+
+    ncu 2025.3 prints one note per uncontrolled setting (clocks, caches); when it printed a note
+    but not the caches one, the caches were controlled (all). No notes: unknown.
+    """
+    if "uncontrolled GPU caches" in text:
+        return "none"
+    if "==WARNING== Note: Running with" in text:
+        return "all"
+    return None
+
+
+def _log_beside(path: Path) -> Optional[Path]:
+    name = path.name
+    for comp in (".xz", ".gz"):
+        if name.endswith(comp):
+            name = name[: -len(comp)]
+    for suf in (".ncu-rep", ".raw_auto.csv", ".raw.csv", ".details.csv", ".csv"):
+        if name.endswith(suf):
+            cand = path.parent / (name[: -len(suf)] + ".log")
+            return cand if cand.is_file() else None
+    return None
+
+
 def read_sidecar(path: Path) -> tuple[Optional[dict], Optional[Path]]:
     """The ``REPORT.ncu-rep.json`` sidecar of a report or of its CSV export, if one is there."""
     name = path.name
@@ -569,8 +595,9 @@ def _derive(k: KernelProfile) -> None:
               and c not in ("stall_selected",)]
     k.top_stalls = sorted(stalls, key=lambda t: -t[1])[:3]
     ffma, fadd, fmul = m.get("ffma_thread_inst"), m.get("fadd_thread_inst"), m.get("fmul_thread_inst")
-    if ffma is not None or fadd is not None or fmul is not None:
-        k.flops = 2 * (ffma or 0) + (fadd or 0) + (fmul or 0)
+    tensor = m.get("tensor_ops_bf16")
+    if ffma is not None or fadd is not None or fmul is not None or tensor is not None:
+        k.flops = 2 * (ffma or 0) + (fadd or 0) + (fmul or 0) + (tensor or 0)
     rd, wr = m.get("dram_read_bytes"), m.get("dram_write_bytes")
     if rd is not None or wr is not None:
         k.dram_bytes = (rd or 0) + (wr or 0)
@@ -595,6 +622,13 @@ def parse_ncu(path: str, cache_control: Optional[str] = None, gpu: Optional[str]
         cc_from = "argument"
     elif side and side.get("cache_control") in ("all", "none"):
         cc, cc_from = side["cache_control"], "sidecar"
+    elif raw.cache_control is not None:
+        cc, cc_from = raw.cache_control, "report"
+    else:
+        log = _log_beside(p)
+        if log is not None:
+            cc = cache_control_in_log(log.read_text(errors="replace"))
+            cc_from = "log" if cc else None
     if cache_control is not None and side and side.get("cache_control") not in (None, cache_control):
         warnings.append(_warn("cache_control_conflict",
                               f"cache_control={cache_control} given, but the sidecar {side_path} records "

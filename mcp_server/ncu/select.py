@@ -153,7 +153,7 @@ def write_roofline(c: Classification, out: str, highlight: Optional[int] = None)
         peaks.append((f"fp32 {fp32:.0f} TFLOP/s", fp32 * 1e12))
     pts = []
     for k in c.kernels:
-        fl = (k.flops or 0) + (k.metrics.get("tensor_ops_bf16") or 0)
+        fl = k.flops or 0
         if fl and k.dram_bytes and k.duration_ns.mean:
             pts.append((k, fl / k.dram_bytes, fl / (k.duration_ns.mean * 1e-9)))
     xs = [p[1] for p in pts] or [1.0]
