@@ -6,13 +6,17 @@ result model. A call is checked for unknown argument names before anything
 else (the SDK alone would drop them silently), validated by the request model,
 and run in a worker thread so the server keeps serving; engine progress is
 forwarded to ``ctx.report_progress``; ``KernelscopeError`` becomes a tool error
-with the same one-line text, anything else a tool error naming its type.
+with the same one-line text, anything else a tool error naming its type. Calls
+run in supervised worker processes (``workers.py``): a native crash, an
+out-of-memory or an overrun ends that call with a typed error, never the server.
 Nothing here writes to stdout: on stdio that is the protocol channel.
 """
 from __future__ import annotations
 
 import inspect
 import logging
+import os
+import threading
 from typing import Any, Optional
 
 import anyio
@@ -24,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 from mcp_server import __version__
 from mcp_server.errors import KernelscopeError, redact
 from mcp_server.faces import Operation, operations
+from mcp_server.workers import WorkerPool
 
 log = logging.getLogger("kernelscope.server")
 
@@ -77,6 +82,21 @@ def _validation_text(op: Operation, exc: ValidationError) -> str:
     return f"{op.tool}: invalid argument(s): " + "; ".join(parts)
 
 
+def isolation_enabled() -> bool:
+    """Engine calls run in supervised worker processes unless ``KERNELSCOPE_ISOLATION=0``."""
+    return os.environ.get("KERNELSCOPE_ISOLATION", "1").lower() not in ("0", "off", "no", "false")
+
+
+_POOL: Optional[WorkerPool] = None
+
+
+def worker_pool() -> WorkerPool:
+    global _POOL
+    if _POOL is None:
+        _POOL = WorkerPool()
+    return _POOL
+
+
 def make_tool_function(op: Operation):
     """An async function whose signature mirrors the request model (the SDK reads it)."""
 
@@ -90,6 +110,14 @@ def make_tool_function(op: Operation):
             raise ToolError(str(exc)) from None
         progress = _progress_bridge(ctx) if op.progress else None
         try:
+            if isolation_enabled():
+                stop = threading.Event()
+                try:
+                    data = await anyio.to_thread.run_sync(
+                        lambda: worker_pool().call(op, given, progress, stop.is_set), abandon_on_cancel=True)
+                finally:
+                    stop.set()  # a cancelled call stops its worker
+                return op.result.model_validate(data)
             res = await anyio.to_thread.run_sync(lambda: op.call(req, progress))
             return op.shape(res, req)
         except KernelscopeError as exc:

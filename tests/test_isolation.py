@@ -1,0 +1,102 @@
+"""The MCP server survives inputs and engines that crash, hog memory or hang (mcp_server/workers.py)."""
+from __future__ import annotations
+
+import anyio
+import pytest
+from mcp import Client
+
+from isolation_ops import MISBEHAVE
+from mcp_server.faces import operations
+from mcp_server.server import build_server
+
+from conftest import FIXTURES, TRACES
+
+HOSTILE = FIXTURES / "hostile"
+
+
+@pytest.fixture()
+def server(monkeypatch):
+    monkeypatch.setenv("KERNELSCOPE_ISOLATION", "1")
+    monkeypatch.setenv("KERNELSCOPE_WORKER_MEMORY", "1G")
+    return build_server([*operations(), MISBEHAVE])
+
+
+def test_native_abort_in_a_reader_is_a_tool_error_and_the_server_keeps_serving(server):
+    """tests/fixtures/hostile/xlsx_max_cell.xlsx makes the calamine reader abort the process (SIGABRT)."""
+    bomb = str(HOSTILE / "xlsx_max_cell.xlsx")
+    good = {"a": str(TRACES / "llama_prefill_eager.json.gz"), "b": str(TRACES / "llama_prefill_sdpa.json.gz")}
+    results = {}
+
+    async def go():
+        async with Client(server) as c:
+            async def call(key, args):
+                results[key] = await c.call_tool("budget", args)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, "bad", {"a": bomb, "b": bomb})
+                tg.start_soon(call, "good", good)
+            results["after"] = await c.call_tool("budget", good)
+            results["tools"] = len((await c.list_tools()).tools)
+
+    anyio.run(go)
+    bad = results["bad"]
+    assert bad.is_error
+    text = bad.content[0].text
+    assert "budget: the worker was killed by SIGABRT" in text and "keeps serving" in text
+    for key in ("good", "after"):
+        assert not results[key].is_error
+        rows = results[key].structured_content["rows"]
+        assert {r["category"] for r in rows} >= {"gemm", "attention"}
+    assert results["tools"] == len(operations()) + 1
+
+
+def test_memory_hog_is_stopped_by_the_worker_limit(server):
+    async def go():
+        async with Client(server) as c:
+            hog = await c.call_tool("misbehave", {"how": "hog"})
+            ok = await c.call_tool("misbehave", {"how": "ok"})
+            return hog, ok
+
+    hog, ok = anyio.run(go)
+    assert hog.is_error and "out of memory under the worker's limit (1024 MiB" in hog.content[0].text
+    assert not ok.is_error
+
+
+def test_overrun_is_stopped_and_the_worker_replaced(server, monkeypatch):
+    monkeypatch.setenv("KERNELSCOPE_CALL_TIMEOUT", "2")
+
+    async def go():
+        with anyio.fail_after(30):
+            return await _calls()
+
+    async def _calls():
+        async with Client(server) as c:
+            slow = await c.call_tool("misbehave", {"how": "sleep", "seconds": 60})
+            first = await c.call_tool("misbehave", {"how": "ok"})
+            second = await c.call_tool("misbehave", {"how": "ok"})
+            return slow, first, second
+
+    slow, first, second = anyio.run(go)
+    assert slow.is_error and "over its time limit of 2 s" in slow.content[0].text
+    assert not first.is_error and first.structured_content["pid"] == second.structured_content["pid"]  # warm worker
+
+
+def test_engine_stdout_never_reaches_the_protocol(server):
+    async def go():
+        async with Client(server) as c:
+            return await c.call_tool("misbehave", {"how": "print"})
+
+    res = anyio.run(go)
+    assert not res.is_error and res.structured_content["how"] == "print"
+
+
+def test_abort_in_an_engine_names_the_signal(server):
+    async def go():
+        async with Client(server) as c:
+            dead = await c.call_tool("misbehave", {"how": "abort"})
+            alive = await c.call_tool("misbehave", {"how": "ok"})
+            return dead, alive
+
+    dead, alive = anyio.run(go)
+    assert dead.is_error and "SIGABRT" in dead.content[0].text
+    assert not alive.is_error
