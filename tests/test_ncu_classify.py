@@ -138,9 +138,11 @@ def test_no_speed_of_light_gives_unknown(tmp_path):
 
 def test_gpu_argument():
     c = classify_bottleneck(str(NCU / "targets_none.raw.csv"), gpu="h100")
-    assert c.gpu == "h100" and c.gpu_spec["hbm_tb_s"] == 3.35 and c.gpu_spec["hbm_tb_s_measured"] == 0.0
+    assert c.gpu == "h100"
+    assert (c.gpu_spec["hbm_tb_s"].value, c.gpu_spec["hbm_tb_s"].source) == (3.35, "datasheet")
     h = classify_bottleneck(str(NCU / "targets_none.raw.csv"))
-    assert h.gpu_spec["hbm_tb_s"] == 4.3 and h.gpu_spec["hbm_tb_s_measured"] == 1.0
+    assert (h.gpu_spec["hbm_tb_s"].value, h.gpu_spec["hbm_tb_s"].source) == (4.3, "measured")
+    assert h.gpu_spec["fp32_tflops"].source == "datasheet"
     with pytest.raises(GpuSpecError, match="known: .*h200"):
         classify_bottleneck(str(NCU / "targets_none.raw.csv"), gpu="tpu-v5")
 

@@ -27,7 +27,15 @@ from __future__ import annotations
 from typing import Optional
 
 from mcp_server.models import Warning_
-from mcp_server.ncu.models import Bottleneck, Classification, ClassifiedKernel, Evidence, KernelProfile, NcuProfile
+from mcp_server.ncu.models import (
+    Bottleneck,
+    Classification,
+    ClassifiedKernel,
+    Evidence,
+    KernelProfile,
+    NcuProfile,
+    SpecValue,
+)
 from mcp_server.ncu.parse import _warn, parse_ncu
 from mcp_server.ncu.specs import GpuSpec, find_gpu, load_gpu_specs
 
@@ -280,14 +288,14 @@ def _advise(cls: str, limiter: Optional[str], resident: Optional[bool], k: Kerne
                  "bottleneck; do not quantize; fuse with neighbours or batch instead")
 
 
-def _spec_summary(spec: Optional[GpuSpec]) -> Optional[dict]:
+def _spec_summary(spec: Optional[GpuSpec]) -> Optional[dict[str, SpecValue]]:
     if spec is None:
         return None
-    out: dict[str, Optional[float]] = {}
+    out: dict[str, SpecValue] = {}
     for key in ("hbm_tb_s", "bf16_tflops", "fp32_tflops", "l2_mb", "sm_count"):
         c = spec.ceiling(key)
-        out[key] = None if c is None else c.value
-        out[f"{key}_measured"] = None if c is None else float(c.source == "measured")
+        if c is not None:
+            out[key] = SpecValue(value=c.value, source="measured" if c.source == "measured" else "datasheet")
     return out
 
 

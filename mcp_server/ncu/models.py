@@ -101,6 +101,11 @@ class ClassifiedKernel(KernelProfile):
     time_share: float = Field(default=0.0, description="share of the profile's total kernel time, 0..1")
 
 
+class SpecValue(Model):
+    value: float
+    source: Literal["measured", "datasheet"]
+
+
 class NcuProfile(Model):
     """What ``parse_ncu`` answers: per-kernel profiles, no verdicts."""
 
@@ -116,8 +121,9 @@ class Classification(Model):
 
     source: Source
     gpu: Optional[str] = None
-    gpu_spec: Optional[dict[str, Optional[float]]] = Field(default=None, description=(
-        "the ceilings used (memory bytes/s, matrix and fp32 FLOP/s, L2 bytes, SMs) and their sources"))
+    gpu_spec: Optional[dict[str, SpecValue]] = Field(default=None, description=(
+        "the ceilings used from gpu_specs.toml (hbm_tb_s, bf16_tflops, fp32_tflops, l2_mb, sm_count), each with "
+        "its source: a measured value overrides the datasheet"))
     total_duration_ns: float
     kernels: list[ClassifiedKernel]
     warnings: list[Warning_] = Field(default_factory=list)

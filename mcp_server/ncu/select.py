@@ -144,9 +144,14 @@ def write_roofline(c: Classification, out: str, highlight: Optional[int] = None)
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.5))
     spec = c.gpu_spec or {}
-    bw = (spec.get("hbm_tb_s") or 0) * 1e12
+
+    def val(key: str) -> Optional[float]:
+        v = spec.get(key)
+        return None if v is None else v.value
+
+    bw = (val("hbm_tb_s") or 0) * 1e12
     peaks: list[tuple[str, float]] = []
-    bf16, fp32 = spec.get("bf16_tflops"), spec.get("fp32_tflops")
+    bf16, fp32 = val("bf16_tflops"), val("fp32_tflops")
     if bf16:
         peaks.append((f"bf16 matrix {bf16:.0f} TFLOP/s", bf16 * 1e12))
     if fp32:
@@ -172,7 +177,7 @@ def write_roofline(c: Classification, out: str, highlight: Optional[int] = None)
     ax1.set_yscale("log")
     ax1.set_xlabel("arithmetic intensity (FLOP / DRAM byte)")
     ax1.set_ylabel("achieved FLOP/s")
-    src = "measured" if spec.get("hbm_tb_s_measured") else "datasheet"
+    src = spec["hbm_tb_s"].source if "hbm_tb_s" in spec else "none"
     ax1.set_title(f"roofline ({c.gpu or 'unknown GPU'}, memory roof: {src})"
                   + ("" if pts else "\nno kernel has FLOP and DRAM-byte counters"), fontsize=9)
     if peaks and bw:
