@@ -202,3 +202,18 @@ def test_select_l2_resident_candidate_gets_no_quantization(tmp_path):
     assert s.candidate.nvtx == "bmm_l2" and s.candidate.bottleneck.l2_resident is True
     assert any("L2-resident" in x for x in s.does_not_fit)
     assert not any("quantization" in x for x in s.fits)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_roofline_position_against_the_measured_h200_ceilings(fmt):
+    k = classes(classify_bottleneck(str(NCU / f"targets_none.{fmt}")))
+    # executed FLOPs and DRAM bytes over time: the streaming kernels sit on the measured 4.3 TB/s roof,
+    # the GEMM on the measured 790 TFLOP/s roof (its executed FLOPs include the tile padding)
+    for name, peak, side in (("gemm_bf16", "bf16_tflops", False), ("elementwise", "fp32_tflops", True),
+                             ("bmm_hbm", "bf16_tflops", True), ("fma_chain", "fp32_tflops", False)):
+        r = k[name].roofline
+        assert r is not None and r.peak == peak and r.memory_bound_side is side, name
+        assert 0.9 < r.fraction_of_roof < 1.1, (name, r.fraction_of_roof)
+    assert k["gemm_bf16"].roofline.sources == {"bf16_tflops": "measured", "hbm_tb_s": "measured"}
+    # warm, the L2-resident BMM reads almost nothing from DRAM: far right of the ridge, far below the roof
+    assert k["bmm_l2"].roofline.fraction_of_roof < 0.1 and not k["bmm_l2"].roofline.memory_bound_side

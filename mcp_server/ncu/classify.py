@@ -34,6 +34,7 @@ from mcp_server.ncu.models import (
     Evidence,
     KernelProfile,
     NcuProfile,
+    RooflinePoint,
     SpecValue,
 )
 from mcp_server.ncu.parse import _warn, parse_ncu
@@ -49,6 +50,7 @@ OCC_LOW = 50.0       # theoretical occupancy under 50 %
 L2_HIT_RESIDENT = 80.0
 DRAM_RESIDENT_MAX = 30.0
 LEVEL_MARGIN = 10.0
+LAUNCH_SCALE_NS = 10_000.0  # a launch this short is comparable to launch overhead
 
 
 def _pct(v: Optional[float]) -> str:
@@ -205,6 +207,10 @@ def classify_kernel(k: KernelProfile, cache_control: Optional[str] = None,
             v.ev(f"stall_{r}", c, None,
                  f"top warp stall: {r.replace('_', ' ')} ({c:.1f} cycles per issued instruction)")
         v.ev("max_throughput_pct", top, LOW, f"both compute and memory under {LOW:.0f}% of peak: latency-bound")
+        med = k.duration_ns.median
+        if med and med < LAUNCH_SCALE_NS:
+            v.ev("duration_ns", med, LAUNCH_SCALE_NS, f"{med / 1e3:.1f} us per launch: the scale of launch "
+                                                      "overhead; fusion or CUDA graphs remove whole launches")
     else:
         l1_feeds_tensor = (mem >= sm and (m.get("tensor_pipe_pct") or 0) >= PIPE_HIGH
                            and max(m.get("dram_throughput_pct") or 0, m.get("l2_throughput_pct") or 0) < ROOF)
@@ -288,6 +294,24 @@ def _advise(cls: str, limiter: Optional[str], resident: Optional[bool], k: Kerne
                  "bottleneck; do not quantize; fuse with neighbours or batch instead")
 
 
+def roofline_point(k: KernelProfile, spec: Optional[GpuSpec]) -> Optional[RooflinePoint]:
+    if spec is None or not k.flops or not k.dram_bytes or not k.duration_ns.mean:
+        return None
+    tensor = k.metrics.get("tensor_ops_bf16") or 0.0
+    key = "bf16_tflops" if tensor > k.flops / 2 else "fp32_tflops"
+    peak_c, bw_c = spec.ceiling(key), spec.ceiling("hbm_tb_s")
+    if peak_c is None or bw_c is None:
+        return None
+    peak, bw = peak_c.value * 1e12, bw_c.value * 1e12
+    ai = k.flops / k.dram_bytes
+    achieved = k.flops / (k.duration_ns.mean * 1e-9)
+    roof = min(peak, ai * bw)
+    return RooflinePoint(arithmetic_intensity=ai, flops_per_s=achieved, roof_flops_per_s=roof,
+                         fraction_of_roof=achieved / roof if roof else 0.0, peak=key,
+                         memory_bound_side=ai * bw < peak,
+                         sources={key: peak_c.source, "hbm_tb_s": bw_c.source})
+
+
 def _spec_summary(spec: Optional[GpuSpec]) -> Optional[dict[str, SpecValue]]:
     if spec is None:
         return None
@@ -331,7 +355,7 @@ def classify_profile(profile: NcuProfile, gpu: Optional[str] = None) -> Classifi
     for k in profile.kernels:
         b = classify_kernel(k, cc, spec)
         data = k.model_dump()
-        out.append(ClassifiedKernel(**data, bottleneck=b,
+        out.append(ClassifiedKernel(**data, bottleneck=b, roofline=roofline_point(k, spec),
                                     time_share=(k.duration_ns.total / total) if total else 0.0))
     n_unknown = sum(1 for k in out if k.bottleneck.class_ == "unknown")
     if n_unknown:

@@ -96,8 +96,21 @@ class Bottleneck(Model):
     missing: list[str] = Field(default_factory=list, description="metrics the verdict needed but did not have")
 
 
+class RooflinePoint(Model):
+    """Where a kernel sits against the GPU's roofs (needs FLOP and DRAM-byte counters)."""
+
+    arithmetic_intensity: float = Field(description="executed FLOPs / DRAM bytes")
+    flops_per_s: float = Field(description="executed FLOPs / mean duration")
+    roof_flops_per_s: float = Field(description="min(peak, intensity x memory bandwidth) at this intensity")
+    fraction_of_roof: float
+    peak: str = Field(description="the compute roof used: bf16_tflops (tensor work) or fp32_tflops")
+    memory_bound_side: bool = Field(description="true when the intensity is left of the ridge point")
+    sources: dict[str, str] = Field(default_factory=dict, description="measured/datasheet per ceiling used")
+
+
 class ClassifiedKernel(KernelProfile):
     bottleneck: Bottleneck
+    roofline: Optional[RooflinePoint] = None
     time_share: float = Field(default=0.0, description="share of the profile's total kernel time, 0..1")
 
 
