@@ -127,8 +127,8 @@ def test_no_target(tmp_path):
 def test_ncu_not_found(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("NCU", raising=False)
-    monkeypatch.setattr(runner.glob, "glob", lambda pat: [])
-    monkeypatch.setattr(runner.os.path, "isfile", lambda p: False)
+    monkeypatch.setattr(runner, "CUDA_NCU", str(tmp_path / "cuda" / "bin" / "ncu"))
+    monkeypatch.setattr(runner, "NSIGHT_GLOB", str(tmp_path / "nsight-compute" / "*" / "ncu"))
     with pytest.raises(NcuNotFoundError, match="ncu .*not found"):
         find_ncu()
     with pytest.raises(NcuNotFoundError, match="--ncu PATH"):
@@ -204,3 +204,23 @@ def test_permission_text_in_a_log_file_is_recognised():
     err = runner.diagnose("==PROF== Connected\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission",
                           1, 0, "", Path("r.ncu-rep"))
     assert isinstance(err, NcuPermissionError) and "CAP_SYS_ADMIN" in str(err)
+
+
+def test_fallback_locations_are_searched(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("NCU", raising=False)
+    monkeypatch.setattr(runner, "CUDA_NCU", str(tmp_path / "cuda" / "bin" / "ncu"))
+    monkeypatch.setattr(runner, "NSIGHT_GLOB", str(tmp_path / "nsight-compute" / "*" / "ncu"))
+    for ver in ("2024.1.0", "2025.3.1"):
+        d = tmp_path / "nsight-compute" / ver
+        d.mkdir(parents=True)
+        (d / "ncu").write_text("#!/bin/sh\n")
+        (d / "ncu").chmod(0o755)
+    assert find_ncu() == str(tmp_path / "nsight-compute" / "2025.3.1" / "ncu")  # the newest
+
+
+def test_no_shell_anywhere_in_the_ncu_engine():
+    src = Path(runner.__file__).parent
+    for f in src.glob("*.py"):
+        text = f.read_text()
+        assert "shell=True" not in text and "os.system" not in text and "shlex" not in text, f.name

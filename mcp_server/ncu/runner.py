@@ -61,6 +61,10 @@ _LOAD_PATTERNS = ("LibraryNotLoaded", "Failed to initialize the profiler", "Fail
                   "could not be loaded", "Profiling is not supported", "Device not supported")
 
 
+CUDA_NCU = "/usr/local/cuda/bin/ncu"
+NSIGHT_GLOB = "/opt/nvidia/nsight-compute/*/ncu"
+
+
 def find_ncu(explicit: Optional[str] = None) -> str:
     """``--ncu PATH``, ``$NCU``, ``PATH``, ``/usr/local/cuda/bin``, ``/opt/nvidia/nsight-compute/*``."""
     tried: list[str] = []
@@ -73,8 +77,8 @@ def find_ncu(explicit: Optional[str] = None) -> str:
         w = shutil.which("ncu")
         if w:
             cands.append(w)
-        cands.append("/usr/local/cuda/bin/ncu")
-        cands += sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"), reverse=True)
+        cands.append(CUDA_NCU)
+        cands += sorted(glob.glob(NSIGHT_GLOB), reverse=True)
     for c in cands:
         tried.append(c)
         p = shutil.which(c) if os.sep not in c else (c if os.path.isfile(c) and os.access(c, os.X_OK) else None)
