@@ -215,7 +215,8 @@ def test_na_everywhere_is_missing_not_zero(tmp_path):
     f = tmp_path / "na.csv"
     f.write_text(buf.getvalue())
     p = parse_ncu(str(f))
-    assert all(k.metrics["sm_throughput_pct"] is None for k in p.kernels)
+    assert all("sm_throughput_pct" not in k.metrics for k in p.kernels)
+    assert all(r.metrics["sm_throughput_pct"] is None for k in p.kernels for r in k.launch_rows)
     assert all("sm_throughput_pct" in k.missing for k in p.kernels)
     assert any(w.code == "metric_missing" and "sm_throughput_pct" in w.message for w in p.warnings)
 

@@ -45,7 +45,8 @@ class LaunchRow(Model):
     id: int
     duration_ns: Optional[float] = None
     nvtx: Optional[str] = None
-    metrics: dict[str, Optional[float]] = Field(default_factory=dict)
+    metrics: dict[str, Optional[float]] = Field(default_factory=dict, description=(
+        "the headline metrics of this launch (speed of light, DRAM, L2 hit rate); null: n/a"))
 
 
 class KernelProfile(Model):
@@ -70,9 +71,10 @@ class KernelProfile(Model):
     dram_bytes: Optional[float] = Field(default=None, description=(
         "DRAM bytes read + written per launch, when collected"))
     arithmetic_intensity: Optional[float] = Field(default=None, description="flops / dram_bytes (FLOP/byte)")
-    metrics: dict[str, Optional[float]] = Field(default_factory=dict, description=(
-        "canonical name -> duration-weighted mean over launches (null: missing or n/a in every launch)"))
-    missing: list[str] = Field(default_factory=list, description="catalogue metrics absent or n/a")
+    metrics: dict[str, float] = Field(default_factory=dict, description=(
+        "canonical name -> mean over launches (rates weighted by duration); a metric absent or n/a in every "
+        "launch is left out and named in `missing`"))
+    missing: list[str] = Field(default_factory=list, description="catalogue metrics absent or n/a (never 0)")
     launch_rows: list[LaunchRow] = Field(default_factory=list)
 
 

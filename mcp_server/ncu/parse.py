@@ -534,6 +534,10 @@ def _short(name: str) -> str:
     return display_kernel_name(name, 60)
 
 
+#: Per-launch rows keep the headline metrics (every metric of every launch stays in the report itself).
+LAUNCH_ROW_METRICS = ("sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct", "l2_hit_rate_pct")
+
+
 def _aggregate(launches: list[RawLaunch]) -> list[KernelProfile]:
     groups: dict[tuple, list[RawLaunch]] = {}
     for la in launches:
@@ -565,12 +569,14 @@ def _aggregate(launches: list[RawLaunch]) -> list[KernelProfile]:
         expected = {c for c in all_canon if cat.CATALOGUE[c].collect
                     and (not cat.CATALOGUE[c].by_arch or arch in cat.CATALOGUE[c].by_arch)}
         missing = [c for c in all_canon if c in expected and metrics.get(c) is None]
+        metrics = {c: v for c, v in metrics.items() if v is not None}  # n/a and absent: named in `missing`
         kp = KernelProfile(
             id=ls[0].id, name=name, short_name=_short(name), launches=len(ls), duration_ns=stats,
             grid=grid, block=block, nvtx="/".join(dict.fromkeys(la.nvtx for la in ls if la.nvtx)) or None,
             metrics=metrics, missing=missing,
             launch_rows=[LaunchRow(id=la.id, duration_ns=la.metrics.get("duration_ns"), nvtx=la.nvtx,
-                                   metrics=dict(la.metrics)) for la in ls],
+                                   metrics={c: la.metrics.get(c) for c in LAUNCH_ROW_METRICS if c in la.metrics})
+                         for la in ls],
         )
         _derive(kp)
         kernels.append(kp)
