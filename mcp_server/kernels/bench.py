@@ -217,8 +217,13 @@ def check_shape(shape, group: int = 128, seed: int = 0, configs=None) -> dict:
 
 def run_mla_bench(model: str = "deepseek-v3", batches=(1, 8, 64), stacks=(1, 8, 32),
                   caches=("warm", "cold"), group: int = 128, check: bool = True,
-                  configs=None, progress=None) -> dict:
-    """Every shape x cache of the model; plain dict with rows, device facts and checks."""
+                  configs=None, progress=None, deadline: float | None = None) -> dict:
+    """Every shape x cache of the model; plain dict with rows, device facts and checks.
+
+    ``deadline`` (``time.monotonic()`` value): no new shape starts after it; ``timed_out`` says so.
+    """
+    import time
+
     from mcp_server.kernels import configs as cfgs
 
     shapes = cfgs.mla_shapes(model, batches, stacks)
@@ -228,7 +233,11 @@ def run_mla_bench(model: str = "deepseek-v3", batches=(1, 8, 64), stacks=(1, 8, 
                "timing": f"CUDA graph of >= {MIN_LAUNCHES} launches, median of {REPLAYS} replays",
                "cold_bytes_per_format": COLD_BYTES}}
     done = 0
+    res["timed_out"] = False
     for shape in shapes:
+        if deadline is not None and time.monotonic() > deadline:
+            res["timed_out"] = True
+            break
         if check and shape.layers == 1:
             res["checks"].append({"shape": shape.label, "M": shape.M, **check_shape(shape, group, configs=configs)})
         for cache in caches:

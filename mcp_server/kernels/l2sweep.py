@@ -18,12 +18,19 @@ K, N = 128, 512
 RESIDENT_GAIN = 0.15
 
 
-def run_l2_sweep(heads=DEFAULT_HEADS, M: int = 1, configs=None, progress=None) -> dict:
+def run_l2_sweep(heads=DEFAULT_HEADS, M: int = 1, configs=None, progress=None,
+                 deadline: float | None = None) -> dict:
+    import time
+
     from mcp_server.kernels import bench, tuning
 
     pick = configs or tuning.config_for
     pts = []
+    timed_out = False
     for i, H in enumerate(heads):
+        if deadline is not None and time.monotonic() > deadline:
+            timed_out = True
+            break
         warm = bench.ShapeBuffers(H, M, K, N, "warm")
         bf = bench.time_launches(warm.bf16_fns())
         i4 = bench.time_launches(warm.int4_fns(pick("int4", M, K, N)))
@@ -40,7 +47,7 @@ def run_l2_sweep(heads=DEFAULT_HEADS, M: int = 1, configs=None, progress=None) -
         if progress:
             progress(i + 1, len(heads), f"{mb:.1f} MB")
     info = bench.device_info()
-    return {"shape": {"K": K, "N": N, "M": M}, "device": info, "points": pts,
+    return {"shape": {"K": K, "N": N, "M": M}, "device": info, "points": pts, "timed_out": timed_out,
             "l2_mb": info["l2_bytes"] / 1e6, **analyse(pts)}
 
 

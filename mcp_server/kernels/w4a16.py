@@ -104,10 +104,10 @@ def _load_x8(x_cols, m_mask):
 def _w4a16_dot_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, K: tl.constexpr,
                       GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, UNPACK: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
-    pid_n = tl.program_id(0)
-    b = tl.program_id(1).to(tl.int64)
+    pid_n = tl.program_id(1)
+    b = tl.program_id(2).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_i = tl.arange(0, 16)
     KW = K // 8
     qw_rows = qw_ptr + b * N * KW + offs_n[:, None] * KW + offs_i[None, :]        # [BN, 16]
@@ -359,7 +359,7 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
             HAS_ZERO=w.zeros is not None, UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
             num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3))
         return k, out
-    k = _w4a16_dot_kernel[(N // bn, H, triton.cdiv(M, bm))](
+    k = _w4a16_dot_kernel[(triton.cdiv(M, bm), N // bn, H)](
         x, w.qweight, w.scales, zeros, out, M, N, K, GROUP=w.group, HAS_ZERO=w.zeros is not None,
         UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
         num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2))

@@ -25,10 +25,10 @@ _FP8_MAX = tl.constexpr(FP8_MAX)
 def _w8a16_dot_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K: tl.constexpr,
                       GROUP: tl.constexpr, CVT: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    pid_n = tl.program_id(0)
-    b = tl.program_id(1).to(tl.int64)
+    pid_n = tl.program_id(1)
+    b = tl.program_id(2).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)
     w_rows = w_ptr + b * N * K + offs_n[:, None] * K + offs_k[None, :]            # [BN, BK]
     x_cols = x_ptr + b * M * K + offs_m[None, :] * K + offs_k[:, None]            # [BK, BM]
@@ -124,10 +124,10 @@ def _w8a16_shuf_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K: tl.constexpr,
                        GROUP: tl.constexpr, UNPACK: tl.constexpr, SUB: tl.constexpr,
                        BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
     """Shuffled-layout W8A16: [BN, 16] int32 word tiles, unpacked to four K=16 f16 dot operands."""
-    pid_n = tl.program_id(0)
-    b = tl.program_id(1).to(tl.int64)
+    pid_n = tl.program_id(1)
+    b = tl.program_id(2).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_i = tl.arange(0, 16)
     KW = K // 4
     w_rows = w_ptr + b * N * KW + offs_n[:, None] * KW + offs_i[None, :]          # [BN, 16] words
@@ -212,10 +212,10 @@ def _act_quant_kernel(x_ptr, x8_ptr, xs_ptr, K, BLOCK_K: tl.constexpr):
 @triton.jit
 def _w8a8_dot_kernel(x8_ptr, xs_ptr, w_ptr, s_ptr, out_ptr, M, N, K: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    pid_n = tl.program_id(0)
-    b = tl.program_id(1).to(tl.int64)
+    pid_n = tl.program_id(1)
+    b = tl.program_id(2).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)
     w_rows = w_ptr + b * N * K + offs_n[:, None] * K + offs_k[None, :]
     x_cols = x8_ptr + b * M * K + offs_m[None, :] * K + offs_k[:, None]
@@ -290,7 +290,7 @@ def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
                 UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
                 num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3))
             return k, out
-        k = _w8a16_shuf_kernel[(w.N // bn, H, triton.cdiv(M, bm))](
+        k = _w8a16_shuf_kernel[(triton.cdiv(M, bm), w.N // bn, H)](
             x, w.weight.view(torch.int32), w.scales, out, M, w.N, K, GROUP=w.group, UNPACK=unpack,
             SUB=sub, BLOCK_N=bn, BLOCK_M=bm,
             num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2))
@@ -300,7 +300,7 @@ def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
     if out is None:
         out = torch.empty((H, M, w.N), dtype=torch.bfloat16, device=x.device)
     bm = cfg.get("BLOCK_M") or min(64, max(16, triton.next_power_of_2(M)))
-    k = _w8a16_dot_kernel[(w.N // bn, H, triton.cdiv(M, bm))](
+    k = _w8a16_dot_kernel[(triton.cdiv(M, bm), w.N // bn, H)](
         x, w.weight, w.scales, out, M, w.N, K, GROUP=w.group, CVT=_cvt_dtype(cfg),
         BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk,
         num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3))
@@ -338,7 +338,7 @@ def w8a8_launch(x8, xs, w: Fp8Weights, out=None, config: dict | None = None):
     if out is None:
         out = torch.empty((H, M, w.N), dtype=torch.bfloat16, device=x8.device)
     bm = cfg.get("BLOCK_M") or min(64, max(16, triton.next_power_of_2(M)))
-    k = _w8a8_dot_kernel[(w.N // bn, H, triton.cdiv(M, bm))](
+    k = _w8a8_dot_kernel[(triton.cdiv(M, bm), w.N // bn, H)](
         x8, xs, w.weight, w.scales, out, M, w.N, K, BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk,
         num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3))
     return k, out

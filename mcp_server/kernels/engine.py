@@ -1,0 +1,115 @@
+"""Typed engines of the ``mla_bench`` and ``l2_sweep`` operations (wrapping ``bench`` / ``l2sweep``)."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+from mcp_server.errors import InputError, ToolMissingError
+from mcp_server.kernels.models import (DeviceInfo, L2Point, L2SweepResult, MlaBenchResult, MlaCheck, MlaRow,
+                                       TargetCheck)
+from mcp_server.models import Warning_
+from mcp_server.vocab import ProgressFn, WarningCode
+
+
+def require_gpu(tool: str) -> None:
+    """ToolMissingError unless torch, triton and a CUDA GPU are usable here."""
+    try:
+        import torch  # noqa: F401
+        import triton  # noqa: F401
+    except ImportError as exc:
+        raise ToolMissingError(
+            f"{tool}: needs torch and triton ({exc.name} is not installed)",
+            hint="pip install 'kernelscope[gpu]' on a machine with an NVIDIA GPU") from None
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ToolMissingError(f"{tool}: no CUDA GPU is visible here (torch.cuda.is_available() is False)",
+                               hint="run it on a machine with an NVIDIA GPU (the H200 figures are in bench/RESULTS.md)")
+
+
+def _device(d: dict) -> DeviceInfo:
+    return DeviceInfo(name=d["name"], sm_count=d["sm_count"], l2_mb=round(d["l2_bytes"] / 1e6, 2),
+                      capability=d["capability"], torch=d["torch"], triton=d["triton"], cuda=d.get("cuda"))
+
+
+def _write_json(path: str, data: dict) -> str:
+    from mcp_server.atomic import atomic_write_text
+
+    atomic_write_text(Path(path), json.dumps(data, indent=1), what="json_path")
+    return str(path)
+
+
+def judge_targets(rows: list[dict]) -> list[TargetCheck]:
+    """Issue 11's targets on cold rows: >= 128 MB BF16 weights and M <= 8: INT4 >= 2.5x, FP8 >= 1.6x;
+    M = 64: neither slower than BF16."""
+    out = []
+    big = [r for r in rows if r["cache"] == "cold" and r["weight_mb"] >= 128 and r["M"] <= 8]
+    m64 = [r for r in rows if r["cache"] == "cold" and r["M"] == 64]
+    for name, sel, key, goal in (("INT4 >= 2.5x (cold, >= 128 MB, M <= 8)", big, "int4_speedup", 2.5),
+                                 ("FP8 >= 1.6x (cold, >= 128 MB, M <= 8)", big, "fp8_speedup", 1.6),
+                                 ("INT4 >= 1.0x at M = 64 (cold)", m64, "int4_speedup", 1.0),
+                                 ("FP8 >= 1.0x at M = 64 (cold)", m64, "fp8_speedup", 1.0)):
+        worst = min((r[key] for r in sel), default=None)
+        out.append(TargetCheck(target=name, rows=len(sel), worst=worst, goal=goal,
+                               met=None if worst is None else worst >= goal))
+    return out
+
+
+def mla_bench(model: str = "deepseek-v3", batch=[1, 8, 64], layers=[1, 8, 32], cache: str = "both",  # noqa: B006
+              group: int = 128, check: bool = True, json_path: Optional[str] = None, timeout_s: float = 900.0,
+              progress: Optional[ProgressFn] = None) -> MlaBenchResult:
+    """Time the model's reconstruction BMMs: cuBLAS BF16 vs INT4 W4A16 vs FP8 W8A16 (see bench.py)."""
+    from mcp_server.kernels import bench, configs
+
+    require_gpu("mla_bench")
+    cfg = configs.get_model(model)
+    bad = [n for n in layers if n > cfg.num_layers]
+    if bad:
+        raise InputError(f"layers: {bad} exceed {cfg.name}'s {cfg.num_layers} layers")
+    caches = ("warm", "cold") if cache == "both" else (cache,)
+    try:
+        res = bench.run_mla_bench(model, list(batch), list(layers), caches, group=group, check=check,
+                                  progress=progress, deadline=time.monotonic() + timeout_s)
+    except ValueError as exc:   # group / shape checks of the kernels
+        raise InputError(f"mla_bench: {exc}") from None
+    warnings = []
+    if res.get("timed_out"):
+        warnings.append(Warning_(code=WarningCode.timeout, message=(
+            f"stopped after {timeout_s:.0f} s: {len(res['rows'])} rows of the requested shapes")))
+    result = MlaBenchResult(
+        model=model, device=_device(res["device"]), copy_tbps=round(res["copy_tbps"], 3),
+        rows=[MlaRow(**{k: r[k] for k in MlaRow.model_fields}) for r in res["rows"]],
+        checks=[MlaCheck(**c) for c in res["checks"]], targets=judge_targets(res["rows"]), warnings=warnings)
+    if json_path:
+        result.json_path = _write_json(json_path, result.model_dump(mode="json"))
+    return result
+
+
+def l2_sweep(heads=None, batch: int = 1, json_path: Optional[str] = None, png_path: Optional[str] = None,
+             timeout_s: float = 600.0, progress: Optional[ProgressFn] = None) -> L2SweepResult:
+    """BF16 / INT4 / FP8 latency against weight bytes across the L2 (see l2sweep.py)."""
+    from mcp_server.kernels import l2sweep
+
+    require_gpu("l2_sweep")
+    res = l2sweep.run_l2_sweep(tuple(heads) if heads else l2sweep.DEFAULT_HEADS, M=batch, progress=progress,
+                               deadline=time.monotonic() + timeout_s)
+    warnings = []
+    if res.get("timed_out"):
+        warnings.append(Warning_(code=WarningCode.timeout, message=(
+            f"stopped after {timeout_s:.0f} s at {len(res['points'])} sizes")))
+    result = L2SweepResult(
+        device=_device(res["device"]), K=res["shape"]["K"], N=res["shape"]["N"], M=res["shape"]["M"],
+        l2_mb=round(res["l2_mb"], 2), effective_l2_mb=res["effective_l2_mb"],
+        int4_crossover_mb=res["int4_crossover_mb"], fp8_crossover_mb=res["fp8_crossover_mb"],
+        points=[L2Point(**{k: p[k] for k in L2Point.model_fields}) for p in res["points"]], warnings=warnings)
+    if png_path:
+        from mcp_server.atomic import atomic_target
+
+        with atomic_target(png_path, what="png_path", suffix=".png") as tmp:
+            l2sweep.plot(res, tmp)
+        result.png_path = str(png_path)
+    if json_path:
+        result.json_path = _write_json(json_path, result.model_dump(mode="json"))
+    return result

@@ -1,0 +1,101 @@
+"""Result models of the kernels engine (MLA bench, L2 sweep)."""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from mcp_server.models import Model, Warning_
+
+
+class DeviceInfo(Model):
+    name: str
+    sm_count: int
+    l2_mb: float = Field(description="L2 size the driver reports, MB (10^6 bytes)")
+    capability: str
+    torch: str
+    triton: str
+    cuda: Optional[str] = None
+
+
+class MlaRow(Model):
+    """One shape x cache state: BF16 cuBLAS vs INT4 W4A16 vs FP8 W8A16, same run."""
+
+    model: str
+    weight: Literal["W_UK", "W_UV"]
+    layers: int = Field(description="Layers stacked into the BMM batch (H = heads x layers)")
+    H: int
+    M: int
+    K: int
+    N: int
+    weight_mb: float = Field(description="BF16 weight bytes, MB")
+    cache: Literal["warm", "cold"]
+    bf16_us: float
+    int4_us: float
+    fp8_us: float
+    int4_speedup: float
+    fp8_speedup: float
+    int4_tbps: float = Field(description="INT4 bytes moved (packed weights, scales, activations, output) / time")
+    bf16_tbps: float
+    fp8_tbps: float
+
+
+class MlaCheck(Model):
+    """Correctness on random inputs (relative Frobenius norm errors)."""
+
+    shape: str
+    M: int
+    int4_kernel_err: float = Field(description="INT4 kernel vs the dequantized-weight reference")
+    fp8_kernel_err: float
+    int4_quant_err: float = Field(description="INT4 result vs the BF16 product: the quantization error")
+    fp8_quant_err: float
+    bf16_err: float = Field(description="cuBLAS BF16 vs the fp32 product (rounding floor)")
+
+
+class TargetCheck(Model):
+    """One performance target of issue 11, judged on the rows."""
+
+    target: str
+    rows: int = Field(description="Rows the target applies to")
+    worst: Optional[float] = Field(default=None, description="Worst speedup among those rows")
+    goal: float
+    met: Optional[bool] = Field(default=None, description="None when no row applies")
+
+
+class MlaBenchResult(Model):
+    model: str
+    device: DeviceInfo
+    copy_tbps: float = Field(description="Device-to-device copy, bytes read + written / time (graph-timed)")
+    rows: list[MlaRow]
+    checks: list[MlaCheck]
+    targets: list[TargetCheck]
+    json_path: Optional[str] = None
+    warnings: list[Warning_] = Field(default_factory=list)
+
+
+class L2Point(Model):
+    H: int
+    weight_mb: float
+    bf16_us: float
+    int4_us: float
+    fp8_us: float
+    bf16_cold_us: float
+    int4_speedup: float
+    fp8_speedup: float
+    warm_over_cold: float = Field(description="BF16 warm / cold latency: < 1 while the weights stay in L2")
+
+
+class L2SweepResult(Model):
+    device: DeviceInfo
+    K: int
+    N: int
+    M: int
+    l2_mb: float
+    effective_l2_mb: Optional[float] = Field(description=(
+        "Largest BF16 weight size still L2-resident (warm at least 15 % faster than cold), interpolated"))
+    int4_crossover_mb: Optional[float] = Field(description="Smallest size from which INT4 stays faster than BF16 (warm)")
+    fp8_crossover_mb: Optional[float]
+    points: list[L2Point]
+    json_path: Optional[str] = None
+    png_path: Optional[str] = None
+    warnings: list[Warning_] = Field(default_factory=list)

@@ -1,0 +1,69 @@
+"""Rich views of the kernels engine's results for the CLI."""
+from __future__ import annotations
+
+from typing import Any
+
+from mcp_server.kernels.models import L2SweepResult, MlaBenchResult
+
+
+def _warnings(res: Any, con) -> None:
+    from rich.markup import escape
+
+    for w in res.warnings:
+        con.print(f"[yellow]warning[/] {escape(str(w.code))}: {escape(w.message)}", highlight=False)
+
+
+def render_mla(res: MlaBenchResult, con, request: Any = None) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    d = res.device
+    con.print(escape(f"{res.model} on {d.name} ({d.sm_count} SMs, L2 {d.l2_mb:.0f} MB), torch {d.torch}, "
+                     f"triton {d.triton}; copy {res.copy_tbps:.2f} TB/s (read + write)"), highlight=False)
+    t = Table(title="reconstruction BMMs (CUDA-graph timed, µs)", title_justify="left")
+    for c in ("weight", "layers", "H", "M", "K", "N", "MB", "cache", "BF16", "INT4", "FP8", "INT4 x", "FP8 x",
+              "INT4 TB/s", "BF16 TB/s"):
+        t.add_column(c, justify="left" if c in ("weight", "cache") else "right")
+    for r in res.rows:
+        t.add_row(r.weight, str(r.layers), str(r.H), str(r.M), str(r.K), str(r.N), f"{r.weight_mb:.0f}", r.cache,
+                  f"{r.bf16_us:.1f}", f"{r.int4_us:.1f}", f"{r.fp8_us:.1f}", f"{r.int4_speedup:.2f}",
+                  f"{r.fp8_speedup:.2f}", f"{r.int4_tbps:.2f}", f"{r.bf16_tbps:.2f}")
+    con.print(t)
+    if res.checks:
+        c = Table(title="correctness (relative error)", title_justify="left")
+        for h in ("shape", "M", "INT4 kernel", "FP8 kernel", "INT4 quant", "FP8 quant", "BF16"):
+            c.add_column(h, justify="left" if h == "shape" else "right")
+        for k in res.checks:
+            c.add_row(escape(k.shape), str(k.M), f"{k.int4_kernel_err:.1e}", f"{k.fp8_kernel_err:.1e}",
+                      f"{k.int4_quant_err:.3f}", f"{k.fp8_quant_err:.3f}", f"{k.bf16_err:.1e}")
+        con.print(c)
+    for g in res.targets:
+        mark = "n/a" if g.met is None else ("[green]met[/]" if g.met else "[red]missed[/]")
+        worst = "n/a" if g.worst is None else f"{g.worst:.2f}x"
+        con.print(f"{escape(g.target)}: worst {worst} over {g.rows} rows: {mark}", highlight=False)
+    if res.json_path:
+        con.print(f"json: {escape(res.json_path)}", highlight=False)
+    _warnings(res, con)
+
+
+def render_l2(res: L2SweepResult, con, request: Any = None) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title=f"L2 sweep on {res.device.name}: W_UK heads K={res.K} N={res.N} M={res.M} (µs, warm)",
+              title_justify="left")
+    for c in ("H", "MB", "BF16", "BF16 cold", "INT4", "FP8", "INT4 x", "FP8 x", "warm/cold"):
+        t.add_column(c, justify="right")
+    for p in res.points:
+        t.add_row(str(p.H), f"{p.weight_mb:.1f}", f"{p.bf16_us:.2f}", f"{p.bf16_cold_us:.2f}", f"{p.int4_us:.2f}",
+                  f"{p.fp8_us:.2f}", f"{p.int4_speedup:.2f}", f"{p.fp8_speedup:.2f}", f"{p.warm_over_cold:.2f}")
+    con.print(t)
+
+    def mb(v):
+        return "none" if v is None else f"{v:.1f} MB"
+    con.print(f"L2 {res.l2_mb:.0f} MB; effective L2 boundary {mb(res.effective_l2_mb)}; INT4 wins from "
+              f"{mb(res.int4_crossover_mb)}, FP8 from {mb(res.fp8_crossover_mb)}", highlight=False)
+    for p in ("json_path", "png_path"):
+        if getattr(res, p):
+            con.print(f"{p.split('_')[0]}: {escape(getattr(res, p))}", highlight=False)
+    _warnings(res, con)

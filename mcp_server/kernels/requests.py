@@ -1,0 +1,68 @@
+"""Request models of the kernels engine's operations (one per operation)."""
+from __future__ import annotations
+
+from typing import Literal, Optional, Union
+
+from pydantic import Field, field_validator
+
+from mcp_server.faces import Request
+
+
+def _int_list(value, name: str, lo: int, hi: int):
+    if isinstance(value, str):
+        try:
+            value = [int(v) for v in value.replace(" ", "").split(",") if v]
+        except ValueError:
+            raise ValueError(f"{name}: a comma-separated list of integers, e.g. 1,8,64") from None
+    if value is None:
+        return value
+    if not value:
+        raise ValueError(f"{name}: give at least one value")
+    bad = [v for v in value if not lo <= int(v) <= hi]
+    if bad:
+        raise ValueError(f"{name}: {bad} outside {lo}..{hi}")
+    return [int(v) for v in value]
+
+
+class MlaBenchRequest(Request):
+    model: Literal["deepseek-v3", "deepseek-v2"] = Field(default="deepseek-v3", description=(
+        "Model whose absorbed-MLA reconstruction BMMs (W_UK, W_UV) are timed"))
+    batch: Union[list[int], str] = Field(default=[1, 8, 64], description=(
+        "Decode batch sizes M (1..256), a list or comma-separated, e.g. 1,8,64"))
+    layers: Union[list[int], str] = Field(default=[1, 8, 32], description=(
+        "Layers stacked into one BMM (1 = one layer, 16 MiB BF16; 8 = 128 MiB; 32 = 512 MiB)"))
+    cache: Literal["both", "warm", "cold"] = Field(default="both", description=(
+        "warm: one weight set re-read (L2-resident when it fits); cold: weight sets rotated so every launch "
+        "streams from HBM; both"))
+    group: int = Field(default=128, description="INT4 group size along K (16, 32, 64 or a multiple of 128)")
+    check: bool = Field(default=True, description="Check correctness on random inputs for the one-layer shapes")
+    json_path: Optional[str] = Field(default=None, description="Also write the full result as JSON here")
+    timeout_s: float = Field(default=900.0, gt=0, description=(
+        "Stop starting new shapes after this many seconds (rows so far are returned with a 'timeout' warning)"))
+
+    @field_validator("batch", mode="before")
+    @classmethod
+    def _batch(cls, v):
+        return _int_list(v, "batch", 1, 256)
+
+    @field_validator("layers", mode="before")
+    @classmethod
+    def _layers(cls, v):
+        return _int_list(v, "layers", 1, 60)
+
+
+class L2SweepRequest(Request):
+    heads: Optional[Union[list[int], str]] = Field(default=None, description=(
+        "BMM batch sizes (heads of the 128x512 W_UK matrix, 128 KiB BF16 each); default 32..4096 "
+        "(4 MB..537 MB), dense around the L2 size"))
+    batch: int = Field(default=1, ge=1, le=256, description="Decode batch M")
+    json_path: Optional[str] = Field(default=None, description="Write the sweep as JSON here")
+    png_path: Optional[str] = Field(default=None, description=(
+        "Write a PNG (latency and speedup against weight MB, L2 size and measured boundary marked)"))
+    timeout_s: float = Field(default=600.0, gt=0, description=(
+        "Stop starting new sizes after this many seconds (a 'timeout' warning says so)"))
+
+    @field_validator("heads", mode="before")
+    @classmethod
+    def _heads(cls, v):
+        return _int_list(v, "heads", 1, 65536)

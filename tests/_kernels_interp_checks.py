@@ -1,0 +1,58 @@
+"""Run by tests/test_kernels_interpret.py in a subprocess with TRITON_INTERPRET=1 (the variable must
+be set before the kernels are imported): every kernel variant on small CPU shapes against the
+dequantized reference. Prints one JSON object {case: relative error or "skip: reason"}."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from mcp_server.kernels import quant  # noqa: E402
+from mcp_server.kernels.w4a16 import w4a16_bmm  # noqa: E402
+from mcp_server.kernels.w8a16 import act_quant_fp8, w8a8_launch, w8a16_bmm  # noqa: E402
+
+
+def rel(a, b) -> float:
+    return float((a.float() - b).norm() / b.norm())
+
+
+def main() -> None:
+    g = torch.Generator().manual_seed(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+    out: dict = {}
+    for (H, M, K, N) in ((2, 1, 128, 64), (2, 3, 256, 32), (1, 20, 512, 32)):
+        w = (torch.randn(H, K, N, generator=g) * 0.05).to(torch.bfloat16)
+        x = torch.randn(H, M, K, generator=g).to(torch.bfloat16)
+        tag = f"H{H}_M{M}_K{K}_N{N}"
+        for zp, grp in ((False, 128), (True, 128), (False, 64), (True, 32)):
+            qw = quant.quantize_int4(w, group=grp, zero_point=zp)
+            ref = x.float() @ quant.dequantize_int4(qw)
+            cfg = {"BLOCK_N": 32, "BLOCK_M": 16}
+            out[f"int4_dot_g{grp}{'_zp' if zp else ''}_{tag}"] = rel(w4a16_bmm(x, qw, config=cfg), ref)
+            if M == 1 and not zp:
+                out[f"int4_gemv_g{grp}_{tag}"] = rel(w4a16_bmm(x, qw, config=cfg, variant="gemv"), ref)
+        for grp in (0, 64, 128):
+            fw = quant.quantize_fp8(w, group=grp)
+            ref = x.float() @ quant.dequantize_fp8(fw)
+            out[f"fp8_shuffled_g{grp}_{tag}"] = rel(w8a16_bmm(x, fw, config={"BLOCK_N": 32, "SUB": 1}), ref)
+            nat = quant.quantize_fp8(w, group=grp, layout="natural")
+            out[f"fp8_natural_g{grp}_{tag}"] = rel(
+                w8a16_bmm(x, nat, config={"BLOCK_N": 32, "BLOCK_K": 64 if not grp or grp % 64 == 0 else 32}), ref)
+        nat = quant.quantize_fp8(w, layout="natural")
+        x8, xs = quant.quantize_act_fp8(x)
+        ref = (x8.float() * xs[..., None]) @ quant.dequantize_fp8(nat)
+        out[f"w8a8_{tag}"] = rel(w8a8_launch(x8, xs, nat, config={"BLOCK_N": 32, "BLOCK_K": 64})[1], ref)
+        k8, ks = act_quant_fp8(x)
+        out[f"act_scale_{tag}"] = float((ks - xs).abs().max() / xs.abs().max())
+    out["persistent"] = ("skip: the persistent kernels loop over range(pid, tiles, nprog) with run-time bounds, "
+                         "which triton 3.6's interpreter cannot run under numpy 2.x")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

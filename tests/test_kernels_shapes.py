@@ -1,0 +1,122 @@
+"""Facts of the MLA shapes, the packed layouts, the tuning table and the kernels' faces (CPU only)."""
+from __future__ import annotations
+
+import pytest
+
+from mcp_server.kernels import configs, tuning
+
+
+def test_deepseek_configs_are_the_published_ones():
+    v3, v2 = configs.get_model("deepseek-v3"), configs.get_model("DeepSeek-V2")
+    assert (v3.num_heads, v3.kv_lora_rank, v3.qk_nope_head_dim, v3.v_head_dim, v3.num_layers) == (128, 512, 128, 128, 61)
+    assert (v2.num_heads, v2.kv_lora_rank, v2.qk_nope_head_dim, v2.v_head_dim, v2.num_layers) == (128, 512, 128, 128, 60)
+    with pytest.raises(KeyError, match="known: deepseek-v2, deepseek-v3"):
+        configs.get_model("llama")
+
+
+def test_absorbed_shapes_and_sizes():
+    uk, uv = configs.reconstruction_shapes(configs.get_model("deepseek-v3"), M=1)
+    assert (uk.weight, uk.H, uk.K, uk.N) == ("W_UK", 128, 128, 512)   # q_nope @ W_UK -> latent
+    assert (uv.weight, uv.H, uv.K, uv.N) == ("W_UV", 128, 512, 128)   # latent @ W_UV -> v
+    assert uk.weight_bytes_bf16 == 16 * 2**20 == uv.weight_bytes_bf16  # one layer: 16 MiB, fits a 60 MB L2
+    st = configs.reconstruction_shapes(configs.get_model("deepseek-v3"), M=8, layers=8)[0]
+    assert st.H == 1024 and st.weight_mb == pytest.approx(134.2, abs=0.1)   # 8 stacked layers: >= 128 MB
+    assert st.flops == 2 * 1024 * 8 * 128 * 512
+    shapes = configs.mla_shapes("deepseek-v3")
+    assert len(shapes) == 3 * 3 * 2 and shapes[0].layers == 1 and shapes[-1].layers == 32
+    with pytest.raises(ValueError, match="outside 1..256"):
+        configs.reconstruction_shapes(configs.get_model("deepseek-v3"), M=257)
+
+
+def test_int4_packing_layout_and_roundtrip():
+    torch = pytest.importorskip("torch")
+    from mcp_server.kernels import quant
+
+    codes = torch.randint(0, 16, (2, 256, 8))
+    packed = quant.pack_int4(codes)
+    assert packed.shape == (2, 8, 32) and packed.dtype == torch.int32
+    assert torch.equal(quant.unpack_int4(packed, 256), codes.int())
+    # word i of a 128-k block holds k = 16 j + i in nibble j (the kernel's dot-ready layout)
+    h, n, blk, i, j = 1, 3, 1, 5, 6
+    word = int(packed[h, n, blk * 16 + i]) & 0xFFFFFFFF
+    assert (word >> (4 * j)) & 0xF == int(codes[h, blk * 128 + 16 * j + i, n])
+
+
+def test_int4_quantization_error_and_zero_points():
+    torch = pytest.importorskip("torch")
+    from mcp_server.kernels import quant
+
+    w = torch.randn(2, 256, 16, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    for zp in (False, True):
+        q = quant.quantize_int4(w, group=128, zero_point=zp)
+        err = float((quant.dequantize_int4(q) - w.float()).norm() / w.float().norm())
+        assert 0.03 < err < 0.15            # 4 bits of a Gaussian: ~9 % (symmetric), less with zeros
+        assert (q.zeros is not None) == zp and q.scales.shape == (2, 2, 16)
+    with pytest.raises(ValueError, match="group=48"):
+        quant.quantize_int4(w, group=48)
+
+
+def test_fp8_shuffle_roundtrip_and_layout():
+    torch = pytest.importorskip("torch")
+    from mcp_server.kernels import quant
+
+    w = torch.randn(1, 128, 4, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    nat = quant.quantize_fp8(w, layout="natural")
+    sh = quant.quantize_fp8(w)
+    assert sh.layout == "shuffled" and torch.equal(quant.unshuffle_fp8(sh.weight).view(torch.uint8),
+                                                   nat.weight.view(torch.uint8))
+    # byte j of word i (block of 64 k) holds k = 16 j + i
+    u = sh.weight.view(torch.uint8)
+    i, j = 3, 2
+    assert int(u[0, 1, 4 * i + j]) == int(nat.weight.view(torch.uint8)[0, 1, 16 * j + i])
+    err = float((quant.dequantize_fp8(sh) - w.float()).norm() / w.float().norm())
+    assert err < 0.05
+
+
+def test_tuning_table_covers_the_bench_families():
+    for kind in ("int4", "fp8"):
+        for M in (1, 8, 64):
+            for K, N in ((128, 512), (512, 128)):
+                assert (kind, tuning.bucket(M), K, N) in tuning.TABLE, (kind, M, K, N)
+    assert tuning.bucket(5) == 8 and tuning.bucket(200) == 256
+    cfg = tuning.config_for("int4", 1, 128, 512)
+    cfg["BLOCK_N"] = -1
+    assert tuning.config_for("int4", 1, 128, 512)["BLOCK_N"] != -1   # a copy
+
+
+def test_requests_parse_comma_lists_and_refuse_bad_values():
+    from pydantic import ValidationError
+
+    from mcp_server.kernels.requests import L2SweepRequest, MlaBenchRequest
+
+    assert MlaBenchRequest(batch="1, 8,64").batch == [1, 8, 64]
+    assert MlaBenchRequest(batch=[2]).batch == [2]
+    for bad in ("0,8", "1,x", "300"):
+        with pytest.raises(ValidationError):
+            MlaBenchRequest(batch=bad)
+    with pytest.raises(ValidationError):
+        MlaBenchRequest(unknown=1)
+    assert L2SweepRequest().heads is None and L2SweepRequest(heads="32,64").heads == [32, 64]
+
+
+def test_operations_are_declared_and_not_read_only():
+    from mcp_server.faces import operations
+
+    ops = {o.tool: o for o in operations()}
+    for tool, verb in (("mla_bench", "mla"), ("l2_sweep", "l2-sweep")):
+        op = ops[tool]
+        assert op.verb == verb and op.progress and not op.hints.read_only
+        assert "timeout_s" in op.field_names
+
+
+def test_without_a_gpu_the_engines_raise_a_typed_error():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    from mcp_server.errors import ToolMissingError
+    from mcp_server.kernels.engine import l2_sweep, mla_bench
+
+    with pytest.raises(ToolMissingError, match="no CUDA GPU"):
+        mla_bench()
+    with pytest.raises(ToolMissingError, match="no CUDA GPU"):
+        l2_sweep()
