@@ -147,6 +147,7 @@ class Classification(Model):
 class Ranked(Model):
     id: int
     short_name: str
+    nvtx: Optional[str] = None
     time_share: float
     headroom: float = Field(description="1 - (position against its roof), 0..1")
     score: float

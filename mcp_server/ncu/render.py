@@ -85,7 +85,8 @@ def render_selection(res: Selection, con, request: Any = None) -> None:
         con.print("[red]does not fit[/]: " + escape("; ".join(res.does_not_fit)), highlight=False)
     for r in res.ranking:
         if r.why_not:
-            con.print(f"  {escape(r.short_name)}: {escape(r.why_not)}", highlight=False)
+            label = f"{r.short_name} ({r.nvtx})" if r.nvtx else r.short_name
+            con.print(f"  {escape(label)}: {escape(r.why_not)}", highlight=False)
     for p in (res.md_path, res.png_path):
         if p:
             con.print(f"wrote {escape(p)}", highlight=False)
@@ -135,7 +136,7 @@ def selection_markdown(sel: Selection) -> str:
     out += ["", "## Ranking", "", "| kernel | share | headroom | score | class | limiter | why not |",
             "|---|---|---|---|---|---|---|"]
     for r in sel.ranking:
-        out.append(f"| `{r.short_name}` | {r.time_share:.1%} | {r.headroom:.0%} | {r.score:.3f} | {r.bottleneck_class} "
+        out.append(f"| `{r.short_name}`{' (' + r.nvtx + ')' if r.nvtx else ''} | {r.time_share:.1%} | {r.headroom:.0%} | {r.score:.3f} | {r.bottleneck_class} "
                    f"| {r.limiter or ''} | {r.why_not or '**candidate**'} |")
     if sel.png_path:
         out += ["", f"![roofline]({Path(sel.png_path).name})"]

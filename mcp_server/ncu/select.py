@@ -89,7 +89,7 @@ def rank(c: Classification, min_share: float = MIN_SHARE) -> tuple[Optional[Clas
             why = f"time share {k.time_share:.1%} is under the {min_share:.0%} threshold"
         else:
             scored.append((score, k))
-        rows.append(Ranked(id=k.id, short_name=k.short_name, time_share=k.time_share, headroom=h or 0.0,
+        rows.append(Ranked(id=k.id, short_name=k.short_name, nvtx=k.nvtx, time_share=k.time_share, headroom=h or 0.0,
                            score=score, bottleneck_class=k.bottleneck.class_, limiter=k.bottleneck.limiter,
                            why_not=why))
     scored.sort(key=lambda t: -t[0])
