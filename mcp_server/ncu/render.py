@@ -136,7 +136,8 @@ def selection_markdown(sel: Selection) -> str:
     out += ["", "## Ranking", "", "| kernel | share | headroom | score | class | limiter | why not |",
             "|---|---|---|---|---|---|---|"]
     for r in sel.ranking:
-        out.append(f"| `{r.short_name}`{' (' + r.nvtx + ')' if r.nvtx else ''} | {r.time_share:.1%} | {r.headroom:.0%} | {r.score:.3f} | {r.bottleneck_class} "
+        label = f"`{r.short_name}`" + (f" ({r.nvtx})" if r.nvtx else "")
+        out.append(f"| {label} | {r.time_share:.1%} | {r.headroom:.0%} | {r.score:.3f} | {r.bottleneck_class} "
                    f"| {r.limiter or ''} | {r.why_not or '**candidate**'} |")
     if sel.png_path:
         out += ["", f"![roofline]({Path(sel.png_path).name})"]
