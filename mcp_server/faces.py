@@ -38,8 +38,9 @@ OPERATION_MODULES: tuple[str, ...] = (
     "mcp_server.loop.ops",
 )
 
-#: Request fields handled by the faces (result sizing), never passed to the engine.
-FACE_FIELDS = frozenset({"top_n", "detail"})
+#: Request fields handled by the faces (result sizing, overwrite permission); passed to the
+#: engine only when its signature takes them.
+FACE_FIELDS = frozenset({"top_n", "detail", "overwrite"})
 
 
 class Request(BaseModel):
@@ -55,6 +56,13 @@ class SizedRequest(Request):
         "Rows kept in each list of the answer (largest first); the rest are counted in a "
         "'summary_truncated' warning"))
     detail: bool = Field(default=False, description="Return every row (can be large); default a summary")
+
+
+class WritesOutputs(Request):
+    """A request naming output files (``Operation.outputs``): over MCP they are confined (confine.py)."""
+
+    overwrite: bool = Field(default=False, description=(
+        "Replace an existing file at an output path even when it is not a file of the kind this tool writes"))
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,16 @@ class Operation:
     remainder: str | None = None            # a list field taking everything after "--" (target argv)
     aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # extra CLI flags per field
     progress: bool = False                  # the engine takes progress=(done, total, message)
+    outputs: Mapping[str, str] = field(default_factory=dict)  # output path fields -> kind (xlsx, png, dir, ...)
+
+    @property
+    def annotations(self) -> Hints:
+        """The hints published: a tool that writes output files can replace one, so it is destructive."""
+        if self.outputs and not self.hints.destructive:
+            from dataclasses import replace
+
+            return replace(self.hints, read_only=False, destructive=True)
+        return self.hints
 
     @property
     def field_names(self) -> tuple[str, ...]:
@@ -116,7 +134,8 @@ class Operation:
 
     def call(self, req: Request, progress: ProgressFn | None = None) -> BaseModel:
         """Run the engine on a validated request; the full result."""
-        kwargs = {k: getattr(req, k) for k in self.field_names if k not in FACE_FIELDS}
+        takes = engine_parameters(self)
+        kwargs = {k: getattr(req, k) for k in self.field_names if k not in FACE_FIELDS or k in takes}
         if self.progress:
             kwargs["progress"] = progress
         return self.engine_fn()(**kwargs)

@@ -26,6 +26,7 @@ from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ValidationError
 
 from mcp_server import __version__
+from mcp_server.confine import check_outputs, roots_from_env, roots_from_uris
 from mcp_server.errors import KernelscopeError, redact
 from mcp_server.faces import Operation, operations
 from mcp_server.workers import WorkerPool
@@ -56,7 +57,7 @@ class KernelscopeServer(MCPServer):
 
 
 def _hints(op: Operation) -> ToolAnnotations:
-    h = op.hints
+    h = op.annotations
     return ToolAnnotations(title=op.title, readOnlyHint=h.read_only, destructiveHint=h.destructive,
                            idempotentHint=h.idempotent, openWorldHint=h.open_world)
 
@@ -97,6 +98,23 @@ def worker_pool() -> WorkerPool:
     return _POOL
 
 
+async def _client_roots(ctx: Optional[Context]) -> list:
+    """The roots the client declares (MCP roots capability), or none."""
+    try:
+        caps = ctx.session.client_capabilities if ctx is not None else None
+        if caps is None or getattr(caps, "roots", None) is None:
+            return []
+        import warnings
+
+        with warnings.catch_warnings(), anyio.fail_after(5):
+            warnings.simplefilter("ignore")
+            listed = await ctx.session.list_roots()
+        return roots_from_uris(str(r.uri) for r in listed.roots)
+    except Exception as exc:  # a client that declares roots but cannot list them: the server's own roots apply
+        log.info("client roots unavailable: %r", exc)
+        return []
+
+
 def make_tool_function(op: Operation):
     """An async function whose signature mirrors the request model (the SDK reads it)."""
 
@@ -110,6 +128,8 @@ def make_tool_function(op: Operation):
             raise ToolError(str(exc)) from None
         progress = _progress_bridge(ctx) if op.progress else None
         try:
+            if op.outputs:
+                check_outputs(op, req, [*await _client_roots(ctx), *roots_from_env()])
             if isolation_enabled():
                 stop = threading.Event()
                 try:

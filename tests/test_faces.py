@@ -55,7 +55,8 @@ def test_tool_schema_is_the_request_model(op):
     assert tool.description == op.description and tool.title == op.title
     ann = tool.annotations
     assert (ann.read_only_hint, ann.destructive_hint, ann.idempotent_hint, ann.open_world_hint) == (
-        op.hints.read_only, op.hints.destructive, op.hints.idempotent, op.hints.open_world)
+        op.annotations.read_only, op.annotations.destructive, op.annotations.idempotent, op.annotations.open_world)
+    assert op.annotations.destructive == (op.hints.destructive or bool(op.outputs))
     for name, field in op.request.model_fields.items():
         assert field.description, f"{op.tool}.{name} has no description"
 
@@ -180,10 +181,13 @@ def _assert_prefix(small, full, n):
         assert small == full
 
 
-def test_sized_requests_have_face_fields_only_there():
+def test_face_fields_belong_to_their_mixins():
     for op in OPS:
-        has = FACE_FIELDS <= set(op.field_names)
-        assert has == issubclass(op.request, SizedRequest), op.tool
+        names = set(op.field_names)
+        assert ({"top_n", "detail"} <= names) == issubclass(op.request, SizedRequest), op.tool
+        if op.outputs:  # confined outputs: the call can say overwrite=true
+            assert "overwrite" in names, op.tool
+            assert set(op.outputs) <= names, op.tool
 
 
 def test_reference_page_is_generated_from_the_declarations():

@@ -16,7 +16,7 @@ OPERATIONS = [
             "(atomic) or into output_dir; returns per file how many kernels changed and (kernel, old, new)."),
         request=RecategorizeRequest, result=RecategorizeResult,
         engine="mcp_server.compare.recategorize:recategorize", render="mcp_server.compare.render:render_recategorize",
-        hints=WRITES_FILES, positional=("paths",),
+        hints=WRITES_FILES, positional=("paths",), outputs={"output_dir": "dir", "paths": "xlsx-in-place"},
     ),
     Operation(
         tool="budget", verb="budget", title="Per-category time budget of two runs",
@@ -39,7 +39,7 @@ OPERATIONS = [
             "xlsx and HTML reports hold every row."),
         request=DiffModulesRequest, result=DiffResult,
         engine="mcp_server.compare.diff:diff_modules", render="mcp_server.compare.render:render_diff",
-        hints=WRITES_FILES, positional=("a", "b"),
+        hints=WRITES_FILES, positional=("a", "b"), outputs={"output_xlsx": "xlsx", "output_html": "html"},
         aliases={"output_xlsx": ("-o", "--output"), "output_html": ("--html",), "top_n": ("--panels",)},
     ),
 ]

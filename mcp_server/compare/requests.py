@@ -5,7 +5,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from mcp_server.faces import SizedRequest
+from mcp_server.faces import SizedRequest, WritesOutputs
 
 SIDE_HELP = "Side {}: trace (.json/.json.gz) or report (.xlsx, kernelscope or trace_module_analyzer)"
 CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"
@@ -14,7 +14,7 @@ LABELS_FIELD = Field(default=None, min_length=2, max_length=2, description="Two 
 PHASE_FIELD = Field(default=None, description="Keep only this phase's kernels")
 
 
-class RecategorizeRequest(SizedRequest):
+class RecategorizeRequest(SizedRequest, WritesOutputs):
     paths: list[str] = Field(min_length=1, description="Report workbooks (.xlsx) to update")
     categories: Optional[str] = Field(default=None, description=CATEGORIES_HELP)
     output_dir: Optional[str] = Field(default=None, description="Write updated copies here instead of editing in place")
@@ -28,7 +28,7 @@ class BudgetRequest(SizedRequest):
     categories: Optional[str] = Field(default=None, description=CATEGORIES_HELP)
 
 
-class DiffModulesRequest(SizedRequest):
+class DiffModulesRequest(SizedRequest, WritesOutputs):
     top_n: int = Field(default=6, ge=1, le=10000, description=(
         "Blocks kept in the answer (largest |gap| first; kernels per block: half as many, at least 3); "
         "the rest are counted in a 'summary_truncated' warning"))

@@ -26,7 +26,7 @@ OPERATIONS = [
             "by whom and why). Returns the record id; give `key` to make a retry return the same record."),
         request=LedgerRecordRequest, result=LedgerRecordResult,
         engine=_E + "ledger_record", render=_R + "render_record",
-        hints=Hints(read_only=False, idempotent=False),
+        hints=Hints(read_only=False, idempotent=False), outputs={"ledger": "sqlite"},
     ),
     Operation(
         tool="ledger_list", verb="ledger list", title="List the experiments of the ledger",
@@ -56,6 +56,6 @@ OPERATIONS = [
             "or as JSON with every record and full validation results (format=json), written atomically to "
             "`output` or returned as text."),
         request=LedgerExportRequest, result=LedgerExportResult,
-        engine=_E + "ledger_export", render=_R + "render_export", hints=WRITES_FILES,
+        engine=_E + "ledger_export", render=_R + "render_export", hints=WRITES_FILES, outputs={"output": "md-or-json"},
     ),
 ]

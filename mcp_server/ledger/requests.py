@@ -5,13 +5,13 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
-from mcp_server.faces import Request, SizedRequest
+from mcp_server.faces import Request, SizedRequest, WritesOutputs
 
 _LEDGER = Field(default=None, description=(
     "Ledger file (default: $KERNELSCOPE_LEDGER, else ./.kernelscope/ledger.db)"))
 
 
-class LedgerRecordRequest(Request):
+class LedgerRecordRequest(WritesOutputs):
     ledger: Optional[str] = _LEDGER
     kind: Literal["experiment", "profile", "candidate", "validation", "decision"] = Field(description=(
         "What to record: experiment (a target), profile (an ncu report and its classification, needs "
@@ -63,7 +63,7 @@ class LedgerShowRequest(Request):
         "Include each validation's full result JSON (default: verdict, speedup, correctness summary)"))
 
 
-class LedgerExportRequest(Request):
+class LedgerExportRequest(WritesOutputs):
     ledger: Optional[str] = _LEDGER
     format: Literal["json", "md"] = Field(default="md", description=(
         "md: the experiment log a person reads; json: every record with full validation results"))

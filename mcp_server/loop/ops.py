@@ -20,6 +20,6 @@ OPERATIONS = [
             "are available one by one as run_ncu, select_candidate, validate_candidate and ledger_record."),
         request=LoopRequest, result=LoopResult,
         engine="mcp_server.loop.engine:run_loop", render="mcp_server.loop.render:render_loop",
-        hints=EXECUTES_CODE, remainder="target", progress=True,
+        hints=EXECUTES_CODE, remainder="target", progress=True, outputs={"ledger": "sqlite"},
     ),
 ]

@@ -5,10 +5,10 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from mcp_server.faces import Request
+from mcp_server.faces import Request, WritesOutputs
 
 
-class LoopRequest(Request):
+class LoopRequest(WritesOutputs):
     target: list[str] = Field(min_length=1, description=(
         "The target's argument list, e.g. [\"python\", \"bench.py\", \"--size\", \"big\"] (CLI: after --)"))
     iters: int = Field(default=5, ge=1, le=1000, description="Proposals to validate in this run at most")

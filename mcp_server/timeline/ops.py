@@ -19,7 +19,7 @@ OPERATIONS = [
         hints=WRITES_FILES, positional=("buffer_path",),
         aliases={"event_names": ("--events",), "overhead_path": ("--overhead",),
                  "perfetto_path": ("--perfetto",), "png_path": ("--png",)},
-        progress=True,
+        progress=True, outputs={"perfetto_path": "json", "png_path": "png"},
     ),
     Operation(
         tool="timeline_compare", verb="timeline compare", title="Compare two probe timelines (before/after)",

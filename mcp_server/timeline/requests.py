@@ -5,7 +5,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field
 
-from mcp_server.faces import SizedRequest
+from mcp_server.faces import SizedRequest, WritesOutputs
 
 EventNames = Optional[Union[list[str], str]]
 EVENTS_HELP = ("Event names in event-id order (id 0 first): a list, 'N1,N2,...', or a names file (one per line); "
@@ -13,7 +13,7 @@ EVENTS_HELP = ("Event names in event-id order (id 0 first): a list, 'N1,N2,...',
 LAYOUT_HELP = "Tag layout: legacy (block_group<<12) or sm (sm_id<<24 | block<<12); default auto-detect"
 
 
-class TimelineAnalyzeRequest(SizedRequest):
+class TimelineAnalyzeRequest(SizedRequest, WritesOutputs):
     buffer_path: str = Field(description="Probe buffer: raw little-endian uint64 (.bin) or .npy")
     event_names: EventNames = Field(default=None, description=EVENTS_HELP)
     tag_layout: Optional[Literal["legacy", "sm"]] = Field(default=None, description=LAYOUT_HELP)

@@ -16,6 +16,6 @@ OPERATIONS = [
         request=AnalyzeTraceRequest, result=TraceAnalysis,
         engine="mcp_server.traces.analyze:analyze_trace", render="mcp_server.traces.render:render_analysis",
         hints=WRITES_FILES, positional=("trace_path",), aliases={"output_xlsx": ("-o", "--output")},
-        progress=True,
+        progress=True, outputs={"output_xlsx": "xlsx"},
     ),
 ]

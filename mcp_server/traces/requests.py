@@ -5,12 +5,12 @@ from typing import Optional
 
 from pydantic import Field
 
-from mcp_server.faces import SizedRequest
+from mcp_server.faces import SizedRequest, WritesOutputs
 
 CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"
 
 
-class AnalyzeTraceRequest(SizedRequest):
+class AnalyzeTraceRequest(SizedRequest, WritesOutputs):
     trace_path: str = Field(description="Path to a Kineto trace (.json or .json.gz)")
     output_xlsx: Optional[str] = Field(default=None, description="Write the xlsx report (upstream layout + full kernel table) here")
     categories: Optional[str] = Field(default=None, description=CATEGORIES_HELP)

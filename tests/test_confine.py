@@ -1,0 +1,119 @@
+"""Over MCP, outputs are written only inside the allowed roots and never replace a file of another kind."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+
+from mcp_server.confine import inside, roots_from_uris
+from mcp_server.server import build_server
+
+from conftest import TRACES
+
+TRACE = str(TRACES / "llama_prefill_sdpa.json.gz")
+
+
+@pytest.fixture()
+def root(tmp_path, monkeypatch):
+    r = tmp_path / "work"
+    r.mkdir()
+    monkeypatch.setenv("KERNELSCOPE_ROOTS", str(r))
+    monkeypatch.setenv("KERNELSCOPE_ISOLATION", "0")  # the checks run before dispatch either way
+    return r
+
+
+def _call(tool, args):
+    async def go():
+        async with Client(build_server()) as c:
+            return await c.call_tool(tool, args)
+
+    return anyio.run(go)
+
+
+def test_output_outside_the_roots_is_refused_and_not_created(root, tmp_path):
+    outside = tmp_path / "elsewhere" / "x.xlsx"
+    res = _call("analyze_trace", {"trace_path": TRACE, "output_xlsx": str(outside)})
+    assert res.is_error and "outside the directories this server may write to" in res.content[0].text
+    assert str(root) in res.content[0].text
+    assert not outside.exists() and not outside.parent.exists()
+
+
+def test_dotdot_and_symlinks_do_not_escape(root, tmp_path):
+    (tmp_path / "target").mkdir()
+    os.symlink(tmp_path / "target", root / "link")
+    for path in (root / ".." / "escape.xlsx", root / "link" / "x.xlsx"):
+        res = _call("analyze_trace", {"trace_path": TRACE, "output_xlsx": str(path)})
+        assert res.is_error and "outside" in res.content[0].text
+    assert not list((tmp_path / "target").iterdir())
+
+
+def test_a_file_of_another_kind_is_not_replaced_without_overwrite(root):
+    victim = root / "notes.xlsx"
+    victim.write_text("my notes, not a workbook\n")
+    res = _call("diff_modules", {"a": TRACE, "b": TRACE, "output_xlsx": str(victim)})
+    assert res.is_error and "exists and is not a xlsx file" in res.content[0].text and "overwrite=true" in res.content[0].text
+    assert victim.read_text() == "my notes, not a workbook\n"
+    ok = _call("diff_modules", {"a": TRACE, "b": TRACE, "output_xlsx": str(victim), "overwrite": True})
+    assert not ok.is_error and victim.read_bytes()[:2] == b"PK"
+
+
+def test_inside_the_roots_an_output_of_the_same_kind_is_replaced(root):
+    out = root / "r.xlsx"
+    for _ in range(2):
+        res = _call("analyze_trace", {"trace_path": TRACE, "output_xlsx": str(out)})
+        assert not res.is_error, res.content[0].text
+    assert out.read_bytes()[:2] == b"PK"
+
+
+def test_writing_tools_are_marked_destructive():
+    async def go():
+        async with Client(build_server()) as c:
+            return {t.name: t.annotations for t in (await c.list_tools()).tools}
+
+    ann = anyio.run(go)
+    for name in ("analyze_trace", "diff_modules", "recategorize", "timeline_analyze", "ledger_export"):
+        assert ann[name].destructive_hint is True and ann[name].read_only_hint is False
+    assert ann["budget"].destructive_hint is False and ann["budget"].read_only_hint is True
+
+
+def test_recategorize_in_place_is_confined(root, tmp_path):
+    outside = tmp_path / "report.xlsx"
+    from mcp_server.traces import analyze_trace
+
+    analyze_trace(TRACE, output_xlsx=outside)
+    before = outside.read_bytes()
+    res = _call("recategorize", {"paths": [str(outside)]})
+    assert res.is_error and "outside" in res.content[0].text
+    assert outside.read_bytes() == before
+    res = _call("recategorize", {"paths": [str(outside)], "output_dir": str(root / "out")})
+    assert not res.is_error, res.content[0].text
+
+
+def test_roots_helpers():
+    assert roots_from_uris(["file:///a/b%20c", "https://x/y"]) == [Path("/a/b c")]
+    assert inside(Path("/a/b/c"), [Path("/a/b")]) and not inside(Path("/a/bc"), [Path("/a/b")])
+
+
+def test_client_roots_without_a_back_channel_fall_back_to_the_server_roots(root, tmp_path):
+    """The 2026 protocol deprecates roots (SEP-2577) and this SDK's transports give the server no
+    back-channel to ask for them: a client that declares roots gets KERNELSCOPE_ROOTS / the cwd."""
+    from mcp_types import ListRootsResult, Root
+
+    client_dir = tmp_path / "client_project"
+    client_dir.mkdir()
+
+    async def list_roots(*_args, **_kwargs):
+        return ListRootsResult(roots=[Root(uri=client_dir.as_uri(), name="project")])
+
+    async def go():
+        async with Client(build_server(), list_roots_callback=list_roots) as c:
+            bad = await c.call_tool("analyze_trace", {"trace_path": TRACE, "output_xlsx": str(client_dir / "r.xlsx")})
+            good = await c.call_tool("analyze_trace", {"trace_path": TRACE, "output_xlsx": str(root / "r.xlsx")})
+            return bad, good
+
+    bad, good = anyio.run(go)
+    assert bad.is_error and "outside" in bad.content[0].text and not (client_dir / "r.xlsx").exists()
+    assert not good.is_error and (root / "r.xlsx").exists()
