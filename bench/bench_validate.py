@@ -42,7 +42,7 @@ KERNELS = ROOT / "bench" / "validate_kernels.py"
 def make_harness(device: str, *, budget_s: float, cache: str, seed: int, batch_s: float | None) -> Harness:
     cfg = {"device": device, "dtype": "bfloat16" if device.startswith("cuda") else "float32",
            "seed": seed, "cache": cache, "time_budget_s": budget_s, "confidence": 0.95, "ci_half_width": 0.01,
-           "min_rounds": 10, "max_rounds": 2000, "graphs": "auto", "other_cache": False,
+           "min_rounds": 20, "max_rounds": 2000, "graphs": "auto", "other_cache": False,
            "shapes": [], "threads": 1, "batch_s": batch_s}
     h = Harness(cfg, io.StringIO())
     h.setup_torch()
@@ -103,10 +103,13 @@ def main() -> None:
     ap.add_argument("--cache", default="cold")
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-e2e", action="store_true")
+    ap.add_argument("--aa-scaled", type=int, default=None, help="A/A decisions on the scaled kernel")
+    ap.add_argument("--aa-eager", type=int, default=0, help="A/A on the scaled kernel with graphs off")
     ap.add_argument("--deadline", type=float, default=None, help="stop starting decisions after this many s")
     args = ap.parse_args()
     if args.deadline:
-        total = args.aa + args.slower + args.faster + max(10, args.aa // 5)
+        n_scaled = args.aa_scaled if args.aa_scaled is not None else max(10, args.aa // 5)
+        total = args.aa + args.slower + args.faster + n_scaled + 2 * args.aa_eager
         DEADLINE[1] = args.deadline / total
     cuda = args.device.startswith("cuda")
     budget = args.budget if args.budget is not None else (1.5 if cuda else 2.0)
@@ -132,13 +135,25 @@ def main() -> None:
                            big, args.min_gain, 3000, log)
     res["faster"] = series("3 % faster (0.97 M)", args.faster, h, K.make_inputs, K.colsum, K.colsum_faster,
                            big, args.min_gain, 5000, log)
-    res["aa_scaled"] = series("A/A scaled kernel", max(10, args.aa // 5), h, K.make_inputs, K.colsum, K.colsum,
+    n_scaled = args.aa_scaled if args.aa_scaled is not None else max(10, args.aa // 5)
+    res["aa_scaled"] = series("A/A scaled kernel", n_scaled, h, K.make_inputs, K.colsum, K.colsum,
                               big, args.min_gain, 7000, log)
+    if args.aa_eager:
+        h.cfg["graphs"] = "off"
+        res["aa_eager"] = series("A/A scaled, no graphs", args.aa_eager, h, K.make_inputs, K.colsum, K.colsum,
+                                 big, args.min_gain, 9000, log)
+        res["faster_eager"] = series("3 % faster, no graphs", args.aa_eager, h, K.make_inputs, K.colsum,
+                                     K.colsum_faster, big, args.min_gain, 9500, log)
+        h.cfg["graphs"] = "auto"
     summary = {
         "aa_micro_accept_rate": sum(d["accepted"] for d in res["aa_micro"]) / max(1, len(res["aa_micro"])),
         "slower_accept_rate": sum(d["accepted"] for d in res["slower"]) / max(1, len(res["slower"])),
         "faster_accept_rate": sum(d["accepted"] for d in res["faster"]) / max(1, len(res["faster"])),
         "aa_scaled_accept_rate": sum(d["accepted"] for d in res["aa_scaled"]) / max(1, len(res["aa_scaled"])),
+        "aa_eager_accept_rate": (sum(d["accepted"] for d in res["aa_eager"]) / max(1, len(res["aa_eager"]))
+                                 if res.get("aa_eager") else None),
+        "faster_eager_accept_rate": (sum(d["accepted"] for d in res["faster_eager"]) /
+                                     max(1, len(res["faster_eager"])) if res.get("faster_eager") else None),
         "micro_kernel_us": statistics.median(d["base_us"] for d in res["aa_micro"]) if res["aa_micro"] else None,
         "micro_decision_wall_s_median": statistics.median(d["wall_s"] for d in res["aa_micro"]) if res["aa_micro"] else None,
         "micro_decision_wall_s_max": max((d["wall_s"] for d in res["aa_micro"]), default=None),

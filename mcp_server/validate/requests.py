@@ -42,7 +42,7 @@ class ValidateRequest(Request):
     ci_half_width: float | None = Field(None, gt=0, description="stop sampling once the interval's relative "
                                                                 "half-width is below this (default 0.01)")
     min_rounds: int | None = Field(None, ge=3, description="interleaved rounds before the first stop check "
-                                                           "(default 10)")
+                                                           "(default 20)")
     max_rounds: int | None = Field(None, ge=3, description="interleaved rounds at most (default 2000)")
     graphs: Literal["auto", "on", "off"] | None = Field(None, description=(
         "CUDA graphs for the timed batches: auto (default) uses them for calls under 200 us when both "

@@ -49,7 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "seed": None,
     "confidence": 0.95,
     "ci_half_width": 0.01,
-    "min_rounds": 10,
+    "min_rounds": 20,
     "max_rounds": 2000,
     "graphs": "auto",
     "flops": None,
