@@ -19,7 +19,7 @@ OPERATIONS = [
             "profiler cannot load, no kernels profiled, target failed, timeout. EXECUTES the given command."),
         request=RunNcuRequest, result=NcuRun,
         engine="mcp_server.ncu.runner:run_ncu", render="mcp_server.ncu.render:render_run",
-        hints=EXECUTES_CODE, remainder="target", aliases={"set_name": ("--set",), "sections": ("--section",),
+        hints=EXECUTES_CODE, remainder="target", outputs={"report": "ncu-rep"}, aliases={"set_name": ("--set",), "sections": ("--section",),
                                                           "kernel_name": ("-k",), "launch_count": ("-c",),
                                                           "launch_skip": ("-s",)},
         progress=True,
@@ -62,5 +62,6 @@ OPERATIONS = [
         request=SelectRequest, result=Selection,
         engine="mcp_server.ncu.select:select_candidate", render="mcp_server.ncu.render:render_selection",
         hints=WRITES_FILES, positional=("path",), aliases={"md_path": ("--md",), "png_path": ("--png",)},
+        outputs={"md_path": "md", "png_path": "png"},
     ),
 ]

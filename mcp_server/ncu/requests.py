@@ -5,7 +5,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from mcp_server.faces import Request, SizedRequest
+from mcp_server.faces import Request, SizedRequest, WritesOutputs
 
 PATH_HELP = ("An Nsight Compute report (.ncu-rep, also .ncu-rep.xz/.gz) or an ncu CSV "
              "(raw or details page, or --csv stdout)")
@@ -66,7 +66,7 @@ class ClassifyRequest(SizedRequest):
     cache_control: Optional[Literal["all", "none"]] = Field(default=None, description=CACHE_HELP)
 
 
-class SelectRequest(SizedRequest):
+class SelectRequest(SizedRequest, WritesOutputs):
     path: str = Field(description=PATH_HELP)
     gpu: Optional[str] = Field(default=None, description=GPU_HELP)
     cache_control: Optional[Literal["all", "none"]] = Field(default=None, description=CACHE_HELP)
