@@ -70,6 +70,11 @@ class WarningCode(StrEnum):
     upstream_detail = "upstream_detail"  # an upstream report: kernels come from its detail sheets
     no_category_table = "no_category_table"  # recategorize: a sheet without a category table was left as is
     tree_breakdown_estimated = "tree_breakdown_estimated"  # recategorize: Module Tree breakdowns split in proportion
+    # --- compare (issue 13) ---
+    upstream_unreconciled = "upstream_unreconciled"  # an upstream report's sheets do not add up to its Summary total
+    reference_mismatch = "reference_mismatch"  # a reference trace's phase differs or its alignment confidence is low
+    per_step = "per_step"  # totals divided by the step count (runs with different step counts)
+    sync_wait = "sync_wait"  # timeline: a probe interval holds a barrier / spin wait
 
     # --- refs ---
     source_error = "source_error"  # a reference source failed

@@ -191,8 +191,16 @@ def _load_report(p: Path, label: str, rules: CategoryRules, purpose: Purpose) ->
         side.warnings.append(Warning_(code=WarningCode.detail_truncated, message=(
             f"{p}: at least one upstream detail sheet was cut at 1000 rows; {label}'s module totals are lower bounds")))
     if upstream:
+        extra = (f"; {rep.residual_us:.1f} us of kernels outside them from 'GPU Kernels'" if rep.residual_us else "")
         side.warnings.append(Warning_(code=WarningCode.upstream_detail, message=(
-            f"{p}: upstream report: kernels come from the detail sheets (one representative instance per sheet)")))
+            f"{p}: upstream report: kernels come from the non-overlapping detail sheets "
+            f"({', '.join(rep.covering_sheets) or 'none'}){extra}")))
+        if rep.unreconciled:
+            want, got = rep.unreconciled
+            side.warnings.append(Warning_(code=WarningCode.upstream_unreconciled, message=(
+                f"{p}: the detail sheets and 'GPU Kernels' account for {got:.1f} us but the report's Summary says "
+                f"{want:.1f} us ({(got - want) / want * 100:+.1f} %): module blocks of {label} are not proven; "
+                f"trust the category budget (kernelscope budget), which reads 'GPU Kernels'")))
     return side
 
 

@@ -75,6 +75,12 @@ class Report:
     overview: Optional[pd.DataFrame] = None
     detail_sheets: list[DetailSheet] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)
+    #: upstream reports: the detail sheets the kernel table was built from (non-overlapping)
+    covering_sheets: list[str] = field(default_factory=list)
+    #: upstream reports: launch time taken from 'GPU Kernels' for kernels outside every covering sheet
+    residual_us: float = 0.0
+    #: upstream reports: (summary total, kernel-table total) when they differ by more than 1 %
+    unreconciled: Optional[tuple[float, float]] = None
 
     @property
     def has_full_table(self) -> bool:
@@ -587,10 +593,169 @@ def read_report(path: str | os.PathLike, *, need: Iterable[str] = ALL_PARTS) -> 
             rep.kernels = pd.DataFrame({k: cols[k] for k in order if k in cols})
             rep.kernels_from = "detail"
             rep.kernels_truncated = any(d.truncated for d in rep.detail_sheets)
+            _reconcile_upstream(book, rep)
     if use_full:
         rep.kernels = _read_full(book)
         rep.kernels_from = "full"
     return rep
+
+
+# --------------------------------------------------------------------------- upstream reconciliation
+
+
+def _parent_types(book: _Book) -> dict[str, set[str]]:
+    """Module type -> the types it is a child of, from the ``Overview`` tree (depth-indented rows)."""
+    out: dict[str, set[str]] = defaultdict(set)
+    if L.OVERVIEW not in book.names:
+        return out
+    try:
+        ov = _read_overview(book)
+    except ReportFormatError:
+        return out
+    stack: list[str] = []
+    for label, depth in zip(ov["label"], ov["depth"]):
+        d = int(depth)
+        t = _split_label(str(label))[1]
+        stack = stack[:d]
+        if t != "(self)" and stack:
+            out[t].add(stack[-1])
+        stack.append(t)
+    return out
+
+
+def _instance_paths(book: _Book, df: pd.DataFrame, path_of: dict[str, str], sheet_path: dict[str, str]) -> list[str]:
+    """Full instance path per detail row. The ``Module Tree`` names most instances; the leaves it
+    leaves out (``Linear_N`` under attention or MLP) are placed under the nearest row's instance
+    (before, else after, in execution order) whose chain holds a type the ``Overview`` lists as the
+    leaf type's parent."""
+    parents = _parent_types(book)
+    mods = [str(m) for m in df["module"]]
+    sheets = [str(x) for x in df["sheet"]]
+    known = [path_of.get(m, "") for m in mods]
+    out = list(known)
+    n = len(mods)
+    for i in range(n):
+        if known[i] or not mods[i]:
+            continue
+        want = parents.get(module_type(mods[i]), set())
+        found = ""
+        for step in (-1, 1):  # the nearest named row each way; the deeper parent wins (before on a tie)
+            j = i + step
+            while 0 <= j < n and sheets[j] == sheets[i] and not known[j]:
+                j += step
+            if not (0 <= j < n and sheets[j] == sheets[i]):
+                continue
+            parts = known[j].split("/")
+            for cut in range(len(parts), 0, -1):
+                if module_type(parts[cut - 1]) in want:
+                    if cut > (found.count("/") + 1 if found else 0):
+                        found = "/".join(parts[:cut])
+                    break
+        base = found or sheet_path.get(sheets[i], "")
+        out[i] = f"{base}/{mods[i]}" if base else mods[i]
+    return out
+
+RESIDUAL_SOURCE = "(GPU Kernels: outside the detail sheets)"
+
+
+def _reconcile_upstream(book: _Book, rep: Report) -> None:
+    """Make an upstream report's detail-assembled kernel table add up to its ``Summary`` total.
+
+    Detail sheets overlap: a parent type's sheet (``LlamaModel``) holds the kernels of its
+    children's sheets (``LlamaDecoderLayer``). Only the sheets whose instance lies inside no other
+    sheet's instance (same phase) are kept (``covering_sheets``); their rows get full instance paths
+    from the ``Module Tree``. Kernels outside every kept sheet (``lm_head`` outside ``LlamaModel``,
+    the layers a representative instance does not show) are added from ``GPU Kernels``: per kernel
+    name, its total minus the rows kept, attributed to an instance outside the kept sheets whose type
+    the row lists. ``unreconciled`` holds (Summary total, table total) when they still differ by > 1 %.
+    """
+    df = rep.kernels
+    if df is None or rep.source == "kernelscope":
+        return
+    tree = None
+    if L.MODULE_TREE in book.names:
+        try:
+            tree = _read_tree(book)
+        except ReportFormatError:
+            tree = None
+    path_of: dict[str, str] = {}
+    phase_of: dict[str, str] = {}
+    if tree is not None and len(tree):
+        counts = tree["module"].value_counts()
+        for name, path, ph in zip(tree["module"], tree["path"], tree["phase"]):
+            if counts[name] == 1:
+                path_of[str(name)] = str(path)
+                phase_of[str(name)] = str(ph)
+    sheet_path: dict[str, str] = {}
+    for ds in rep.detail_sheets:
+        sheet_path[ds.sheet] = path_of.get(ds.module) or "/".join(x for x in (ds.parent_path, ds.module) if x)
+    keep = []
+    for ds in rep.detail_sheets:
+        mine = sheet_path[ds.sheet]
+        inside = any(o is not ds and o.phase == ds.phase and sheet_path[o.sheet] and
+                     mine.startswith(sheet_path[o.sheet] + "/") for o in rep.detail_sheets)
+        if not inside:
+            keep.append(ds.sheet)
+    rep.covering_sheets = keep
+    df = df[df["sheet"].isin(keep)].reset_index(drop=True)
+    if path_of and len(df):
+        df["module_path"] = _instance_paths(book, df, path_of, sheet_path)
+        df["root_type"] = df["module_path"].map(lambda p: module_type(str(p).split("/")[0]) if p else "")
+    # kernels outside the kept sheets, from GPU Kernels
+    gk = rep.gpu_kernels
+    if gk is None and L.GPU_KERNELS in book.names:
+        try:
+            gk, trunc = _read_gpu_kernels(book)
+            rep.gpu_kernels, rep.gpu_kernels_truncated = gk, trunc
+        except ReportFormatError:
+            gk = None
+    extra: dict[str, list] = defaultdict(list)
+    if gk is not None and len(gk):
+        have = df.groupby("name")["dur_us"].agg(["sum", "size"]) if len(df) else None
+        covered = [sheet_path[s] for s in keep if sheet_path.get(s)]
+        outside = []
+        if tree is not None:
+            for name, path, kc in zip(tree["module"], tree["path"], tree["kernel_count"]):
+                if kc > 0 and not any(str(path) == c or str(path).startswith(c + "/") for c in covered):
+                    outside.append((str(name), str(path)))
+        for name, cat, total, cnt, types in zip(gk["name"], gk["category"], gk["total_us"], gk["count"],
+                                                gk["module_types"]):
+            got, n = (float(have.loc[name, "sum"]), int(have.loc[name, "size"])) if (
+                have is not None and name in have.index) else (0.0, 0)
+            rest = float(total) - got
+            if rest <= 0.05 * (n + 1) + 1e-9:  # detail rows and GPU Kernels are rounded to 0.1 us
+                continue
+            k = max(int(cnt) - n, 1)
+            listed = {t.strip() for t in str(types).split(",") if t.strip()}
+            inst, path = next(((i, p) for i, p in outside if module_type(i) in listed), ("", ""))
+            for _ in range(k):
+                extra["name"].append(name)
+                extra["category"].append(cat)
+                extra["dur_us"].append(rest / k)
+                extra["module"].append(inst)
+                extra["module_path"].append(path)
+                extra["module_type"].append(module_type(inst) if inst else "")
+                extra["root_type"].append(module_type(path.split("/")[0]) if path else "")
+                extra["phase"].append(phase_of.get(inst, ""))
+                extra["source"].append(RESIDUAL_SOURCE)
+            rep.residual_us += rest
+    if extra:
+        add = pd.DataFrame(extra)
+        for c in df.columns:
+            if c not in add:
+                add[c] = -1 if c == "row" else ""
+        df = pd.concat([df, add[list(df.columns)]], ignore_index=True)
+    rep.kernels = df
+    total = rep.total_kernel_us
+    if total is None and L.SUMMARY in book.names:
+        try:
+            total = _read_summary(book)[2]
+        except ReportFormatError:
+            total = None
+    got_total = float(df["dur_us"].sum()) if len(df) else 0.0
+    if total and abs(got_total - total) > 0.01 * total:
+        rep.unreconciled = (float(total), got_total)
+
 
 
 def kernel_table(report: Report) -> pd.DataFrame:

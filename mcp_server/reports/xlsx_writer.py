@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -481,17 +482,91 @@ def atomic_save(wb, out: Path, full_tables: list | None = None) -> None:
     from mcp_server.vocab import KERNEL_COLUMNS
 
     with atomic_target(out, what="report") as tmp:
-        if not full_tables:
-            wb.save(tmp)
-            return
-        from mcp_server.reports.fast_table import fill_full_tables
-
         first = new_temp(out)
         try:
             wb.save(first)
-            fill_full_tables(first, tmp, full_tables, list(KERNEL_COLUMNS), target=str(out))
+            if not full_tables:
+                add_dimensions(first, tmp)
+                return
+            from mcp_server.reports.fast_table import fill_full_tables
+
+            second = new_temp(out)
+            try:
+                add_dimensions(first, second)
+                fill_full_tables(second, tmp, full_tables, list(KERNEL_COLUMNS), target=str(out))
+            finally:
+                unlink_quietly(second)
         finally:
             unlink_quietly(first)
+
+
+_ROW_RE = re.compile(rb'<row\b([^>]*?)(/>|>(.*?)</row>)', re.S)
+_ROW_NUM_RE = re.compile(rb'\br="(\d+)"')
+_CELL_REF_RE = re.compile(rb'<c\b[^>]*?\br="([A-Z]+)(\d+)"')
+
+
+def _pad_sheet(xml: bytes) -> bytes:
+    """One worksheet's XML with a ``<dimension>`` element and every row padded to its width.
+
+    openpyxl's write-only mode writes neither; readers that users run (openpyxl in read-only
+    mode, hence the upstream ``compare_analysis.py``) size rows by the dimension and yield an
+    empty tuple for a blank row without it."""
+    from mcp_server.reports.xlsx_patch import col_index, col_letter
+
+    start = xml.find(b"<sheetData")
+    end = xml.rfind(b"</sheetData>")
+    if start < 0 or b"<dimension" in xml[:start]:
+        return xml
+    body_start = xml.find(b">", start) + 1
+    if xml[body_start - 2:body_start] == b"/>":  # <sheetData/>: an empty sheet
+        body, end = b"", body_start
+    else:
+        body = xml[body_start:end]
+    rows: list[tuple[int, bytes, bytes]] = []
+    width = 0
+    for m in _ROW_RE.finditer(body):
+        attrs, inner = m.group(1), m.group(3) or b""
+        rn = _ROW_NUM_RE.search(attrs)
+        r = int(rn.group(1)) if rn else (rows[-1][0] + 1 if rows else 1)
+        refs = _CELL_REF_RE.findall(inner)
+        if refs:
+            width = max(width, col_index(refs[-1][0]) + 1)
+        rows.append((r, attrs, inner))
+    width = max(width, 1)
+    last = rows[-1][0] if rows else 1
+    out = []
+    prev = 0
+    for r, attrs, inner in rows:
+        for gap in range(prev + 1, r):  # rows openpyxl skipped entirely
+            out.append(b'<row r="%d"><c r="A%d"/></row>' % (gap, gap))
+        refs = _CELL_REF_RE.findall(inner)
+        have = col_index(refs[-1][0]) + 1 if refs else 0
+        pad = b"".join(b'<c r="%s%d"/>' % (col_letter(i).encode(), r) for i in range(have, width))
+        out.append(b"<row" + attrs + b">" + inner + pad + b"</row>")
+        prev = r
+    dim = b'<dimension ref="A1:%s%d"/>' % (col_letter(width - 1).encode(), last)
+    head = xml[:start]
+    pos = head.find(b"</sheetPr>")
+    if pos >= 0:
+        pos += len(b"</sheetPr>")
+    else:
+        m = re.search(rb"<sheetPr\b[^>]*/>", head)
+        pos = m.end() if m else head.find(b">", head.find(b"<worksheet")) + 1
+    head = head[:pos] + dim + head[pos:]
+    return head + b"<sheetData>" + b"".join(out) + b"</sheetData>" + xml[end + len(b"</sheetData>"):]
+
+
+def add_dimensions(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Copy workbook ``src`` to ``dst`` with every worksheet given its dimension and padded rows."""
+    import zipfile
+
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", compression=zipfile.ZIP_DEFLATED,
+                                                      compresslevel=6) as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.startswith("xl/worksheets/") and info.filename.endswith(".xml"):
+                data = _pad_sheet(data)
+            zout.writestr(info, data)
 
 
 def file_sha256(path: str | os.PathLike) -> str:
