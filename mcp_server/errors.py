@@ -48,6 +48,11 @@ class BufferFormatError(InputError):
     """A timeline probe buffer cannot be decoded."""
 
 
+class LimitError(InputError):
+    """An input is over one of the bounds the readers keep (size, ratio, depth, cells); the message names the
+    limit, its value and the ``KERNELSCOPE_MAX_...`` variable that raises it (``mcp_server.limits``)."""
+
+
 class ToolMissingError(KernelscopeError):
     """An external program (ncu, gh, git, a GPU) is not available here."""
 

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from mcp_server.errors import FileMissingError, TraceFormatError
+from mcp_server.limits import human, limit, over
 
 BLOCK = 8 << 20
 AHEAD = 8  # blocks the reader may run ahead (bounded memory: AHEAD * BLOCK)
+RATIO_AFTER = 64 << 20  # the compression-ratio guard starts once this much text came out
 
 
 def check_path(path: str | os.PathLike) -> Path:
@@ -38,6 +40,54 @@ def open_trace(p: Path):
     return gzip.open(p, "rb") if is_gzip(p) else open(p, "rb")
 
 
+class GuardedReader:
+    """Decompressed text of a trace, read in blocks with the size and ratio guards applied.
+
+    ``KERNELSCOPE_MAX_TRACE_BYTES`` bounds the text; for gzip files ``KERNELSCOPE_MAX_TRACE_RATIO`` bounds
+    text / compressed bytes consumed so far once ``RATIO_AFTER`` bytes came out (a gzip of zeros reaches
+    1000:1; profiler JSON is 5-30:1). ``cap`` (optional) is a tighter bound on the text for one use.
+    """
+
+    def __init__(self, p: Path, cap: "tuple[str, int] | None" = None) -> None:
+        self.p = p
+        self.raw = open(p, "rb")
+        self.gz = is_gzip(p)
+        self.f = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gz else self.raw
+        self.out = 0
+        self.max_bytes = limit("TRACE_BYTES")
+        self.max_ratio = limit("TRACE_RATIO")
+        self.cap = cap
+
+    def read(self, n: int) -> bytes:
+        b = self.f.read(n)
+        self.out += len(b)
+        if self.out > self.max_bytes:
+            raise over("TRACE_BYTES", "decompressed trace text", f"over {human(self.max_bytes)}", path=self.p,
+                       unit="bytes")
+        if self.cap is not None and self.out > self.cap[1]:
+            raise over(self.cap[0], "decompressed text of a trace whose layout cannot be streamed",
+                       f"over {human(self.cap[1])}", path=self.p, unit="bytes")
+        if self.gz and self.out > RATIO_AFTER:
+            used = max(self.raw.tell(), 1)
+            if self.out > self.max_ratio * used:
+                raise over("TRACE_RATIO", "the gzip compression ratio", f"{self.out // used}:1 after "
+                           f"{human(self.out)} of text", path=self.p)
+        return b
+
+    def close(self) -> None:
+        try:
+            if self.gz:
+                self.f.close()
+        finally:
+            self.raw.close()
+
+    def __enter__(self) -> "GuardedReader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
 def blocks(p: Path, block: int = BLOCK) -> "BlockReader":
     """Decompressed blocks of the file, read ahead by a helper thread started now.
 
@@ -50,7 +100,7 @@ def blocks(p: Path, block: int = BLOCK) -> "BlockReader":
 
     def work() -> None:
         try:
-            with open_trace(p) as f:
+            with GuardedReader(p) as f:
                 while not stop.is_set():
                     b = f.read(block)
                     q.put(("data", b))

@@ -40,7 +40,8 @@ import msgspec
 import numpy as np
 
 from mcp_server.errors import FileMissingError, TraceFormatError
-from mcp_server.traces._reader import BlockReader, check_path, is_gzip, open_trace
+from mcp_server.limits import limit
+from mcp_server.traces._reader import BlockReader, GuardedReader, check_path, is_gzip
 from mcp_server.traces._reader import blocks as _read_blocks
 
 KERNEL_CATS = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}
@@ -49,6 +50,7 @@ LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driv
 GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch", "hipGraphLaunch"})
 
 _BLOCK = 8 << 20
+_HEAD_MAX = 8 * _BLOCK  # the events array must start within this much text
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
 
@@ -229,7 +231,17 @@ class _Collector:
                 if not evs:
                     continue
             ts = np.array([e.ts for e in evs], dtype=f64)
-            end = ts + np.array([e.dur for e in evs], dtype=f64)
+            dur = np.array([e.dur for e in evs], dtype=f64)
+            bad_t = _bad_times(ts, dur)
+            if bad_t is not None:
+                self.skip(f"{'cpu_op' if is_cpu else 'python_function'} event with a non-finite, negative or "
+                          f"implausible ts/dur (e.g. dur={_first_bad(dur, ts, bad_t)})", int(bad_t.sum()))
+                keep = ~bad_t
+                evs = [e for e, k in zip(evs, keep.tolist()) if k]
+                if not evs:
+                    continue
+                ts, dur = ts[keep], dur[keep]
+            end = ts + dur
             cols = (ts, end, self._thread(evs), self._intern([e.name for e in evs]))
             if is_cpu:
                 dims = [bytes(a.input_dims) if (a := e.args) is not None and a.input_dims is not None else b""
@@ -243,12 +255,19 @@ class _Collector:
             if len(good) < len(ker):
                 self.skip("kernel/memcpy/memset event without ts/dur/name/args.correlation", len(ker) - len(good))
             if good:
-                n = len(good)
+                kts = np.array([e.ts for e in good], dtype=f64)
+                kdur = np.array([e.dur for e in good], dtype=f64)
+                bad_t = _bad_times(kts, kdur)
+                if bad_t is not None:  # excluded from every sum, counted in the damaged-events warning
+                    self.skip(f"kernel/memcpy/memset event with a non-finite, negative or implausible duration or "
+                              f"timestamp (e.g. dur={_first_bad(kdur, kts, bad_t)} us)", int(bad_t.sum()))
+                    keep = ~bad_t
+                    good = [e for e, k in zip(good, keep.tolist()) if k]
+                    kts, kdur = kts[keep], kdur[keep]
+            if good:
                 kind = np.array([KERNEL_CATS[e.cat] for e in good], dtype=np.int8)
                 self.k.append((
-                    self._intern([e.name for e in good]), kind,
-                    np.array([e.ts for e in good], dtype=f64),
-                    np.array([e.dur for e in good], dtype=f64),
+                    self._intern([e.name for e in good]), kind, kts, kdur,
                     _int_col([e.args.device if e.args.device is not None else (e.pid if isinstance(e.pid, int) else -1)
                               for e in good]),
                     _int_col([e.args.stream if e.args.stream is not None else (e.tid if isinstance(e.tid, int) else -1)
@@ -261,9 +280,15 @@ class _Collector:
             if len(good) < len(lau):
                 self.skip("runtime event without ts/name", len(lau) - len(good))
             if good:
-                n = len(good)
-                self.l.append(([e.args.correlation for e in good],
-                               np.array([e.ts for e in good], dtype=f64),
+                lts = np.array([e.ts for e in good], dtype=f64)
+                bad_t = _bad_times(lts, None)
+                if bad_t is not None:
+                    self.skip("runtime event with a non-finite or implausible ts", int(bad_t.sum()))
+                    keep = ~bad_t
+                    good = [e for e, k in zip(good, keep.tolist()) if k]
+                    lts = lts[keep]
+            if good:
+                self.l.append(([e.args.correlation for e in good], lts,
                                self._thread(good), self._intern([e.name for e in good])))
 
     def finish(self, path: str, metadata: dict[str, Any]) -> RawTrace:
@@ -295,6 +320,24 @@ class _Collector:
             c_dims=cat(c, 4, i32),
             event_count=self.events, skipped=self.skipped, skipped_examples=list(self.examples),
         )
+
+
+_MAX_TS_US = 1e18  # timestamps are us since an epoch (about 1.7e15 today): past this is not a clock reading
+
+
+def _bad_times(ts: np.ndarray, dur: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    """Mask of events whose ts/dur cannot be real: non-finite, a negative duration, a duration over
+    ``KERNELSCOPE_MAX_DURATION_US`` (default 1e12 us, 11.6 days) or a timestamp past 1e18 us.
+    None when every event is fine (the usual case, one vector test)."""
+    bad = ~(np.abs(ts) <= _MAX_TS_US)  # NaN compares False: caught here
+    if dur is not None:
+        bad |= ~((dur >= 0) & (dur <= float(limit("DURATION_US"))))
+    return bad if bad.any() else None
+
+
+def _first_bad(dur: np.ndarray, ts: np.ndarray, bad: np.ndarray) -> str:
+    i = int(np.flatnonzero(bad)[0])
+    return f"{float(dur[i])!r}" if abs(ts[i]) <= _MAX_TS_US else f"{float(dur[i])!r}, ts={float(ts[i])!r}"
 
 
 def _int_col(values: list) -> np.ndarray:
@@ -377,25 +420,38 @@ def _stream(p: Path, coll: _Collector, progress: Optional[Callable[[int], None]]
     blocks = blocks if blocks is not None else _read_blocks(p, _BLOCK)
     try:
         head = next(blocks)
+        eof = not head
+        # the events array may start past the first block (large metadata first): look up to _HEAD_MAX
+        while not eof and len(head) < _HEAD_MAX and not re.search(rb'"traceEvents"\s*:\s*\[', head):
+            more = next(blocks)
+            eof = not more
+            head += more
         m = re.search(rb'"traceEvents"\s*:\s*\[', head)
-        if not m:
-            raise _FallBack()
-        try:
-            meta = _any_dec.decode(head[: m.start()] + b'"__ks":0}')
-        except msgspec.DecodeError:
-            raise _FallBack() from None
-        if not isinstance(meta, dict):
-            raise _FallBack()
-        meta.pop("__ks", None)
+        bare = m is None and head.lstrip()[:1] == b"["
+        if bare:  # a bare event array: [ {...}, {...} ]
+            meta: dict[str, Any] = {}
+            start = head.index(b"[") + 1
+        else:
+            if not m:
+                raise _FallBack()
+            try:
+                meta = _any_dec.decode(head[: m.start()] + b'"__ks":0}')
+            except msgspec.DecodeError:
+                raise _FallBack() from None
+            if not isinstance(meta, dict):
+                raise _FallBack()
+            meta.pop("__ks", None)
+            start = m.end()
         # buf holds the not yet decoded events, preceded by one byte set to '['; a chunk is
         # decoded in place by writing ']' after its last event (no copies of the block).
         buf = bytearray(b"[")
-        buf += head[m.end():]
+        buf += head[start:]
         done_bytes = len(head)
         while True:
-            block = next(blocks) if head else b""
+            block = next(blocks) if not eof else b""
             if not block:
-                tail_meta = _finish_tail(bytes(buf[1:]), coll)
+                eof = True
+                tail_meta = _finish_tail(bytes(buf[1:]), coll, bare)
                 if tail_meta is None:
                     raise _FallBack()
                 meta.update(tail_meta)
@@ -437,13 +493,17 @@ def _stream(p: Path, coll: _Collector, progress: Optional[Callable[[int], None]]
         blocks.close()
 
 
-def _finish_tail(data: bytes, coll: _Collector) -> Optional[dict[str, Any]]:
+def _finish_tail(data: bytes, coll: _Collector, bare: bool = False) -> Optional[dict[str, Any]]:
     q = len(data)
     for _ in range(64):
         q = data.rfind(b"]", 0, q)
         if q < 0:
             return None
         trailer = data[q + 1:]
+        if bare:
+            if trailer.strip():
+                return None
+            trailer = b"}"
         try:
             tail = _any_dec.decode(b'{"__ks":0' + trailer)
         except msgspec.DecodeError:
@@ -459,8 +519,17 @@ def _finish_tail(data: bytes, coll: _Collector) -> Optional[dict[str, Any]]:
 
 
 def _whole(p: Path, coll: _Collector) -> dict[str, Any]:
-    with open_trace(p) as f:
-        blob = f.read()
+    """Decode a trace whose layout cannot be streamed in one piece: bounded by
+    ``KERNELSCOPE_MAX_TRACE_UNSTREAMED_BYTES`` (real traces always stream), and the size/ratio guards."""
+    with GuardedReader(p, cap=("TRACE_UNSTREAMED_BYTES", limit("TRACE_UNSTREAMED_BYTES"))) as f:
+        parts = []
+        while True:
+            b = f.read(_BLOCK)
+            if not b:
+                break
+            parts.append(b)
+        blob = b"".join(parts)
+        del parts
     if not blob.strip():
         raise TraceFormatError("trace file is empty", path=p)
     try:
@@ -538,6 +607,13 @@ def load_trace(path: str | os.PathLike, progress: Optional[Callable[[int, int], 
                 meta = _whole(p, coll)
             except msgspec.DecodeError as exc:  # pragma: no cover - defensive
                 raise TraceFormatError(f"not valid JSON ({exc})", path=p) from None
+    except RecursionError:
+        raise TraceFormatError("JSON nested too deeply (deeper than the decoder's recursion limit, about 1000 "
+                               "levels); a profiler trace nests a few levels", path=p,
+                               hint="the file is damaged or not a profiler export") from None
+    except MemoryError:
+        raise TraceFormatError("out of memory while decoding", path=p,
+                               hint="the trace is larger than this process may hold") from None
     except (EOFError, OSError, zlib.error) as exc:
         if isinstance(exc, FileNotFoundError):
             raise FileMissingError("trace file not found", path=p) from None

@@ -1,0 +1,84 @@
+"""Bounds the file readers keep, each with a default real data never hits and an env variable to raise it.
+
+A reader asks ``limit(NAME)`` for the value in force and raises ``over(NAME, ...)`` (a ``LimitError``
+naming the file, the limit, the value found and the variable that raises it). Values are read from the
+environment at every call, so a test or a user can change them without restarting anything.
+
+| variable | default | bounds |
+|---|---|---|
+| ``KERNELSCOPE_MAX_TRACE_BYTES`` | 32 GiB | decompressed text of one trace |
+| ``KERNELSCOPE_MAX_TRACE_RATIO`` | 200 | decompressed / compressed bytes of a gzip trace (checked past 64 MiB) |
+| ``KERNELSCOPE_MAX_TRACE_UNSTREAMED_BYTES`` | 256 MiB | a trace whose layout cannot be streamed (read whole) |
+| ``KERNELSCOPE_MAX_DURATION_US`` | 1e12 (11.6 days) | one trace event's duration; longer, negative or non-finite ones are skipped and warned |
+| ``KERNELSCOPE_MAX_XLSX_MEMBER_BYTES`` | 1 GiB | one decompressed member of an xlsx zip |
+| ``KERNELSCOPE_MAX_XLSX_TOTAL_BYTES`` | 4 GiB | all decompressed members of an xlsx |
+| ``KERNELSCOPE_MAX_XLSX_RATIO`` | 500 | decompressed / compressed bytes of one member (checked past 16 MiB) |
+| ``KERNELSCOPE_MAX_XLSX_MEMBERS`` | 10 000 | members of an xlsx zip |
+| ``KERNELSCOPE_MAX_XLSX_CELLS`` | 50 000 000 | cells of a sheet's bounding box (rows x columns, from its refs) |
+| ``KERNELSCOPE_MAX_XLSX_STRING_BYTES`` | 1 MiB | one shared string (Excel itself stops at 32 767 characters) |
+| ``KERNELSCOPE_MAX_XLSX_TEXT_BYTES`` | 2 GiB | shared-string text the sheets' cells expand to |
+| ``KERNELSCOPE_MAX_BUFFER_BYTES`` | 1 GiB | a timeline probe buffer (decoding takes about 12 x its size) |
+| ``KERNELSCOPE_MAX_EVENT_NAME`` | 200 | characters of one timeline event name |
+| ``KERNELSCOPE_MAX_TEXT_FILE_BYTES`` | 64 MiB | small text inputs read whole (events names, overhead JSON, rule CSVs) |
+"""
+from __future__ import annotations
+
+import os
+
+from mcp_server.errors import LimitError
+
+_K, _M, _G = 1 << 10, 1 << 20, 1 << 30
+
+DEFAULTS: dict[str, int] = {
+    "TRACE_BYTES": 32 * _G,
+    "TRACE_RATIO": 200,
+    "TRACE_UNSTREAMED_BYTES": 256 * _M,
+    "DURATION_US": 10**12,
+    "XLSX_MEMBER_BYTES": 1 * _G,
+    "XLSX_TOTAL_BYTES": 4 * _G,
+    "XLSX_RATIO": 500,
+    "XLSX_MEMBERS": 10_000,
+    "XLSX_CELLS": 50_000_000,
+    "XLSX_STRING_BYTES": 1 * _M,
+    "XLSX_TEXT_BYTES": 2 * _G,
+    "BUFFER_BYTES": 1 * _G,
+    "EVENT_NAME": 200,
+    "TEXT_FILE_BYTES": 64 * _M,
+}
+
+
+def env_name(name: str) -> str:
+    return f"KERNELSCOPE_MAX_{name}"
+
+
+def limit(name: str) -> int:
+    """The bound in force: ``KERNELSCOPE_MAX_<name>`` when set to a positive number (K/M/G suffixes), else the default."""
+    default = DEFAULTS[name]
+    text = os.environ.get(env_name(name), "").strip()
+    if not text:
+        return default
+    t = text.upper().removesuffix("B")
+    mult = {"K": _K, "M": _M, "G": _G, "T": 1 << 40}.get(t[-1:], 1)
+    num = t[:-1] if t[-1:] in ("K", "M", "G", "T") else t
+    try:
+        value = int(float(num) * mult)
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def human(n: int | float) -> str:
+    """``1.5 GiB``-style text for byte counts."""
+    n = float(n)
+    for unit, size in (("GiB", _G), ("MiB", _M), ("KiB", _K)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}".replace(".0 ", " ")
+    return f"{int(n)} bytes"
+
+
+def over(name: str, what: str, found: str, *, path: str | os.PathLike | None = None, unit: str = "") -> LimitError:
+    """The error for ``what`` being over the limit ``name``: names the limit and how to raise it."""
+    value = limit(name)
+    shown = human(value) if unit == "bytes" else f"{value:,}"
+    return LimitError(f"{what} is {found}, over the limit of {shown}", path=path,
+                      hint=f"if the input is genuine, raise it with {env_name(name)}=<larger value>")
