@@ -15,7 +15,6 @@ communication block). ``CategoryRules.reserved_warnings()`` returns a
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 from mcp_server import shared_path
 from mcp_server.models import Warning_
 from mcp_server.rules import parse_rule_table, read_rules_file
+from mcp_server.userregex import UserRegex
 from mcp_server.vocab import OTHER, WarningCode, missing_reserved_categories, reserved_category_message
 
 DEFAULT_CATEGORY = OTHER
@@ -36,7 +36,7 @@ def default_categories_path() -> Path:
 class CategoryRule:
     category: str
     pattern: str
-    regex: re.Pattern[str] = field(compare=False, repr=False)
+    regex: UserRegex = field(compare=False, repr=False)
 
 
 @dataclass

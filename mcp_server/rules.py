@@ -12,20 +12,20 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
 from mcp_server.errors import CategoriesError, FileMissingError
+from mcp_server.userregex import UserRegex, compile_user_regex
 
 
 @dataclass(frozen=True)
 class RuleRow:
     line: int                 # line number in the file (header = 1)
     values: dict[str, str]    # column -> stripped text ('' for an absent optional column)
-    regex: re.Pattern[str]    # the compiled pattern column
+    regex: UserRegex          # the compiled pattern column (RE2 where it can run it: linear time)
 
 
 @dataclass(frozen=True)
@@ -61,10 +61,7 @@ def parse_rule_table(text: str, source: str, *, required: Sequence[str], optiona
         empty = [c for c in required if not values[c]]
         if empty:
             raise CategoriesError(f"line {line}: empty {', '.join(empty)}", path=source)
-        try:
-            rx = re.compile(values[pattern], re.IGNORECASE)
-        except re.error as exc:
-            raise CategoriesError(f"line {line}: bad regex {values[pattern]!r}: {exc}", path=source) from None
+        rx = compile_user_regex(values[pattern], ignorecase=True, where=f"line {line}", path=source)
         out.append(RuleRow(line, values, rx))
     if not out:
         raise CategoriesError(f"no {what} found", path=source)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -31,6 +30,7 @@ import pandas as pd
 
 from mcp_server import shared_path
 from mcp_server.rules import parse_rule_table, read_rules_file
+from mcp_server.userregex import UserRegex
 from mcp_server.vocab import COMMUNICATION, module_type
 
 GENERIC_LEAVES = frozenset({
@@ -49,7 +49,7 @@ class BlockRule:
     pattern: str
     block: str
     role: str
-    regex: re.Pattern[str] = field(compare=False, repr=False)
+    regex: UserRegex = field(compare=False, repr=False)
 
 
 @dataclass

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mcp_server.errors import FileMissingError, ProposalError
+from mcp_server.userregex import compile_user_regex
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -100,7 +100,8 @@ class Proposal:
             return True
         names = [n for n in (kernel, short_name) if n]
         if self.kernel.startswith("regex:"):
-            pat = re.compile(self.kernel[len("regex:"):])
+            pat = compile_user_regex(self.kernel[len("regex:"):], ignorecase=False,
+                                     where=f"proposal {self.id!r}: kernel", error=ProposalError)
             return any(pat.search(n) for n in names)
         return self.kernel in names
 
