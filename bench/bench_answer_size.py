@@ -38,7 +38,7 @@ def _cases(tmp: Path, grown: Path | None) -> dict[str, list[tuple[str, dict[str,
     registry = tmp / "registry.md"
     registry.write_text(
         "| key | kind | repo | env | package | jql_project | enabled |\n|---|---|---|---|---|---|---|\n"
-        f"| self-local | local-git | kernelscope/kernelscope | KS_SELF_ROOT | | | yes |\n")
+        "| self-local | local-git | kernelscope/kernelscope | KS_SELF_ROOT | | | yes |\n")
     os.environ["KS_SELF_ROOT"] = str(ROOT)
     cases: dict[str, list[tuple[str, dict[str, Any]]]] = {
         "analyze_trace": [("dsv3_prefill", {"trace_path": str(TR / "dsv3_prefill.json.gz")}),
@@ -118,7 +118,8 @@ def main() -> int:
         ok = "" if r.get("default_bytes") is None else ("yes" if r["default_bytes"] < GOAL else "NO")
         extra = f" error: {r['error'][:80]}" if r.get("error") else ""
         if a.markdown:
-            print(f"| `{r['tool']}` | {r['case']} | {fmt(r.get('default_bytes'))} | {fmt(r.get('detail_bytes'))} | {ok}{extra} |")
+            print(f"| `{r['tool']}` | {r['case']} | {fmt(r.get('default_bytes'))} | "
+                  f"{fmt(r.get('detail_bytes'))} | {ok}{extra} |")
         else:
             print(f"{r['tool']:22s} {r['case'][:40]:40s} {fmt(r.get('default_bytes')):>10s} "
                   f"{fmt(r.get('detail_bytes')):>10s} {ok}{extra}")

@@ -148,7 +148,10 @@ def progress_bar(description: str) -> Iterator[ProgressFn]:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     if not err.is_terminal:
-        yield lambda done, total=None, message=None: None
+        def silent(done: float, total: float | None = None, message: str | None = None) -> None:
+            return None
+
+        yield silent
         return
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[msg]}"),

@@ -101,7 +101,9 @@ def worker_pool() -> WorkerPool:
 async def _client_roots(ctx: Optional[Context]) -> list:
     """The roots the client declares (MCP roots capability), or none."""
     try:
-        caps = ctx.session.client_capabilities if ctx is not None else None
+        if ctx is None:
+            return []
+        caps = ctx.session.client_capabilities
         if caps is None or getattr(caps, "roots", None) is None:
             return []
         import warnings

@@ -6,12 +6,11 @@ from pathlib import Path
 
 import anyio
 import pytest
+from conftest import TRACES
 from mcp import Client
 
 from mcp_server.confine import inside, roots_from_uris
 from mcp_server.server import build_server
-
-from conftest import TRACES
 
 TRACE = str(TRACES / "llama_prefill_sdpa.json.gz")
 
@@ -54,7 +53,8 @@ def test_a_file_of_another_kind_is_not_replaced_without_overwrite(root):
     victim = root / "notes.xlsx"
     victim.write_text("my notes, not a workbook\n")
     res = _call("diff_modules", {"a": TRACE, "b": TRACE, "output_xlsx": str(victim)})
-    assert res.is_error and "exists and is not a xlsx file" in res.content[0].text and "overwrite=true" in res.content[0].text
+    text = res.content[0].text
+    assert res.is_error and "exists and is not a xlsx file" in text and "overwrite=true" in text
     assert victim.read_text() == "my notes, not a workbook\n"
     ok = _call("diff_modules", {"a": TRACE, "b": TRACE, "output_xlsx": str(victim), "overwrite": True})
     assert not ok.is_error and victim.read_bytes()[:2] == b"PK"

@@ -9,18 +9,16 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import typing
 
 import anyio
 import pytest
+from conftest import TRACES
 from mcp import Client
 
 from mcp_server.cli import build_parser, cli_flags, main, option_spec
 from mcp_server.faces import FACE_FIELDS, SizedRequest, UnknownArgumentError, engine_parameters, operations
-from mcp_server.sizing import KEEP_WHOLE, MAX_TEXT
 from mcp_server.server import build_server, mcp, tool_input_schema
-
-from conftest import TRACES
+from mcp_server.sizing import KEEP_WHOLE, MAX_TEXT
 
 OPS = operations()
 IDS = [op.tool for op in OPS]

@@ -3,22 +3,29 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from conftest import FIXTURES, TRACES
+from isolation_ops import MISBEHAVE
 from mcp import Client
 
-from isolation_ops import MISBEHAVE
 from mcp_server.faces import operations
 from mcp_server.server import build_server
-
-from conftest import FIXTURES, TRACES
 
 HOSTILE = FIXTURES / "hostile"
 
 
 @pytest.fixture()
 def server(monkeypatch):
+    import mcp_server.server as srv
+
     monkeypatch.setenv("KERNELSCOPE_ISOLATION", "1")
     monkeypatch.setenv("KERNELSCOPE_WORKER_MEMORY", "1G")
-    return build_server([*operations(), MISBEHAVE])
+    # the reader's own guard refuses the reproducer before calamine sees it; lift it, so the
+    # native abort happens and the isolation (the second line of defence) is what is tested
+    monkeypatch.setenv("KERNELSCOPE_MAX_XLSX_CELLS", str(10**15))
+    monkeypatch.setattr(srv, "_POOL", None)  # fresh workers that inherit this environment
+    yield build_server([*operations(), MISBEHAVE])
+    if srv._POOL is not None:
+        srv._POOL.close()
 
 
 def test_native_abort_in_a_reader_is_a_tool_error_and_the_server_keeps_serving(server):

@@ -10,7 +10,8 @@ from mcp_server.faces import SizedRequest, WritesOutputs
 SIDE_HELP = "Side {}: trace (.json/.json.gz) or report (.xlsx, kernelscope or trace_module_analyzer)"
 CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"
 Labels = Optional[list[str]]
-LABELS_FIELD = Field(default=None, min_length=2, max_length=2, description="Two labels for A and B (default: file names)")
+LABELS_FIELD = Field(default=None, min_length=2, max_length=2,
+                     description="Two labels for A and B (default: file names)")
 PHASE_FIELD = Field(default=None, description="Keep only this phase's kernels")
 
 
@@ -36,7 +37,8 @@ class DiffModulesRequest(SizedRequest, WritesOutputs):
     b: str = Field(description=SIDE_HELP.format("B"))
     labels: Labels = LABELS_FIELD
     categories: Optional[str] = Field(default=None, description=CATEGORIES_HELP)
-    blocks: Optional[str] = Field(default=None, description="Functional blocks CSV; default: the shared functional_blocks.csv")
+    blocks: Optional[str] = Field(default=None, description=(
+        "Functional blocks CSV; default: the shared functional_blocks.csv"))
     phase: Optional[Literal["prefill", "decode"]] = PHASE_FIELD
     output_xlsx: Optional[str] = Field(default=None, description="Write the diff workbook (.xlsx) here")
     output_html: Optional[str] = Field(default=None, description="Write a self-contained HTML report here")

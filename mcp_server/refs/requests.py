@@ -9,7 +9,8 @@ from mcp_server.faces import SizedRequest
 
 
 class FindReferencesRequest(SizedRequest):
-    keyword: str = Field(min_length=1, description="Kernel or op keyword, e.g. moe_sorting, ck_gemm, fused_moe, rmsnorm, mla")
+    keyword: str = Field(min_length=1, description=(
+        "Kernel or op keyword, e.g. moe_sorting, ck_gemm, fused_moe, rmsnorm, mla"))
     category: Optional[str] = Field(default=None, description=(
         "Kernel category (e.g. moe, gemm); hits mentioning it come first. Default: classified from the keyword"))
     sources: Optional[list[str]] = Field(default=None, description=(
@@ -18,4 +19,5 @@ class FindReferencesRequest(SizedRequest):
     days: Optional[int] = Field(default=None, ge=1, description="Only work updated in the last N days")
     timeout_s: float = Field(default=20.0, gt=0, le=300, description="Bound on the whole search in seconds")
     no_cache: bool = Field(default=False, description="Ignore and do not write the on-disk cache")
-    registry: Optional[str] = Field(default=None, description="Reference-source registry file (default data-sources.md)")
+    registry: Optional[str] = Field(default=None, description=(
+        "Reference-source registry file (default data-sources.md)"))

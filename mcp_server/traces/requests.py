@@ -12,7 +12,8 @@ CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel
 
 class AnalyzeTraceRequest(SizedRequest, WritesOutputs):
     trace_path: str = Field(description="Path to a Kineto trace (.json or .json.gz)")
-    output_xlsx: Optional[str] = Field(default=None, description="Write the xlsx report (upstream layout + full kernel table) here")
+    output_xlsx: Optional[str] = Field(default=None, description=(
+        "Write the xlsx report (upstream layout + full kernel table) here"))
     categories: Optional[str] = Field(default=None, description=CATEGORIES_HELP)
     reference_trace: Optional[str] = Field(default=None, description=(
         "Eager trace of the same model used to attribute CUDA-graph replays to modules"))
