@@ -89,7 +89,7 @@ def test_sleep_killed_and_raise_reported():
 def test_aa_not_accepted_gpu():
     r = run(mode="aa")
     assert r.correctness.passed and not r.accepted and r.verdict == "not_faster", r.reasons
-    assert r.timing.method == "cuda_graph"
+    assert r.timing.method in ("cuda_graph", "launch_loop") and r.timing.graph_check
     assert r.speedup.ci_low < 1.0 + 0.03
 
 

@@ -587,6 +587,11 @@ class Harness:
                                                     "candidate; timed with a launch loop")
                 else:
                     method = "cuda_graph"
+                    if want == "auto" and not self._graphs_pay(fa, sets[cache], graphs[cache]):
+                        # GPU-bound already: a launch loop measures the same time without the few
+                        # per cent by which separately captured graph instances can differ
+                        method = "launch_loop"
+                        graphs = {"cold": None, "warm": None}
         batch_s = float(cfg.get("batch_s") or BATCH_S["cuda" if self.is_cuda else "cpu"])
 
         def reps_for(c):
@@ -595,6 +600,9 @@ class Harness:
             if g:  # replays have no launch gaps: size the batches from a replayed pass
                 per_call = [sorted(self._batch(fa, argset, 1, g[s]["a"][0]) for _ in range(3))[1]
                             for s, argset in enumerate(sets[c])]
+            elif self.is_cuda and len(sets[c][0]) > 1:  # a pass over the copies amortises the sync
+                per_call = [sorted(self._batch(fa, argset, 1, None) for _ in range(3))[1]
+                            for argset in sets[c]]
             return [max(1, int(round(batch_s / max(e * len(a), 1e-9)))) for e, a in zip(per_call, sets[c])]
 
         def run_rounds(c, budget_s, min_rounds, max_rounds, target, seed):
@@ -691,6 +699,21 @@ class Harness:
             vals.append(self._ev_elapsed(e0, e1) / 1e3)
         vals.sort()
         return vals[len(vals) // 2]
+
+    def _graphs_pay(self, fa, sets_c, graphs_c) -> bool:
+        """True when replaying a graph is > 3 % faster per call than a launch loop (launch-bound)."""
+        rows = []
+        pays = False
+        for s, argset in enumerate(sets_c):
+            g = graphs_c[s]["a"][0]
+            one = max(self._batch(fa, argset, 1, g), 1e-9)
+            reps = max(1, int(round(1e-3 / (one * len(argset)))))
+            gp = sorted(self._batch(fa, argset, reps, g) for _ in range(3))[1]
+            lp = sorted(self._batch(fa, argset, reps, None) for _ in range(3))[1]
+            rows.append({"graph_us": gp * 1e6, "loop_us": lp * 1e6})
+            pays = pays or lp > 1.03 * gp
+        self.result["graph_check"] = rows
+        return pays
 
     def _capture_all(self, fa, fb, sets_c):
         """Two CUDA graphs per (shape, function), each replaying one pass over the input copies.

@@ -166,7 +166,7 @@ def build_result(spec: Spec, raw: dict | None, *, timed_out: bool, rc: int | Non
     timing, speedup, roofline = None, None, None
     raw_t = raw.get("timing")
     if raw_t:
-        timing, speedup = _timing(spec, raw_t, warnings)
+        timing, speedup = _timing(spec, raw_t, warnings, raw.get("graph_check"))
         roofline = _roofline(spec, raw, timing, dev, warnings)
     if failed:
         return ValidationResult(accepted=False, verdict="rejected", reasons=reasons, speedup=speedup,
@@ -201,7 +201,8 @@ def _speedup(a: list[float], b: list[float], confidence: float, seed: int, n_boo
                    confidence=confidence, half_width=_fin(hw), fraction_faster=_fin(stats.fraction_faster(a, b)))
 
 
-def _timing(spec: Spec, t: dict, warnings: list[Warning_]) -> tuple[Timing, Speedup]:
+def _timing(spec: Spec, t: dict, warnings: list[Warning_], graph_check: list | None = None
+            ) -> tuple[Timing, Speedup]:
     a, b = t["baseline_s"], t["candidate_s"]
     speedup = _speedup(a, b, spec.confidence, spec.seed, stats.N_BOOT_FINAL)
     per_shape = []
@@ -230,7 +231,7 @@ def _timing(spec: Spec, t: dict, warnings: list[Warning_]) -> tuple[Timing, Spee
         cache=t["cache"], method=t["method"],
         calls_per_sample=[r * c for r, c in zip(t["reps"], t["copies"])], input_copies=t["copies"],
         stop=t["stop"], elapsed_s=t["elapsed_s"], sync_overhead_us=float(t.get("overhead_s") or 0) * 1e6,
-        per_shape=per_shape, other_cache=other,
+        per_shape=per_shape, other_cache=other, graph_check=graph_check,
     )
     return timing, speedup
 

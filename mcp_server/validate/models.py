@@ -87,6 +87,9 @@ class Timing(Model):
     stop: str = Field(description="ci_narrow | budget | max_rounds")
     elapsed_s: float = Field(description="wall time of the deciding rounds")
     sync_overhead_us: float = Field(0.0, description="empty timed region (subtracted from every batch)")
+    graph_check: list[dict[str, float]] | None = Field(None, description=(
+        "per shape: per-call us replaying a CUDA graph and in a launch loop (graphs='auto' uses graphs "
+        "only when the loop is > 3 % slower)"))
     per_shape: list[ShapeTiming] = Field(default_factory=list)
     other_cache: CacheTiming | None = Field(None, description="the other cache mode, fewer rounds; reported, "
                                                               "never decides")
