@@ -127,8 +127,10 @@ def analyze_decoded(dec: Decoded, event_names=None, *, overhead: Optional[ProbeO
     span_ns = int(iv["end"].max() - iv["begin"].min()) if len(iv) else 0
     phases: list[Phase] = []
     segments: list[CriticalSegment] = []
+    sync: dict[str, tuple[int, int]] = {}
     if len(iv):
         blk, occ = _occurrences(iv)
+        sync = {names.get(int(e), f"event{int(e)}"): v for e, v in _sync_waits(blk).items()}
         nested_events = set(iv.loc[iv["depth"] > 1, "event"].unique().tolist())
         segments, crit_by_event = _critical_path(occ, nested_events, names)
         phases = _phases(blk, occ, _waits_after(iv), crit_by_event, nested_events, names)
@@ -144,8 +146,35 @@ def analyze_decoded(dec: Decoded, event_names=None, *, overhead: Optional[ProbeO
         span_ns=span_ns, phases=phases, critical_path=segments, verdicts=[], warnings=warnings,
         probe_overhead=overhead,
     )
-    res.verdicts = _verdicts(res)
+    res.verdicts = _verdicts(res, sync)
     return res
+
+
+#: an occurrence reads as "ends at a barrier" when its begins spread over at least this share of its wall...
+SYNC_BEGIN_SPREAD = 0.3
+#: ...while its ends lie within this share of the begin spread
+SYNC_END_ALIGN = 0.1
+
+
+def _sync_waits(blk: pd.DataFrame) -> dict[int, tuple[int, int]]:
+    """Events whose intervals contain a synchronisation wait: in most occurrences (at least 4 blocks)
+    the blocks begin scattered but end together (the probe end sits after a barrier, so every block's
+    interval stretches to the release). Per event: (occurrences of that shape, occurrences)."""
+    out: dict[int, tuple[int, int]] = {}
+    g = blk.groupby(["event", "occ"], sort=True).agg(n=("block", "size"), b0=("begin", "min"), b1=("begin", "max"),
+                                                      e0=("end", "min"), e1=("end", "max"))
+    g = g[g["n"] >= 4]
+    if not len(g):
+        return out
+    wall = (g["e1"] - g["b0"]).clip(lower=1)
+    bs = g["b1"] - g["b0"]
+    es = g["e1"] - g["e0"]
+    hit = (bs >= SYNC_BEGIN_SPREAD * wall) & (es <= SYNC_END_ALIGN * bs)
+    for ev, h in hit.groupby(level=0):
+        k, n = int(h.sum()), int(h.size)
+        if k and 2 * k > n:
+            out[int(ev)] = (k, n)
+    return out
 
 
 def _interval_frame(dec: Decoded) -> pd.DataFrame:
@@ -281,11 +310,21 @@ def _consistent(blk_ev: pd.DataFrame, last_blocks: list[int]) -> Optional[bool]:
     return bool((ratio >= IMBALANCE_RATIO).all())
 
 
-def _verdicts(res: TimelineAnalysis) -> list[Verdict]:
+def _verdicts(res: TimelineAnalysis, sync: Optional[dict[str, tuple[int, int]]] = None) -> list[Verdict]:
     span = max(res.span_ns, 1)
     out: list[Verdict] = []
     for p in res.phases:
         k = len(p.occurrences)
+        if sync and p.name in sync:
+            hits, n = sync[p.name]
+            out.append(Verdict(kind="barrier_wait", phase=p.name, at_stake_ns=p.skew_at_stake_ns + p.total_mean_ns,
+                               message=(
+                f"{p.name}: this interval contains a synchronisation wait; move the probe end before the barrier. "
+                f"In {hits} of {n} occurrence(s) the blocks begin up to "
+                f"{_fmt_ns(max(o.skew_ns for o in p.occurrences))} apart but end together, so each block's time "
+                f"is mostly waiting for the last one: the {p.imbalance:.2f}x imbalance and the start skew of "
+                f"this phase measure the wait, not the phase's work.")))
+            continue
         worst = max(p.occurrences, key=lambda o: o.imbalance)
         share = p.imbalance_at_stake_ns / span
         if p.imbalance >= IMBALANCE_RATIO and share >= MIN_SPAN_SHARE:
@@ -359,7 +398,7 @@ def _verdicts(res: TimelineAnalysis) -> list[Verdict]:
         po = res.probe_overhead
         out.append(Verdict(kind="data_quality", at_stake_ns=0.0, message=(
             f"probes changed the kernel time by {po.overhead_pct:+.2f}% ({po.without_median_us:.1f} -> "
-            f"{po.with_median_us:.1f} us, medians of {po.samples})"
+            f"{po.with_median_us:.1f} us, " + (f"medians of {po.samples})" if po.samples else "medians from the file)")
             + (", within run-to-run noise" if po.within_noise else "") +
             "; probes perturb what they measure: accept or revert a change on an unprofiled A/B benchmark.")))
     out.sort(key=lambda v: -v.at_stake_ns)
@@ -384,6 +423,25 @@ def analyze_timeline(
     """
     if progress:
         progress(0, 3, "decode")
+    dec, res = analyze_path(buffer_path, event_names, tag_layout=tag_layout, overhead_path=overhead_path)
+    if progress:
+        progress(1, 3, "analyse")
+    if perfetto_path is not None:
+        from mcp_server.timeline.export import write_perfetto
+
+        res.outputs["perfetto"] = str(write_perfetto(dec, res, perfetto_path))
+    if png_path is not None:
+        from mcp_server.timeline.export import write_gantt_png
+
+        res.outputs["png"] = str(write_gantt_png(dec, res, png_path))
+    if progress:
+        progress(3, 3, "done")
+    return res
+
+
+def analyze_path(buffer_path, event_names=None, *, tag_layout: Optional[str] = None,
+                 overhead_path: Union[None, str, os.PathLike] = None) -> tuple[Decoded, TimelineAnalysis]:
+    """Decode and analyse one buffer; (decoded buffer, analysis) for callers that export too."""
     dec = decode_buffer(buffer_path, tag_layout=tag_layout)
     extra: list[Warning_] = []
     if event_names is None and isinstance(buffer_path, (str, os.PathLike)):
@@ -400,17 +458,4 @@ def analyze_timeline(
                 overhead = load_overhead(found)
             except BufferFormatError as exc:
                 extra.append(Warning_(code=WarningCode.overhead_unreadable, message=str(exc)))
-    if progress:
-        progress(1, 3, "analyse")
-    res = analyze_decoded(dec, event_names, overhead=overhead, extra_warnings=extra)
-    if perfetto_path is not None:
-        from mcp_server.timeline.export import write_perfetto
-
-        res.outputs["perfetto"] = str(write_perfetto(dec, res, perfetto_path))
-    if png_path is not None:
-        from mcp_server.timeline.export import write_gantt_png
-
-        res.outputs["png"] = str(write_gantt_png(dec, res, png_path))
-    if progress:
-        progress(3, 3, "done")
-    return res
+    return dec, analyze_decoded(dec, event_names, overhead=overhead, extra_warnings=extra)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import Optional, Sequence, Union
 
-from mcp_server.timeline.analysis import _fmt_ns, analyze_timeline
+from mcp_server.timeline.analysis import _fmt_ns, analyze_path
 from mcp_server.timeline.models import Phase, PhaseDelta, PhaseSide, TimelineAnalysis, TimelineComparison
 
 Names = Union[None, str, os.PathLike, Sequence[str]]
@@ -16,6 +16,23 @@ def _side(p: Phase) -> PhaseSide:
         occurrences=k, wall_ns=p.total_wall_ns, slowest_ns=p.total_slowest_ns, mean_ns=p.total_mean_ns,
         imbalance=p.imbalance, skew_ns=p.total_skew_ns, wait_ns=round(p.wait_after_mean_ns * k, 1),
         critical_ns=p.critical_ns, last_blocks=p.last_blocks)
+
+
+#: a phase whose critical-path time changed by less than this share of the longer span did not move...
+NOISE_SPAN_SHARE = 0.01
+#: ...nor by less than this share of its own critical-path time
+NOISE_PHASE_SHARE = 0.02
+#: verdict kinds that say something is still to fix
+_OPEN_KINDS = ("imbalance", "fixed_straggler", "moving_straggler", "start_skew", "barrier_wait")
+
+
+def noise_ns(before: TimelineAnalysis, after: TimelineAnalysis, phase_critical_ns: float = 0.0) -> float:
+    """Changes below this are noise: 1 % of the longer span, 2 % of the phase's own critical time, or the
+    run-to-run spread the overhead files measured (``noise_pct``), whichever is largest."""
+    span = max(before.span_ns, after.span_ns, 1)
+    pct = max((po.noise_pct or 0.0) for po in (before.probe_overhead, after.probe_overhead) if po is not None) if (
+        before.probe_overhead or after.probe_overhead) else 0.0
+    return max(NOISE_SPAN_SHARE * span, NOISE_PHASE_SHARE * phase_critical_ns, pct / 100.0 * span)
 
 
 def compare_analyses(before: TimelineAnalysis, after: TimelineAnalysis) -> TimelineComparison:
@@ -42,8 +59,13 @@ def compare_analyses(before: TimelineAnalysis, after: TimelineAnalysis) -> Timel
     findings.append((abs(d_span) + 1e18, (
         f"span {_fmt_ns(before.span_ns)} -> {_fmt_ns(after.span_ns)} ({_fmt_ns(d_span)}, "
         f"{100 * d_span / before.span_ns:+.1f}%)" if before.span_ns else f"span {_fmt_ns(after.span_ns)}")))
-    gains = [r for r in rows if r.d_critical_ns is not None and r.d_critical_ns < 0]
-    losses = [r for r in rows if r.d_critical_ns is not None and r.d_critical_ns > 0]
+
+    def moved(r: PhaseDelta) -> bool:
+        crit = max(r.before.critical_ns if r.before else 0, r.after.critical_ns if r.after else 0)
+        return r.d_critical_ns is not None and abs(r.d_critical_ns) >= noise_ns(before, after, crit)
+
+    cheaper = [r for r in rows if moved(r) and (r.d_critical_ns or 0) < 0]
+    dearer = [r for r in rows if moved(r) and (r.d_critical_ns or 0) > 0]
     for r in rows:
         rb, ra = r.before, r.after
         if rb is None or ra is None:  # a phase on one side only (compare_analyses gives at least one)
@@ -58,20 +80,33 @@ def compare_analyses(before: TimelineAnalysis, after: TimelineAnalysis) -> Timel
         if rb.occurrences != ra.occurrences:
             findings.append((abs(r.d_critical_ns or 0), f"{r.name}: occurrences {rb.occurrences} -> "
                                                         f"{ra.occurrences}: totals are not like for like"))
-        if abs(r.d_critical_ns or 0) >= 0.01 * max(before.span_ns, 1) or abs(r.d_imbalance or 0) >= 0.1:
-            findings.append((abs(r.d_critical_ns or 0), (
+        if moved(r) or abs(r.d_imbalance or 0) >= 0.1:
+            dc = r.d_critical_ns or 0
+            word = "dropped" if dc < 0 else "grew"
+            if not moved(r):
+                word = "unchanged within noise"
+            findings.append((abs(dc), (
                 f"{r.name}: critical {_fmt_ns(rb.critical_ns)} -> {_fmt_ns(ra.critical_ns)} "
-                f"({_fmt_ns(r.d_critical_ns or 0)}); wall {_fmt_ns(r.d_wall_ns or 0)}, "
+                f"({word}{'' if not moved(r) else ' by ' + _fmt_ns(abs(dc))}); wall {_fmt_ns(r.d_wall_ns or 0)}, "
                 f"slowest {_fmt_ns(r.d_slowest_ns or 0)}, mean {_fmt_ns(r.d_mean_ns or 0)}; "
                 f"imbalance {rb.imbalance:.2f}x -> {ra.imbalance:.2f}x; "
                 f"skew {_fmt_ns(r.d_skew_ns or 0)}; waits {_fmt_ns(r.d_wait_ns or 0)}")))
-    if gains and losses:
-        g = sum(-(r.d_critical_ns or 0) for r in gains)
-        l = sum(r.d_critical_ns or 0 for r in losses)
+    quiet = [r.name for r in rows if r.before and r.after and not moved(r)]
+    if quiet:
+        findings.append((0.5, f"within noise (under {_fmt_ns(noise_ns(before, after))} on the critical path): "
+                              f"{', '.join(quiet)}"))
+    if cheaper and dearer:
+        g = sum(-(r.d_critical_ns or 0) for r in cheaper)
+        l = sum(r.d_critical_ns or 0 for r in dearer)
         findings.append((min(g, l) + 1e17, (
-            f"cost moved between phases: {', '.join(r.name for r in gains)} gained {_fmt_ns(g)} while "
-            f"{', '.join(r.name for r in losses)} lost {_fmt_ns(l)}")))
+            f"cost moved between phases: {', '.join(r.name for r in cheaper)} dropped by {_fmt_ns(g)} while "
+            f"{', '.join(r.name for r in dearer)} grew by {_fmt_ns(l)} on the critical path")))
     findings.sort(key=lambda t: -t[0])
+    remaining = [v for v in after.verdicts if v.kind in _OPEN_KINDS]
+    for v in remaining:
+        findings.append((0.25, f"still after the change: [{v.kind}] {v.message}"))
+    if not remaining:
+        findings.append((0.25, "after the change no imbalance, straggler, skew or wait verdict remains"))
     po_b, po_a = before.probe_overhead, after.probe_overhead
     if po_b or po_a:
         findings.append((0, "both runs carry probes: confirm the change with an unprofiled A/B benchmark before "
@@ -86,15 +121,33 @@ def compare_analyses(before: TimelineAnalysis, after: TimelineAnalysis) -> Timel
 
 def compare_timelines(before_path, after_path, event_names: Names = None, *,
                       after_event_names: Names = None, tag_layout: Optional[str] = None,
+                      overhead_path: Optional[str] = None, after_overhead_path: Optional[str] = None,
+                      png_path: Optional[str] = None, perfetto_path: Optional[str] = None,
                       progress=None) -> TimelineComparison:
-    """Analyse two buffers (same event names unless ``after_event_names`` is given) and compare phases."""
+    """Analyse two buffers (same event names unless ``after_event_names`` is given) and compare phases.
+
+    ``overhead_path`` / ``after_overhead_path``: probe-timing files of each run (default
+    ``<buffer stem>.overhead.json`` beside each buffer). ``png_path``: one Gantt chart, before above
+    after on one time axis; ``perfetto_path``: one Perfetto JSON holding both runs as two process groups.
+    """
     if progress:
         progress(0, 2, "before")
-    before = analyze_timeline(before_path, event_names, tag_layout=tag_layout)
+    dec_b, before = analyze_path(before_path, event_names, tag_layout=tag_layout, overhead_path=overhead_path)
     if progress:
         progress(1, 2, "after")
-    after = analyze_timeline(after_path, after_event_names if after_event_names is not None else event_names,
-                             tag_layout=tag_layout)
+    dec_a, after = analyze_path(after_path, after_event_names if after_event_names is not None else event_names,
+                                tag_layout=tag_layout, overhead_path=after_overhead_path)
+    res = compare_analyses(before, after)
+    if png_path is not None:
+        from mcp_server.timeline.export import write_gantt_compare_png
+
+        res.outputs["png"] = str(write_gantt_compare_png([(dec_b, before, "before"), (dec_a, after, "after")],
+                                                         png_path))
+    if perfetto_path is not None:
+        from mcp_server.timeline.export import write_perfetto_compare
+
+        res.outputs["perfetto"] = str(write_perfetto_compare([(dec_b, before, "before"), (dec_a, after, "after")],
+                                                             perfetto_path))
     if progress:
         progress(2, 2, "done")
-    return compare_analyses(before, after)
+    return res

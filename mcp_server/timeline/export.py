@@ -86,59 +86,122 @@ def write_perfetto(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.Path
     return atomic_write_bytes(path, json.dumps(doc, separators=(",", ":")).encode(), what="Perfetto trace")
 
 
-def write_gantt_png(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.PathLike], *,
-                    max_lanes: int = 512) -> Path:
-    """Gantt chart: one row per writer (block/group), bars coloured by phase, instants as ticks."""
-    from mcp_server.reports import pyplot
+def outlier_blocks(phase, ratio: float | None = None) -> list[int]:
+    """Blocks of ``phase`` whose mean duration is at least the imbalance threshold times the block mean."""
+    if ratio is None:
+        from mcp_server.timeline.analysis import IMBALANCE_RATIO
 
-    plt = pyplot()
-    from matplotlib.patches import Patch
+        ratio = IMBALANCE_RATIO
+    floor = ratio * phase.block_mean_ns
+    return [b for b, v in zip(phase.slowest_blocks, phase.slowest_block_mean_ns) if phase.block_mean_ns > 0 and
+            v >= floor]
 
-    names = _names(res)
+
+def gantt_title(res: TimelineAnalysis, shown_note: str = "") -> str:
+    """The chart title: layout and span, then the most imbalanced phase with its outlier blocks only
+    (blocks at or beyond the imbalance threshold; none named when no block is)."""
+    from mcp_server.timeline.analysis import IMBALANCE_RATIO
+
+    title = (f"{Path(res.source).name}: {res.nblocks} blocks x {res.ngroups} groups, span "
+             f"{res.span_ns / 1000:.1f} us{shown_note}")
+    worst = max(res.phases, key=lambda p: p.imbalance) if res.phases else None
+    if worst is not None and worst.imbalance >= IMBALANCE_RATIO:
+        out = outlier_blocks(worst)
+        title += f"; {worst.name} imbalance {worst.imbalance:.2f}x"
+        if out:
+            more = f" +{len(out) - 5} more" if len(out) > 5 else ""
+            title += f" (outlier blocks {', '.join(map(str, out[:5]))}{more})"
+    return title
+
+
+def _draw_gantt(ax, dec: Decoded, res: TimelineAnalysis, colour: dict, max_lanes: int, label: str = "") -> None:
     lanes = np.unique(dec.lane)
     shown_note = ""
     if lanes.size > max_lanes:
         shown_note = f" (first {max_lanes} of {lanes.size} writers shown)"
         lanes = lanes[:max_lanes]
     row = {int(l): i for i, l in enumerate(lanes.tolist())}
-    events = sorted(set(dec.event.tolist()))
+    sel = np.isin(dec.lane, lanes)
+    ys = np.array([row[int(l)] for l in dec.lane[sel].tolist()])
+    x0 = dec.begin[sel] / 1000.0
+    w = (dec.end[sel] - dec.begin[sel]) / 1000.0
+    cols = [colour[int(e)] for e in dec.event[sel].tolist()]
+    ax.barh(ys, w, left=x0, height=0.85, color=cols, linewidth=0)
+    if dec.instant_event.size:
+        isel = np.isin(dec.instant_lane, lanes)
+        iy = [row[int(l)] for l in dec.instant_lane[isel].tolist()]
+        ax.scatter(dec.instant_ts[isel] / 1000.0, iy, marker="|", s=12, color="black", linewidths=0.8)
+    ng = dec.ngroups
+    ax.set_ylim(len(row) - 0.5, -0.5)
+    ax.set_xlabel("time (us from the first record)")
+    ax.set_ylabel("block" + (f" x group ({ng} groups)" if ng > 1 else ""))
+    step = max(1, len(row) // 24)
+    ticks = list(range(0, len(row), step))
+    ax.set_yticks(ticks)
+    ax.set_yticklabels([(f"{lanes[t] // ng}.{lanes[t] % ng}" if ng > 1 else str(lanes[t])) for t in ticks],
+                       fontsize=7)
+    ax.set_title((f"{label}: " if label else "") + gantt_title(res, shown_note), fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _colours(plt, runs) -> tuple[dict, dict]:
+    events = sorted({int(e) for dec, _res, _l in runs for e in dec.event.tolist()})
     cmap = plt.get_cmap("tab10" if len(events) <= 10 else "tab20")
-    colour = {e: cmap(i % cmap.N) for i, e in enumerate(events)}
-    h = max(3.0, min(14.0, 0.035 * len(row) + 1.5))
-    fig, ax = plt.subplots(figsize=(13, h), dpi=110)
+    names: dict[int, str] = {}
+    for _dec, res, _l in runs:
+        for k, v in _names(res).items():
+            names.setdefault(k, v)
+    return {e: cmap(i % cmap.N) for i, e in enumerate(events)}, {e: names.get(e, f"event{e}") for e in events}
+
+
+def _save(fig, path) -> Path:
+    with atomic_target(path, what="Gantt PNG", suffix=".png") as tmp:
+        fig.savefig(tmp, format="png")
+    return Path(path)
+
+
+def write_gantt_png(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.PathLike], *,
+                    max_lanes: int = 512) -> Path:
+    """Gantt chart: one row per writer (block/group), bars coloured by phase, instants as ticks."""
+    return write_gantt_compare_png([(dec, res, "")], path, max_lanes=max_lanes)
+
+
+def write_gantt_compare_png(runs, path: Union[str, os.PathLike], *, max_lanes: int = 512) -> Path:
+    """One Gantt panel per (decoded, analysis, label), stacked on a shared time axis."""
+    from mcp_server.reports import pyplot
+
+    plt = pyplot()
+    from matplotlib.patches import Patch
+
+    colour, names = _colours(plt, runs)
+    heights = [max(3.0, min(14.0, 0.035 * min(np.unique(d.lane).size, max_lanes) + 1.5)) for d, _r, _l in runs]
+    fig, axes = plt.subplots(len(runs), 1, figsize=(13, sum(heights)), dpi=110, sharex=True, squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
     try:
-        sel = np.isin(dec.lane, lanes)
-        ys = np.array([row[int(l)] for l in dec.lane[sel].tolist()])
-        x0 = dec.begin[sel] / 1000.0
-        w = (dec.end[sel] - dec.begin[sel]) / 1000.0
-        cols = [colour[int(e)] for e in dec.event[sel].tolist()]
-        ax.barh(ys, w, left=x0, height=0.85, color=cols, linewidth=0)
-        if dec.instant_event.size:
-            isel = np.isin(dec.instant_lane, lanes)
-            iy = [row[int(l)] for l in dec.instant_lane[isel].tolist()]
-            ax.scatter(dec.instant_ts[isel] / 1000.0, iy, marker="|", s=12, color="black", linewidths=0.8)
-        ng = dec.ngroups
-        ax.set_ylim(len(row) - 0.5, -0.5)
-        ax.set_xlabel("time (us from the first record)")
-        ax.set_ylabel("block" + (f" x group ({ng} groups)" if ng > 1 else ""))
-        step = max(1, len(row) // 24)
-        ticks = list(range(0, len(row), step))
-        ax.set_yticks(ticks)
-        ax.set_yticklabels([(f"{lanes[t] // ng}.{lanes[t] % ng}" if ng > 1 else str(lanes[t])) for t in ticks],
-                           fontsize=7)
-        title = (f"{Path(res.source).name}: {res.nblocks} blocks x {res.ngroups} groups, span "
-                 f"{res.span_ns / 1000:.1f} us{shown_note}")
-        worst = max(res.phases, key=lambda p: p.imbalance) if res.phases else None
-        if worst is not None and worst.imbalance >= 1.2:
-            slowest = ", ".join(map(str, worst.slowest_blocks[:3]))
-            title += f"; {worst.name} imbalance {worst.imbalance:.2f}x (slowest blocks {slowest})"
-        ax.set_title(title, fontsize=9)
-        ax.legend(handles=[Patch(color=colour[e], label=names.get(e, f"event{e}")) for e in events],
-                  loc="upper right", fontsize=7, ncol=min(len(events), 6))
-        ax.grid(axis="x", alpha=0.3)
+        for ax, (dec, res, label) in zip(axes[:, 0], runs):
+            _draw_gantt(ax, dec, res, colour, max_lanes, label)
+        axes[0, 0].legend(handles=[Patch(color=colour[e], label=names[e]) for e in colour],
+                          loc="upper right", fontsize=7, ncol=min(len(colour), 6))
         fig.tight_layout()
-        with atomic_target(path, what="Gantt PNG", suffix=".png") as tmp:
-            fig.savefig(tmp, format="png")
+        return _save(fig, path)
     finally:
         plt.close(fig)
-    return Path(path)
+
+
+def write_perfetto_compare(runs, path: Union[str, os.PathLike]) -> Path:
+    """One Perfetto JSON with each (decoded, analysis, label) as its own process group (pids offset)."""
+    ev: list[dict] = []
+    for k, (dec, res, label) in enumerate(runs):
+        off = (k + 1) * 100_000
+        for e in perfetto_events(dec, res):
+            e = dict(e)
+            e["pid"] = e["pid"] + off
+            if e.get("name") == "process_name":
+                e["args"] = {"name": f"{label} {e['args']['name']}"}
+            if e.get("name") == "process_sort_index":
+                e["args"] = {"sort_index": e["pid"]}
+            ev.append(e)
+    doc = {"traceEvents": ev, "displayTimeUnit": "ns",
+           "otherData": {"producer": "kernelscope timeline compare",
+                         "runs": [{"label": l, "source": r.source} for _d, r, l in runs]}}
+    return atomic_write_bytes(path, json.dumps(doc, separators=(",", ":")).encode(), what="Perfetto trace")

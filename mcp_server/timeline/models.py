@@ -179,3 +179,4 @@ class TimelineComparison(Model):
     warnings: list[Warning_]
     probe_overhead_before: Optional[ProbeOverhead] = None
     probe_overhead_after: Optional[ProbeOverhead] = None
+    outputs: dict[str, str] = Field(default_factory=dict, description="files written (perfetto, png)")

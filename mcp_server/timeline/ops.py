@@ -29,6 +29,10 @@ OPERATIONS = [
             "mean, imbalance, skew, barrier waits and critical-path time, so cost moving between phases is visible."),
         request=TimelineCompareRequest, result=TimelineComparison,
         engine="mcp_server.timeline.compare:compare_timelines", render="mcp_server.timeline.render:render_comparison",
-        positional=("before_path", "after_path"), aliases={"event_names": ("--events",)}, progress=True,
+        hints=WRITES_FILES, positional=("before_path", "after_path"),
+        aliases={"event_names": ("--events",), "overhead_path": ("--overhead",),
+                 "after_overhead_path": ("--after-overhead",), "perfetto_path": ("--perfetto",),
+                 "png_path": ("--png",)},
+        progress=True, outputs={"perfetto_path": "json", "png_path": "png"},
     ),
 ]

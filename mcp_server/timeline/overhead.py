@@ -59,15 +59,55 @@ def load_overhead(path: Union[str, os.PathLike]) -> ProbeOverhead:
         raise FileMissingError("probe overhead file not found", path=p)
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
+        if not isinstance(doc, dict):
+            raise TypeError("top level is not an object")
+        medians = _medians_only(doc)
+        noise = doc.get("noise_pct")
+        noise_f = float(noise) if noise is not None else None
+        if medians is not None:
+            return overhead_from_medians(*medians, samples=int(doc.get("samples") or 0), noise_pct=noise_f,
+                                         method=str(doc.get("method", "")), source=str(p))
         w = [float(x) for x in doc["with_probes_us"]]
         wo = [float(x) for x in doc["without_probes_us"]]
     except (ValueError, KeyError, TypeError) as exc:
         raise BufferFormatError(
             f"not a probe overhead file ({type(exc).__name__}: {exc})", path=p,
-            hint="expected JSON with lists with_probes_us and without_probes_us") from None
-    noise = doc.get("noise_pct")
-    return overhead_from_samples(w, wo, method=str(doc.get("method", "")),
-                                 noise_pct=float(noise) if noise is not None else None, source=str(p))
+            hint="expected JSON with lists with_probes_us and without_probes_us, or medians with_median_us and "
+                 "without_median_us") from None
+    return overhead_from_samples(w, wo, method=str(doc.get("method", "")), noise_pct=noise_f, source=str(p))
+
+
+#: keys other tools write the two medians under (kernelscope's own ProbeOverhead names first)
+_MEDIAN_KEYS = (("with_median_us", "without_median_us"), ("with_probes_median_us", "without_probes_median_us"),
+                ("with_probes_us", "without_probes_us"))
+
+
+def _medians_only(doc: dict) -> Optional[tuple[float, float]]:
+    """(with, without) medians of a file that holds no samples, or None when it holds sample lists."""
+    if isinstance(doc.get("with_probes_us"), (list, tuple)) or isinstance(doc.get("without_probes_us"), (list, tuple)):
+        return None
+    for kw, kwo in _MEDIAN_KEYS:
+        if kw in doc and kwo in doc:
+            a, b = doc[kw], doc[kwo]
+            if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+                return None
+            return float(a), float(b)
+    return None
+
+
+def overhead_from_medians(with_median_us: float, without_median_us: float, *, samples: int = 0,
+                          noise_pct: Optional[float] = None, method: str = "",
+                          source: Optional[str] = None) -> ProbeOverhead:
+    """Overhead from two medians alone (no samples: the spread is only what ``noise_pct`` says)."""
+    if without_median_us <= 0 or with_median_us <= 0:
+        raise InputError(f"probe overhead medians must be positive, got {with_median_us} and {without_median_us} us",
+                         path=source)
+    pct = 100.0 * (with_median_us - without_median_us) / without_median_us
+    return ProbeOverhead(
+        with_median_us=round(with_median_us, 3), without_median_us=round(without_median_us, 3),
+        overhead_pct=round(pct, 3), samples=samples, noise_pct=noise_pct,
+        within_noise=noise_pct is not None and abs(pct) <= noise_pct,
+        method=(method + "; " if method else "") + "medians only (no samples in the file)", source=source)
 
 
 def find_overhead_file(buffer_path: Union[str, os.PathLike]) -> Optional[Path]:

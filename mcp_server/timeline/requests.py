@@ -23,10 +23,17 @@ class TimelineAnalyzeRequest(SizedRequest, WritesOutputs):
     png_path: Optional[str] = Field(default=None, description="Write a Gantt chart PNG here")
 
 
-class TimelineCompareRequest(SizedRequest):
+class TimelineCompareRequest(SizedRequest, WritesOutputs):
     before_path: str = Field(description="Probe buffer before the change (.bin or .npy)")
     after_path: str = Field(description="Probe buffer after the change (.bin or .npy)")
     event_names: EventNames = Field(default=None, description=EVENTS_HELP + " (used for both buffers)")
     after_event_names: EventNames = Field(default=None, description=(
         "Event names of the after buffer when they differ from the before buffer's"))
     tag_layout: Optional[Literal["legacy", "sm"]] = Field(default=None, description=LAYOUT_HELP)
+    overhead_path: Optional[str] = Field(default=None, description=(
+        "JSON of the before run's kernel times with/without probes; default <before stem>.overhead.json"))
+    after_overhead_path: Optional[str] = Field(default=None, description=(
+        "JSON of the after run's kernel times with/without probes; default <after stem>.overhead.json"))
+    png_path: Optional[str] = Field(default=None, description="Write one Gantt chart PNG here (before above after)")
+    perfetto_path: Optional[str] = Field(default=None, description=(
+        "Write one Perfetto/Chrome trace JSON here holding both runs"))
