@@ -1,24 +1,43 @@
 """The one place for atomic file output.
 
-Every file kernelscope writes goes through here: the data is written to a temp
-file in the target's directory and moved over the target with ``os.replace``,
-so an interrupted or failed write leaves the original (or nothing) in place and
-no temp file behind. The published file gets the target's existing mode when
-it replaces one, else the ordinary ``0o666 & ~umask`` (``mkstemp`` alone would
-leave it ``0o600``). ``OSError`` becomes ``WriteError`` naming the target.
+Every file kernelscope writes (copies included) goes through here: the data is
+written to a temp file in the target's directory, flushed to disk (``fsync``),
+moved over the target with ``os.replace`` and the directory entry flushed too,
+so an interrupted, killed or failed write leaves the original (or nothing) in
+place, never a truncated file.
+
+* A symlinked output path writes the link's target (atomically) and keeps the link.
+* A read-only existing file (no write bit, or not writable by this user) is an
+  error unless the caller passes ``force=True``; an existing path that is not a
+  regular file (a device, a FIFO) is always refused.
+* The published file gets the target's existing mode when it replaces one, else
+  the ordinary ``0o666 & ~umask`` (``mkstemp`` alone would leave it ``0o600``).
+* Temp files are named ``.NAME.<host>-<pid>.XXXXXXXX.tmp``; a write sweeps the
+  ones a dead process left beside the same target (ours only: that name
+  pattern, this host and a pid that no longer runs, or older than a day; the
+  older ``.NAME.XXXXXXXX.tmp`` form after an hour).
+* ``OSError`` becomes ``WriteError`` naming the target.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
+import socket
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator, Union
 
 from mcp_server.errors import WriteError
 
 PathLike = Union[str, os.PathLike]
+
+NAME_KEEP = 100           # characters of the target's name kept in a temp file's name (NAME_MAX is 255)
+STALE_OTHER_S = 86400.0   # a temp of another host, or of a live pid, is stale after a day
+STALE_LEGACY_S = 3600.0   # a temp in the older name form (no pid) after an hour
 
 
 def default_file_mode() -> int:
@@ -28,22 +47,50 @@ def default_file_mode() -> int:
     return 0o666 & ~mask
 
 
+def _parent(p: Path) -> Path:
+    return p.parent if str(p.parent) else Path(".")
+
+
 def check_output_path(path: PathLike, what: str = "output") -> Path:
     """Refuse a directory or a path whose parent directory does not exist."""
     out = Path(path)
     if out.is_dir():
         raise WriteError(f"{what} path is a directory, expected a file name", path=out)
-    parent = out.parent if str(out.parent) else Path(".")
+    parent = _parent(out)
     if not parent.is_dir():
         raise WriteError(f"{what} directory does not exist", path=parent)
     return out
 
 
+def resolve_output(path: PathLike, what: str = "output") -> Path:
+    """The file a write to ``path`` lands in: a symlink's final target (the link is kept)."""
+    out = check_output_path(path, what)
+    if not out.is_symlink():
+        return out
+    target = Path(os.path.realpath(out))
+    if target.is_symlink():
+        raise WriteError(f"{what} path is a symlink loop", path=out)
+    if target.is_dir():
+        raise WriteError(f"{what} path is a symlink to a directory, expected a file", path=out)
+    if not _parent(target).is_dir():
+        raise WriteError(f"{what} path is a symlink whose target directory does not exist", path=out)
+    return target
+
+
+def _host_tag() -> str:
+    return hashlib.sha1(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:6]
+
+
+def _temp_prefix(target: Path) -> str:
+    return f".{target.name[:NAME_KEEP]}.{_host_tag()}-{os.getpid()}."
+
+
 def new_temp(target: PathLike, suffix: str = ".tmp") -> str:
-    """A closed, empty temp file beside ``target`` (the caller removes it)."""
+    """A closed, empty temp file beside ``target`` (the caller removes it or publishes it)."""
     t = Path(target)
-    parent = t.parent if str(t.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{t.name}.", suffix=suffix, dir=str(parent))
+    if t.is_symlink():
+        t = Path(os.path.realpath(t))
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(t), suffix=suffix, dir=str(_parent(t)))
     os.close(fd)
     return tmp
 
@@ -55,14 +102,116 @@ def unlink_quietly(path: PathLike) -> None:
         pass
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, someone else's
+        return True
+    return True
+
+
+def sweep_stale_temps(target: PathLike, now: float | None = None) -> list[str]:
+    """Remove temp files that killed writers left beside ``target``; returns their names."""
+    t = Path(target)
+    parent = _parent(t)
+    name = re.escape(t.name[:NAME_KEEP])
+    ours = re.compile(rf"^\.{name}\.(?:([0-9a-f]{{6}})-(\d+)\.)?[a-z0-9_]{{8}}(\.[A-Za-z0-9]{{1,12}})$")
+    now = time.time() if now is None else now
+    host = _host_tag()
+    removed: list[str] = []
+    try:
+        entries = os.scandir(parent)
+    except OSError:
+        return removed
+    with entries:
+        for e in entries:
+            m = ours.match(e.name)
+            if not m:
+                continue
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            age = now - st.st_mtime
+            tag, pid = m.group(1), m.group(2)
+            if pid is None:
+                stale = age > STALE_LEGACY_S
+            elif tag == host:
+                stale = int(pid) != os.getpid() and not _pid_alive(int(pid)) or age > STALE_OTHER_S
+            else:
+                stale = age > STALE_OTHER_S
+            if stale:
+                try:
+                    os.unlink(os.path.join(parent, e.name))
+                    removed.append(e.name)
+                except OSError:
+                    pass
+    return removed
+
+
+def _refuse_unwritable(target: Path, what: str, force: bool) -> None:
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise WriteError(f"cannot write {what}: {exc.strerror or exc}", path=target) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise WriteError(f"{what} path exists and is not a regular file; choose another name", path=target)
+    mode = stat.S_IMODE(st.st_mode)
+    if force:
+        return
+    if not mode & 0o222 or not os.access(target, os.W_OK):
+        raise WriteError(f"{what} file is read-only (mode {mode:04o}); make it writable, or force the "
+                         f"overwrite", path=target)
+
+
+def _fsync_path(p: PathLike, directory: bool = False) -> None:
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0)
+    try:
+        fd = os.open(p, flags)
+    except OSError:
+        if directory:
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not directory:  # some file systems cannot sync a directory; the file itself must be
+            raise
+    finally:
+        os.close(fd)
+
+
+def probe_writable(path: PathLike, what: str = "output", *, force: bool = False) -> Path:
+    """Fail early, before an expensive build, when ``path`` cannot be written (same checks and
+    errors as ``atomic_target``: missing or read-only directory, read-only file). Returns the
+    file a write would land in."""
+    out = resolve_output(path, what)
+    _refuse_unwritable(out, what, force)
+    try:
+        unlink_quietly(new_temp(out))
+    except OSError as exc:
+        raise WriteError(f"cannot write {what}: {exc.strerror or exc}", path=out) from None
+    return out
+
+
 @contextlib.contextmanager
-def atomic_target(path: PathLike, what: str = "output", suffix: str = ".tmp") -> Iterator[str]:
-    """Yield a temp path to write; on success publish it at ``path``.
+def atomic_target(path: PathLike, what: str = "output", suffix: str = ".tmp", *,
+                  force: bool = False) -> Iterator[str]:
+    """Yield a temp path to write; on success publish it at ``path`` (a symlink's target).
 
     On any exception the temp file is removed and the target is untouched; an
-    ``OSError`` is re-raised as ``WriteError``.
+    ``OSError`` is re-raised as ``WriteError``. A read-only existing target is refused
+    unless ``force``.
     """
-    out = check_output_path(path, what)
+    out = resolve_output(path, what)
+    _refuse_unwritable(out, what, force)
+    sweep_stale_temps(out)
     try:
         tmp = new_temp(out, suffix)
     except OSError as exc:
@@ -74,7 +223,9 @@ def atomic_target(path: PathLike, what: str = "output", suffix: str = ".tmp") ->
         except OSError:
             mode = default_file_mode()
         os.chmod(tmp, mode)
+        _fsync_path(tmp)
         os.replace(tmp, out)
+        _fsync_path(_parent(out), directory=True)
     except OSError as exc:
         unlink_quietly(tmp)
         raise WriteError(f"cannot write {what}: {exc.strerror or exc}", path=out) from None
@@ -83,12 +234,24 @@ def atomic_target(path: PathLike, what: str = "output", suffix: str = ".tmp") ->
         raise
 
 
-def atomic_write_bytes(path: PathLike, data: bytes, what: str = "output") -> Path:
-    with atomic_target(path, what) as tmp:
+def atomic_write_bytes(path: PathLike, data: bytes, what: str = "output", *, force: bool = False) -> Path:
+    with atomic_target(path, what, force=force) as tmp:
         with open(tmp, "wb") as fh:
             fh.write(data)
     return Path(path)
 
 
-def atomic_write_text(path: PathLike, text: str, what: str = "output", encoding: str = "utf-8") -> Path:
-    return atomic_write_bytes(path, text.encode(encoding), what)
+def atomic_write_text(path: PathLike, text: str, what: str = "output", encoding: str = "utf-8", *,
+                      force: bool = False) -> Path:
+    return atomic_write_bytes(path, text.encode(encoding), what, force=force)
+
+
+def atomic_copy(src: PathLike, dst: PathLike, what: str = "copy", *, force: bool = False) -> Path:
+    """Copy ``src``'s bytes to ``dst`` atomically (never a truncated ``dst``, whatever happens)."""
+    import shutil
+
+    if not Path(src).is_file():
+        raise WriteError(f"cannot copy to {what}: the source is not a readable file", path=src)
+    with atomic_target(dst, what, force=force) as tmp:
+        shutil.copyfile(src, tmp)
+    return Path(dst)

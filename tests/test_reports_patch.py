@@ -105,3 +105,39 @@ def test_shrinking_block_and_missing_cells():
     assert b'<mergeCell ref="A6:C6"/>' in out
     with pytest.raises(ReportFormatError, match="sheet 'bad': worksheet XML has no sheetData"):
         SheetXml(b"<worksheet><foo/></worksheet>", "bad")
+
+
+def _corrupt(path, member: str, how: str) -> None:
+    """Damage one member's data in place: 'crc' flips a byte of a stored member (Bad CRC-32),
+    'deflate' garbles a deflated member's stream (zlib.error)."""
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo(member)
+    raw = bytearray(open(path, "rb").read())
+    name_len, extra_len = int.from_bytes(raw[info.header_offset + 26:info.header_offset + 28], "little"), \
+        int.from_bytes(raw[info.header_offset + 28:info.header_offset + 30], "little")
+    start = info.header_offset + 30 + name_len + extra_len
+    if how == "crc":
+        raw[start + 5] ^= 0x01
+    else:
+        raw[start:start + 8] = b"\xff" * 8
+    open(path, "wb").write(bytes(raw))
+
+
+@pytest.mark.parametrize("how, member", [("crc", "docProps/app.xml"), ("deflate", "xl/sharedStrings.xml"),
+                                         ("deflate", "xl/worksheets/sheet1.xml")])
+def test_damaged_member_is_a_typed_error_and_nothing_changes(tmp_path, how, member):
+    src = tmp_path / "book.xlsx"
+    _make(src)
+    with zipfile.ZipFile(src, "a", zipfile.ZIP_STORED) as z:
+        z.writestr("docProps/app.xml", "<Properties>" + "x" * 200 + "</Properties>")
+    _corrupt(src, member, how)
+    before = src.read_bytes()
+    patch = WorkbookPatch()
+    patch.add("Grok & Co (dec)", lambda sx: None)
+    for dst in (src, tmp_path / "out.xlsx"):
+        with pytest.raises(ReportFormatError, match="damaged") as ei:
+            patch_workbook(str(src), str(dst), patch)
+        msg = str(ei.value)
+        assert member in msg and str(src) in msg and "\n" not in msg
+        assert src.read_bytes() == before
+        assert sorted(x.name for x in tmp_path.iterdir()) == ["book.xlsx"]

@@ -23,12 +23,11 @@ rules changes nothing. The engine (``mcp_server.compare.recategorize``) calls th
 """
 from __future__ import annotations
 
-import shutil
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from mcp_server.atomic import atomic_target
+from mcp_server.atomic import atomic_copy
 from mcp_server.categories import CategoryRules
 from mcp_server.errors import ReportFormatError
 from mcp_server.models import Warning_
@@ -420,14 +419,14 @@ def _plan_module_tree(plan: EditPlan, book, gk: _GpuKernels, full: _FullTables, 
         frac[old] = {new: min(1.0, us / base) for new, us in targets.items()}
     _plan_tree(plan, book, None, frac)
 
-def write_plan(plan: EditPlan, out: str | Path) -> None:
+def write_plan(plan: EditPlan, out: str | Path, *, force: bool = False) -> None:
     """Write the edited workbook at ``out`` (the source itself when in place), atomically.
 
-    With no edits the source is copied unchanged (nothing is written when ``out`` is the source).
+    With no edits the source is copied unchanged (atomically too; nothing is written when ``out``
+    is the source). A read-only ``out`` is refused unless ``force``; a symlinked one writes its target.
     """
     src, dst = Path(plan.path), Path(out)
     if plan.patch.edits:
-        patch_workbook(str(src), str(dst), plan.patch)
+        patch_workbook(str(src), str(dst), plan.patch, force=force)
     elif dst.resolve() != src.resolve():
-        with atomic_target(dst, "report copy") as tmp:
-            shutil.copyfile(src, tmp)
+        atomic_copy(src, dst, "report copy", force=force)

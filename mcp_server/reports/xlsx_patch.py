@@ -12,6 +12,7 @@ from __future__ import annotations
 import posixpath
 import re
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Optional
 from xml.sax.saxutils import escape
@@ -369,21 +370,43 @@ class WorkbookPatch:
         self.edits.setdefault(sheet, []).append(fn)
 
 
-def patch_workbook(src: str, dst: str, patch: WorkbookPatch) -> None:
-    """Write ``src`` with ``patch`` applied to ``dst`` atomically (temp file in dst's directory + os.replace).
+def _damaged(src: str, member: str, exc: BaseException) -> ReportFormatError:
+    text = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+    return ReportFormatError(f"zip member {member!r} is damaged ({text}); the workbook was not changed: restore "
+                             f"or regenerate it", path=src)
 
-    ``dst`` may equal ``src``; on any failure the file at ``dst`` is untouched.
+
+def _read_member(zin: zipfile.ZipFile, info: zipfile.ZipInfo, src: str) -> bytes:
+    try:
+        return zin.read(info)
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError) as exc:
+        raise _damaged(src, info.filename, exc) from None
+
+
+def patch_workbook(src: str, dst: str, patch: WorkbookPatch, *, force: bool = False) -> None:
+    """Write ``src`` with ``patch`` applied to ``dst`` atomically (``mcp_server.atomic``: temp file in
+    dst's directory, fsync, os.replace; a symlinked ``dst`` writes its target).
+
+    ``dst`` may equal ``src``; on any failure (a damaged zip member included) the file at ``dst``
+    is untouched. A read-only ``dst`` is refused unless ``force``.
     """
-    with zipfile.ZipFile(src) as zin:
-        parts = sheet_parts(zin, src)
+    try:
+        zin = zipfile.ZipFile(src)
+    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as exc:
+        raise ReportFormatError(f"not a readable xlsx (zip) file ({exc})", path=src) from None
+    with zin:
+        try:
+            parts = sheet_parts(zin, src)
+        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError) as exc:
+            raise _damaged(src, "xl/workbook.xml", exc) from None
         members = {parts[s]: s for s in patch.edits if s in parts}
         missing = [s for s in patch.edits if s not in parts]
         if missing:
             raise ReportFormatError(f"sheet(s) {missing} not found in the workbook parts", path=src)
-        with atomic_target(dst, what="workbook") as tmp:
+        with atomic_target(dst, what="workbook", force=force) as tmp:
             with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zout:
                 for info in zin.infolist():
-                    data = zin.read(info)
+                    data = _read_member(zin, info, src)
                     sheet = members.get(info.filename)
                     if sheet is not None:
                         sx = SheetXml(data, sheet)
@@ -394,5 +417,3 @@ def patch_workbook(src: str, dst: str, patch: WorkbookPatch) -> None:
                     zi.compress_type = info.compress_type
                     zi.external_attr = info.external_attr
                     zout.writestr(zi, data, compresslevel=1 if info.compress_type == zipfile.ZIP_DEFLATED else None)
-
-

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from mcp_server import __version__
-from mcp_server.atomic import atomic_target, check_output_path, new_temp, unlink_quietly
+from mcp_server.atomic import atomic_target, check_output_path, new_temp, probe_writable, unlink_quietly
 from mcp_server.reports import layout as L
 
 #: Excel's row limit is 1,048,576; the full table is split into sheets of this many rows.
@@ -457,6 +457,7 @@ def write_analysis_report(analysis, path: str | os.PathLike) -> None:
     from openpyxl import Workbook
 
     out = check_output_path(path, "report")
+    probe_writable(out, "report")  # a read-only directory or report fails here, before the build
     df = analysis.kernels
     roots = _build_tree(analysis)
     chains, plans = plan_details(roots)
@@ -481,6 +482,27 @@ def atomic_save(wb, out: Path, full_tables: list | None = None) -> None:
     """
     from mcp_server.vocab import KERNEL_COLUMNS
 
+    try:
+        _save(wb, out, full_tables, KERNEL_COLUMNS)
+    except BaseException:
+        _discard(wb)
+        raise
+
+
+def _discard(wb) -> None:
+    """Close a write-only workbook's sheets after a failed save (else their row writers
+    print "Exception ignored ... I/O operation on closed file" when collected)."""
+    for ws in getattr(wb, "_sheets", []):
+        close = getattr(ws, "close", None)
+        if close is None or getattr(ws, "closed", True):
+            continue
+        try:
+            close()
+        except Exception:  # noqa: BLE001 - best effort: the save already failed with a typed error
+            pass
+
+
+def _save(wb, out: Path, full_tables: list | None, columns) -> None:
     with atomic_target(out, what="report") as tmp:
         first = new_temp(out)
         try:
@@ -493,7 +515,7 @@ def atomic_save(wb, out: Path, full_tables: list | None = None) -> None:
             second = new_temp(out)
             try:
                 add_dimensions(first, second)
-                fill_full_tables(second, tmp, full_tables, list(KERNEL_COLUMNS), target=str(out))
+                fill_full_tables(second, tmp, full_tables, list(columns), target=str(out))
             finally:
                 unlink_quietly(second)
         finally:
