@@ -155,7 +155,8 @@ def main() -> None:
         "faster_eager_accept_rate": (sum(d["accepted"] for d in res["faster_eager"]) /
                                      max(1, len(res["faster_eager"])) if res.get("faster_eager") else None),
         "micro_kernel_us": statistics.median(d["base_us"] for d in res["aa_micro"]) if res["aa_micro"] else None,
-        "micro_decision_wall_s_median": statistics.median(d["wall_s"] for d in res["aa_micro"]) if res["aa_micro"] else None,
+        "micro_decision_wall_s_median": (statistics.median(d["wall_s"] for d in res["aa_micro"])
+                                         if res["aa_micro"] else None),
         "micro_decision_wall_s_max": max((d["wall_s"] for d in res["aa_micro"]), default=None),
         "scaled_kernel_us": statistics.median(d["base_us"] for d in res["faster"]) if res["faster"] else None,
         "slower_median_speedup": statistics.median(d["median"] for d in res["slower"]) if res["slower"] else None,

@@ -74,7 +74,8 @@ def stream(args: list[str], *, timeout: float, on_line: Callable[[str], None],
 
     def read_err() -> None:
         assert proc.stderr is not None
-        for chunk in iter(lambda: proc.stderr.read1(65536), b""):  # type: ignore[union-attr]
+        fd = proc.stderr.fileno()
+        for chunk in iter(lambda: os.read(fd, 65536), b""):
             err_tail.append(chunk)
             err_size[0] += len(chunk)
             while err_size[0] - len(err_tail[0]) >= max_stderr and len(err_tail) > 1:

@@ -143,7 +143,8 @@ def test_render_shows_verdict_and_checks():
 
 def test_stream_relays_lines_and_kills_the_group():
     lines = []
-    code = "import subprocess,sys,time\nprint('one',flush=True)\nsubprocess.Popen([sys.executable,'-c','import time; time.sleep(60)'])\ntime.sleep(60)"
+    code = ("import subprocess,sys,time\nprint('one',flush=True)\n"
+            "subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)'])\ntime.sleep(60)")
     t0 = time.monotonic()
     r = proc.stream([sys.executable, "-c", code], timeout=2, on_line=lines.append)
     assert r.timed_out and r.rc is None and lines == ["one"]

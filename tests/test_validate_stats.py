@@ -13,7 +13,12 @@ import numpy as np
 import pytest
 
 from mcp_server.validate.stats import (
-    Interval, decide, fraction_faster, ratio_of_medians_ci, sample_adaptively, summary_us,
+    Interval,
+    decide,
+    fraction_faster,
+    ratio_of_medians_ci,
+    sample_adaptively,
+    summary_us,
 )
 
 

@@ -317,7 +317,8 @@ class Harness:
                 fresh = self._inputs(shape, seed)
                 self._check_random(fresh, label)
                 same_address = k == 1 and first_args is not None
-                if same_address:
+                args: tuple
+                if same_address and first_args is not None:
                     ok = _copy_into(t, first_args, fresh)
                     if ok:
                         if first_vals is not None and all(_bitwise_equal(t, a, b) for a, b in
@@ -362,7 +363,7 @@ class Harness:
                 if outs is None:
                     done += 1
                     continue
-                if self.is_cuda:
+                if self.is_cuda and snap is not None:
                     late = [i for i, (s, o) in enumerate(zip(snap, outs)) if not _bitwise_equal(t, s, o)]
                     self.check("stream_complete", not late,
                                f"{label}: output(s) {late} were still being written after the function "
@@ -438,7 +439,6 @@ class Harness:
         self.check("fresh_inputs_new_result", True)
 
     def _check_random(self, args, label) -> None:
-        t = self.torch
         for i, a in enumerate(_tensors(args)):
             if a.is_floating_point() and a.numel() > 1:
                 flat = a.reshape(-1)

@@ -20,8 +20,18 @@ from mcp_server.atomic import atomic_write_text
 from mcp_server.models import Warning_
 from mcp_server.validate import stats
 from mcp_server.validate.models import (
-    CacheTiming, Check, Correctness, DeviceInfo, Offender, Patch, Roofline, ShapeTiming, Speedup,
-    TimeSummary, Timing, ValidationResult,
+    CacheTiming,
+    Check,
+    Correctness,
+    DeviceInfo,
+    Offender,
+    Patch,
+    Roofline,
+    ShapeTiming,
+    Speedup,
+    TimeSummary,
+    Timing,
+    ValidationResult,
 )
 from mcp_server.validate.spec import Spec, eval_expr, load_spec
 from mcp_server.vocab import ProgressFn

@@ -79,7 +79,7 @@ def render(res: ValidationResult, con: Console, request: Any = None) -> None:
     for p in res.patched:
         con.print(f"[red]patched[/] {escape(p.name)} by the {p.by} during {escape(p.stage)} (put back)",
                   highlight=False)
-    for w in res.warnings:
-        con.print(f"[yellow]warning[/] {escape(w.code)}: {escape(w.message)}", highlight=False)
+    for wn in res.warnings:
+        con.print(f"[yellow]warning[/] {escape(wn.code)}: {escape(wn.message)}", highlight=False)
     if res.verdict == "error" and res.stderr_tail:
         con.print(escape(res.stderr_tail), highlight=False)

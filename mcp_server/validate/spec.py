@@ -19,7 +19,7 @@ from mcp_server.errors import FileMissingError, InputError
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
-    tomllib = None  # type: ignore[assignment]
+    tomllib = None
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
@@ -168,6 +168,7 @@ def load_spec(spec_path: str | None = None, overrides: dict[str, Any] | None = N
     baseline = ref("baseline")
     candidate = ref("candidate", required=(mode == "ab"))
     inputs = ref("inputs")
+    assert baseline is not None and inputs is not None  # required: ref() raised otherwise
     shapes = merged["shapes"]
     if not isinstance(shapes, list) or not shapes or not all(isinstance(s, dict) and s for s in shapes):
         raise InputError(f"{where}: 'shapes' must be a non-empty list of tables, e.g. "
