@@ -76,9 +76,11 @@ def human(n: int | float) -> str:
     return f"{int(n)} bytes"
 
 
-def over(name: str, what: str, found: str, *, path: str | os.PathLike | None = None, unit: str = "") -> LimitError:
+def over(name: str, what: str, found: str | None = None, *, path: str | os.PathLike | None = None,
+         unit: str = "") -> LimitError:
     """The error for ``what`` being over the limit ``name``: names the limit and how to raise it."""
     value = limit(name)
     shown = human(value) if unit == "bytes" else f"{value:,}"
-    return LimitError(f"{what} is {found}, over the limit of {shown}", path=path,
+    text = f"{what} is {found}, over the limit of {shown}" if found else f"{what} exceeds the limit of {shown}"
+    return LimitError(text, path=path,
                       hint=f"if the input is genuine, raise it with {env_name(name)}=<larger value>")

@@ -105,7 +105,10 @@ class _Book:
     def __init__(self, path: str):
         from python_calamine import CalamineWorkbook
 
+        from mcp_server.reports.guard import check_xlsx
+
         self.path = path
+        check_xlsx(path)  # sizes, ratios, CRCs, sheet grid and shared strings before calamine sees it
         try:
             self.wb = CalamineWorkbook.from_path(path)
         except Exception as exc:  # calamine raises several types for bad files
@@ -523,9 +526,12 @@ def is_kernelscope_report(path: str | os.PathLike) -> bool:
     """Whether ``path`` is one of kernelscope's own reports (sheet names only; False when unreadable)."""
     from python_calamine import CalamineWorkbook
 
+    from mcp_server.reports.guard import check_xlsx
+
     try:
+        check_xlsx(path)
         names = CalamineWorkbook.from_path(str(path)).sheet_names
-    except Exception:  # unreadable: the reader raises its typed error later
+    except Exception:  # unreadable (or over a bound): the reader raises its typed error later
         return False
     return L.is_kernelscope_workbook(names)
 

@@ -62,11 +62,10 @@ class GuardedReader:
         b = self.f.read(n)
         self.out += len(b)
         if self.out > self.max_bytes:
-            raise over("TRACE_BYTES", "decompressed trace text", f"over {human(self.max_bytes)}", path=self.p,
-                       unit="bytes")
+            raise over("TRACE_BYTES", "the decompressed trace text", path=self.p, unit="bytes")
         if self.cap is not None and self.out > self.cap[1]:
-            raise over(self.cap[0], "decompressed text of a trace whose layout cannot be streamed",
-                       f"over {human(self.cap[1])}", path=self.p, unit="bytes")
+            raise over(self.cap[0], "the decompressed text of a trace whose layout cannot be streamed "
+                       "(no 'traceEvents' array found to stream)", path=self.p, unit="bytes")
         if self.gz and self.out > RATIO_AFTER:
             used = max(self.raw.tell(), 1)
             if self.out > self.max_ratio * used:
