@@ -9,7 +9,8 @@ aligned (``matching.align``) and annotated:
   a replacement segment where several kernels of one side face fewer on the
   other, or one side covering the same categories with fewer launches;
 * IMPROVE: a kernel paired with a same-category kernel at least 1.5x faster per launch on
-  the other side (and the time difference is at least 1 % of the block's larger total);
+  the other side (and the time difference is at least 1 % of the block's larger total), at the same
+  input dims where both sides record them;
 * MISSING: a category present in the block on one side only.
 
 Blocks are sorted by |gap| (b - a); the first is marked for optimisation.
@@ -23,7 +24,7 @@ from typing import Optional, Sequence, Union
 from mcp_server.compare.blocks import BlockRules, assign_blocks, load_blocks
 from mcp_server.compare.budget import side_info
 from mcp_server.compare.inputs import Side, distinct_labels, load_sides
-from mcp_server.compare.matching import Item, align, display_kernel_name, segments
+from mcp_server.compare.matching import Item, align, dims_key, display_kernel_name, segments
 from mcp_server.compare.models import Annotation, BlockDiff, DiffResult, KernelMatch, KernelRow
 from mcp_server.errors import InputError
 from mcp_server.models import Warning_
@@ -42,12 +43,19 @@ def _block_tables(side: Side, rules: BlockRules) -> tuple[dict[str, list[Item]],
     k = side.kernels
     if k is None or not len(k):
         return {}, {}
-    kb = assign_blocks(k, rules, columns=["name", "category", "dur_us"])
+    extra = [c for c in ("cpu_op", "input_dims") if c in k.columns]
+    kb = assign_blocks(k, rules, columns=["name", "category", "dur_us"] + extra)
+    for c in ("cpu_op", "input_dims"):
+        kb[c] = kb[c].astype(str).replace({"nan": "", "None": ""}) if c in kb.columns else ""
+    kb["dims_key"] = kb["input_dims"].map(dims_key)
     items: dict[str, list[Item]] = {}
-    agg = kb.groupby(["block", "name"], sort=False).agg(category=("category", "first"), us=("dur_us", "sum"),
-                                                         count=("dur_us", "size")).reset_index()
-    for blk, name, cat, us, cnt in agg.itertuples(index=False, name=None):
-        items.setdefault(str(blk), []).append(Item(str(name), str(cat), float(us), int(cnt)))
+    # one item per kernel name, enclosing cpu op and input dims (the same kernel doing other work is
+    # another item); launches of one item summed
+    agg = kb.groupby(["block", "name", "cpu_op", "dims_key"], sort=False).agg(
+        category=("category", "first"), us=("dur_us", "sum"), count=("dur_us", "size"),
+        dims=("input_dims", "first")).reset_index()
+    for blk, name, op, _dk, cat, us, cnt, dims in agg.itertuples(index=False, name=None):
+        items.setdefault(str(blk), []).append(Item(str(name), str(cat), float(us), int(cnt), str(op), str(dims)))
     meta: dict[str, tuple[str, list[str]]] = {}
     for blk, role, key in kb[["block", "role", "module_key"]].drop_duplicates().itertuples(index=False, name=None):
         r, keys = meta.setdefault(str(blk), (str(role), []))
@@ -127,6 +135,8 @@ def _annotate(a: list[Item], b: list[Item], pairs, la: str, lb: str) -> list[Ann
         x, y = a[p.a], b[p.b]
         if x.category != y.category or min(x.us, y.us) <= 0:
             continue
+        if x.dims and y.dims and dims_key(x.dims) != dims_key(y.dims):
+            continue  # the same kernel at other shapes does other work: per-launch times do not compare
         # per launch, so that a kernel launched more often on one side is not called slower
         ax, ay = x.us / max(x.count, 1), y.us / max(y.count, 1)
         hi, lo = max(ax, ay), min(ax, ay)
@@ -180,13 +190,17 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
             a_category=xa[p.a].category if p.a is not None else None,
             b_category=xb[p.b].category if p.b is not None else None,
             a_us=xa[p.a].us if p.a is not None else 0.0, b_us=xb[p.b].us if p.b is not None else 0.0,
+            a_count=xa[p.a].count if p.a is not None else 0, b_count=xb[p.b].count if p.b is not None else 0,
+            a_dims=xa[p.a].dims if p.a is not None else "", b_dims=xb[p.b].dims if p.b is not None else "",
             segment=p.segment) for p in pairs]
         out.append(BlockDiff(
             block=blk, role=role, a_us=a_us, b_us=b_us, gap_us=b_us - a_us, ratio=_ratio(a_us, b_us),
             a_count=sum(x.count for x in xa), b_count=sum(x.count for x in xb),
             slower=("b" if b_us > a_us else "a" if a_us > b_us else None), module_types=keys,
-            a_kernels=[KernelRow(name=x.name, category=x.category, us=x.us, count=x.count) for x in xa],
-            b_kernels=[KernelRow(name=x.name, category=x.category, us=x.us, count=x.count) for x in xb],
+            a_kernels=[KernelRow(name=x.name, category=x.category, us=x.us, count=x.count, cpu_op=x.cpu_op,
+                                 input_dims=x.dims) for x in xa],
+            b_kernels=[KernelRow(name=x.name, category=x.category, us=x.us, count=x.count, cpu_op=x.cpu_op,
+                                 input_dims=x.dims) for x in xb],
             matches=matches, annotations=_annotate(xa, xb, pairs, sa.label, sb.label),
         ))
     out.sort(key=lambda d: (-abs(d.gap_us), d.block))

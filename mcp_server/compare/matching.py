@@ -190,6 +190,8 @@ class Item:
     category: str
     us: float
     count: int = 1
+    cpu_op: str = ""  # innermost cpu op of the launches ('' when the input does not carry it)
+    dims: str = ""  # their Input Dims as text ('' when not recorded)
 
 
 @dataclass(frozen=True)
@@ -224,16 +226,57 @@ def _pair_segment(a_idx: list[int], b_idx: list[int], a: Sequence[Item], b: Sequ
     return out
 
 
+_EMPTY_DIMS = re.compile(r",\[\](?=[,\]])|(?<=\[)\[\],")
+
+
+def dims_key(dims: str) -> str:
+    """Input Dims text in one form whoever wrote it: no spaces, no empty (scalar) entries."""
+    s = re.sub(r"\s+", "", dims or "")
+    prev = None
+    while prev != s:
+        prev, s = s, _EMPTY_DIMS.sub("", s)
+    return s
+
+
+def _keys(a: Sequence[Item], b: Sequence[Item]) -> tuple[list[str], list[str]]:
+    """Alignment keys: normalised name, plus the cpu op and the input dims where both sides carry them."""
+    use_op = any(x.cpu_op for x in a) and any(x.cpu_op for x in b)
+    use_dims = any(x.dims for x in a) and any(x.dims for x in b)
+
+    def key(x: Item) -> str:
+        k = normalize_kernel_name(x.name)
+        if use_op:
+            k += "|" + x.cpu_op
+        if use_dims:
+            k += "|" + dims_key(x.dims)
+        return k
+    return [key(x) for x in a], [key(x) for x in b]
+
+
 def align(a: Sequence[Item], b: Sequence[Item]) -> list[Pair]:
-    """Align two kernel sequences (see module doc); result follows A's order then B's."""
-    na = [normalize_kernel_name(x.name) for x in a]
-    nb = [normalize_kernel_name(x.name) for x in b]
+    """Align two kernel sequences (see module doc); result follows A's order then B's.
+
+    Kernels are aligned on their normalised name plus, where both sides carry them, the enclosing
+    cpu op and the input dims, so the same kernel doing other work (the attention-mask add next to
+    the rope adds) is not taken for a slower copy of it. Kernels left between two anchors are then
+    aligned on the name alone (same work at other shapes), and only the rest form replacement segments.
+    """
+    na, nb = _keys(a, b)
     anchors = lcs_pairs(na, nb)
     pairs: list[Pair] = []
     pi = pj = 0
     seg = 0
     for i, j in anchors + [(len(a), len(b))]:
         ga, gb = list(range(pi, i)), list(range(pj, j))
+        if ga and gb and na != [normalize_kernel_name(x.name) for x in a]:
+            inner = lcs_pairs([normalize_kernel_name(a[x].name) for x in ga],
+                              [normalize_kernel_name(b[y].name) for y in gb])
+            hit_a = {ga[x] for x, _ in inner}
+            hit_b = {gb[y] for _, y in inner}
+            for x, y in inner:
+                pairs.append(Pair(ga[x], gb[y], "same" if a[ga[x]].name == b[gb[y]].name else "renamed"))
+            ga = [x for x in ga if x not in hit_a]
+            gb = [y for y in gb if y not in hit_b]
         if ga or gb:
             pairs += _pair_segment(ga, gb, a, b, seg)
             seg += 1

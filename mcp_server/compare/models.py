@@ -67,6 +67,8 @@ class KernelRow(Model):
     category: str
     us: float
     count: int
+    cpu_op: str = Field("", description="innermost cpu op of the launches ('' when the input lacks it)")
+    input_dims: str = Field("", description="Input Dims of that cpu op ('' when not recorded)")
 
 
 MatchKindT = Literal["same", "renamed", "category", "time", "gone", "new"]
@@ -88,6 +90,10 @@ class KernelMatch(Model):
     b_category: Optional[str] = None
     a_us: float = 0.0
     b_us: float = 0.0
+    a_count: int = Field(0, description="launches on side A")
+    b_count: int = 0
+    a_dims: str = Field("", description="input dims of the A kernel ('' when not recorded)")
+    b_dims: str = ""
     segment: int = -1
 
 
