@@ -34,6 +34,9 @@ def main() -> None:
             ref = x.float() @ quant.dequantize_int4(qw)
             cfg = {"BLOCK_N": 32, "BLOCK_M": 16}
             out[f"int4_dot_g{grp}{'_zp' if zp else ''}_{tag}"] = rel(w4a16_bmm(x, qw, config=cfg), ref)
+            if K > 128:   # scales prefetched a block ahead
+                out[f"int4_dotpf_g{grp}{'_zp' if zp else ''}_{tag}"] = rel(
+                    w4a16_bmm(x, qw, config={**cfg, "PF": True}), ref)
             if M == 1 and not zp:
                 out[f"int4_gemv_g{grp}_{tag}"] = rel(w4a16_bmm(x, qw, config=cfg, variant="gemv"), ref)
         for grp in (0, 64, 128):

@@ -28,8 +28,9 @@ def test_kernels_match_the_dequantized_reference(K, N, M):
     for zp in (False, True):
         qw = quant.quantize_int4(w, zero_point=zp)
         ref = x.float() @ quant.dequantize_int4(qw)
-        for variant, cfg in (("dot", {"BLOCK_N": 128}), ("persistent", {"BLOCK_N": 64, "CTAS_PER_SM": 1,
-                                                                        "num_stages": 2})):
+        for variant, cfg in (("dot", {"BLOCK_N": 128}), ("dot", {"BLOCK_N": 128, "DEP": True, "PF": True}),
+                             ("dot", {"BLOCK_N": 64, "DEP": True, "PF": True, "num_stages": 3}),
+                             ("persistent", {"BLOCK_N": 64, "CTAS_PER_SM": 1, "num_stages": 2})):
             out = torch.full((128, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
             w4 = w4a16_bmm(x, qw, out=out, config=cfg, variant=variant)
             assert not w4.isnan().any() and _rel(w4, ref) < 1e-2, (variant, zp)

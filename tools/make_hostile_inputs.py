@@ -1,17 +1,47 @@
 #!/usr/bin/env python3
 """Write the small hostile inputs that the isolation and bad-input tests replay.
 
-Each file is a reproducer of one way a file an agent did not make can attack a reader:
+Each file is a reproducer of one way a file an agent did not make can attack a reader (issue 14);
+tests/fixtures/README.md ("hostile") says what each one does and what kernelscope answers:
 
 * ``xlsx_max_cell.xlsx``: a report whose 'GPU Kernels' sheet has one cell at XFD1048576, the last
   cell Excel allows; the calamine reader sizes its grid from it and aborts the process (SIGABRT).
+* ``xlsx_dimension.xlsx``: the same grid claimed only by the sheet's ``<dimension ref="A1:XFD1048576">``.
+* ``xlsx_long_string.xlsx``: one 8 MiB shared string used by 800 cells (6.5 GB once expanded).
+* ``xlsx_string_fanout.xlsx``: one 512 KiB shared string (under the per-string bound) used by 8 000 cells.
+* ``xlsx_bad_crc.xlsx``: a report whose Summary sheet is stored with one byte changed (Bad CRC-32).
+* ``xlsx_bad_deflate.xlsx``: a report whose Summary sheet's deflate stream is damaged (zlib.error).
+* ``xlsx_zip_ratio.xlsx``: a sheet member of 64 MiB of blanks (ratio about 1000:1).
+* ``xlsx_sheet_paren.xlsx``: a kernelscope report with an extra sheet named ``Kernels (full``.
+* ``xlsx_inf_number.xlsx``: a kernelscope report whose 'Kernels (full)' durations/counts hold ``1e999``.
+* ``trace_deep.json.gz``: a Kineto trace whose one event's args nest 100 000 lists deep.
+* ``trace_deep_meta.json.gz``: metadata before 'traceEvents' nesting 100 000 deep.
+* ``trace_nonfinite.json``: kernel durations 1e308 (twice: the sum overflows), 1e999, -5 and one sane 7 us.
+* ``trace_zeros.json.gz``: 128 MiB of zero bytes in 128 gzip members (128 KiB file; the 4 MB / 4 GiB
+  variant of the issue is the same recipe with 4096 members: ``gzip_zeros(path, 4096)``).
+* ``categories_long_field.csv``: a categories CSV whose line 3 has a 140 000-character pattern field.
+
+The base reports are written by kernelscope itself from the committed trace fixture
+``tests/fixtures/traces/llama_prefill_sdpa.json.gz`` (no GPU needed).
 
     python3 tools/make_hostile_inputs.py --out tests/fixtures/hostile
 """
 from __future__ import annotations
 
 import argparse
+import gzip
+import io
+import json
+import re
+import shutil
+import sys
+import tempfile
+import zipfile
+import zlib
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE_TRACE = ROOT / "tests" / "fixtures" / "traces" / "llama_prefill_sdpa.json.gz"
 
 
 def xlsx_max_cell(path: Path) -> None:
@@ -26,12 +56,241 @@ def xlsx_max_cell(path: Path) -> None:
     wb.save(path)
 
 
+_CT = ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
+       '<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+       '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+       '<Default Extension="xml" ContentType="application/xml"/>'
+       '<Override PartName="/xl/workbook.xml" '
+       'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/>'
+       '<Override PartName="/xl/worksheets/sheet1.xml" '
+       'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>'
+       '{sst}</Types>')
+_SST_CT = ('<Override PartName="/xl/sharedStrings.xml" '
+           'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sharedStrings+xml"/>')
+_RELS = ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
+         '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+         '<Relationship Id="rId1" '
+         'Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" '
+         'Target="xl/workbook.xml"/></Relationships>')
+_WB = ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
+       '<workbook xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" '
+       'xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships">'
+       '<sheets><sheet name="{name}" sheetId="1" r:id="rId1"/></sheets></workbook>')
+_WB_RELS = ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
+            '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+            '<Relationship Id="rId1" '
+            'Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/worksheet" '
+            'Target="worksheets/sheet1.xml"/>{sst}</Relationships>')
+_WB_RELS_SST = ('<Relationship Id="rId2" '
+                'Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/sharedStrings" '
+                'Target="sharedStrings.xml"/>')
+_SHEET_HEAD = ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
+               '<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">')
+
+
+def _minimal_xlsx(path: Path, sheet_xml, shared: list[str] | None = None, name: str = "GPU Kernels") -> None:
+    """A one-sheet workbook written part by part (``sheet_xml``: bytes, or a writer callable)."""
+    sst = shared is not None
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+        z.writestr("[Content_Types].xml", _CT.format(sst=_SST_CT if sst else ""))
+        z.writestr("_rels/.rels", _RELS)
+        z.writestr("xl/workbook.xml", _WB.format(name=name))
+        z.writestr("xl/_rels/workbook.xml.rels", _WB_RELS.format(sst=_WB_RELS_SST if sst else ""))
+        if callable(sheet_xml):
+            with z.open("xl/worksheets/sheet1.xml", "w", force_zip64=True) as f:
+                sheet_xml(f)
+        else:
+            z.writestr("xl/worksheets/sheet1.xml", sheet_xml)
+        if sst:
+            body = "".join(f"<si><t>{s}</t></si>" for s in shared)
+            z.writestr("xl/sharedStrings.xml",
+                       '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
+                       '<sst xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" '
+                       f'count="{len(shared)}" uniqueCount="{len(shared)}">{body}</sst>')
+
+
+def xlsx_dimension(path: Path) -> None:
+    _minimal_xlsx(path, _SHEET_HEAD + '<dimension ref="A1:XFD1048576"/><sheetData>'
+                  '<row r="1"><c r="A1" t="inlineStr"><is><t>Kernel Name</t></is></c></row>'
+                  '</sheetData></worksheet>')
+
+
+def _string_cells(n: int) -> str:
+    rows = "".join(f'<row r="{i}"><c r="A{i}" t="s"><v>0</v></c></row>' for i in range(1, n + 1))
+    return _SHEET_HEAD + f'<dimension ref="A1:A{n}"/><sheetData>{rows}</sheetData></worksheet>'
+
+
+def xlsx_long_string(path: Path) -> None:
+    _minimal_xlsx(path, _string_cells(800), shared=["A" * (8 << 20)])
+
+
+def xlsx_string_fanout(path: Path) -> None:
+    _minimal_xlsx(path, _string_cells(8000), shared=["B" * (512 << 10)])
+
+
+def xlsx_zip_ratio(path: Path) -> None:
+    def write(f) -> None:
+        f.write((_SHEET_HEAD + '<sheetData><row r="1"><c r="A1"><v>1</v></c></row></sheetData>').encode())
+        blank = b" " * (1 << 20)
+        for _ in range(64):
+            f.write(blank)
+        f.write(b"</worksheet>")
+
+    _minimal_xlsx(path, write)
+
+
+def _base_report(tmp: Path) -> Path:
+    sys.path.insert(0, str(ROOT))
+    from mcp_server.traces import analyze_trace
+
+    out = tmp / "base.xlsx"
+    analyze_trace(str(BASE_TRACE), output_xlsx=str(out))
+    return out
+
+
+def _rewrite(src: Path, dst: Path, edit) -> None:
+    """Copy the zip ``src`` to ``dst`` with ``edit(name, data) -> (data, compress_type)`` applied."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            data, ct = edit(info.filename, zin.read(info))
+            zi = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            zi.compress_type = ct
+            zout.writestr(zi, data)
+
+
+def _summary_member(src: Path) -> str:
+    from mcp_server.reports.xlsx_patch import sheet_parts
+
+    with zipfile.ZipFile(src) as z:
+        return sheet_parts(z)["Summary"]
+
+
+def xlsx_bad_crc(path: Path, base: Path) -> None:
+    member = _summary_member(base)
+    _rewrite(base, path, lambda n, d: (d, zipfile.ZIP_STORED if n == member else zipfile.ZIP_DEFLATED))
+    blob = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo(member)
+    # the stored data starts after the 30-byte local header, the name and the extra field
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    i = blob.index(b"<sheetData>", start) + 20
+    blob[i] = ord("Q") if blob[i] != ord("Q") else ord("R")
+    path.write_bytes(bytes(blob))
+
+
+def xlsx_bad_deflate(path: Path, base: Path) -> None:
+    member = _summary_member(base)
+    shutil.copyfile(base, path)
+    blob = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo(member)
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    for k in range(start + info.compress_size // 3, start + info.compress_size // 3 + 48):
+        blob[k] ^= 0xA5
+    path.write_bytes(bytes(blob))
+
+
+def xlsx_sheet_paren(path: Path, base: Path) -> None:
+    import openpyxl
+
+    wb = openpyxl.load_workbook(base)
+    wb.create_sheet("Kernels (full").append(["Kernel Name", "Duration (us)"])
+    wb.save(path)
+
+
+def xlsx_inf_number(path: Path, base: Path) -> None:
+    from mcp_server.reports.xlsx_patch import sheet_parts
+
+    with zipfile.ZipFile(base) as z:
+        member = sheet_parts(z)["Kernels (full)"]
+
+    def edit(name: str, data: bytes):
+        if name == member:
+            # every numeric cell of rows 2-4 becomes 1e999 (an overflow to infinity when read)
+            def sub(m: re.Match) -> bytes:
+                row = int(m.group(2))
+                return m.group(0) if not 2 <= row <= 4 else m.group(1) + b"<v>1e999</v>"
+            data = re.sub(rb'(<c r="[A-Z]+(\d+)"(?: s="\d+")?>)<v>[^<]*</v>', sub, data)
+        return data, zipfile.ZIP_DEFLATED
+
+    _rewrite(base, path, edit)
+
+
+def trace_deep(path: Path) -> None:
+    d = 100_000
+    doc = ('{"traceEvents":[{"cat":"kernel","name":"k","ts":1,"dur":1,"args":{"correlation":1,"x":'
+           + "[" * d + "]" * d + "}}]}")
+    path.write_bytes(gzip.compress(doc.encode(), 9, mtime=0))
+
+
+def trace_deep_meta(path: Path) -> None:
+    d = 100_000
+    doc = '{"deviceProperties":' + "[" * d + "]" * d + ',"traceEvents":[]}'
+    path.write_bytes(gzip.compress(doc.encode(), 9, mtime=0))
+
+
+def trace_nonfinite(path: Path) -> None:
+    ev = []
+    for i, dur in enumerate(["1e308", "1e308", "1e999", "-5", "7"]):
+        ev.append(f'{{"ph":"X","cat":"kernel","name":"k{i}","pid":0,"tid":7,"ts":{100 + i * 10},"dur":{dur},'
+                  f'"args":{{"correlation":{i + 1},"device":0,"stream":7}}}}')
+        ev.append(f'{{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":{99 + i * 10},'
+                  f'"dur":1,"args":{{"correlation":{i + 1}}}}}')
+    path.write_text('{"schemaVersion":1,"traceEvents":[\n' + ",\n".join(ev) + "\n]}\n")
+
+
+def gzip_zeros(path: Path, members: int) -> None:
+    """``members`` gzip members of 1 MiB of zero bytes each (readers treat them as one stream)."""
+    one = gzip.compress(b"\0" * (1 << 20), 9, mtime=0)
+    with open(path, "wb") as f:
+        for _ in range(members):
+            f.write(one)
+
+
+def categories_long_field(path: Path) -> None:
+    path.write_text("category,pattern\ngemm,gemm|matmul\nhuge," + "a" * 140_000 + "\nother,.*\n")
+
+
+def big_buffer(path: Path, nbytes: int) -> None:
+    """A probe buffer of ``nbytes``: header (132 blocks x 1 group) then begin/end records of event 1."""
+    import numpy as np
+
+    n = nbytes // 8
+    buf = np.zeros(n, dtype="<u8")
+    lanes = 132
+    buf[0] = lanes | (1 << 32)
+    body = buf[1:]
+    rounds = body.size // lanes
+    grid = body[: rounds * lanes].reshape(rounds, lanes)
+    r = np.arange(rounds, dtype=np.uint64)[:, None]
+    lane = np.arange(lanes, dtype=np.uint64)[None, :]
+    kind = np.where(r % 2 == 0, 0, 1).astype(np.uint64)  # begin, end alternating
+    tag = (lane << np.uint64(12)) | (np.uint64(1) << np.uint64(2)) | kind  # legacy layout, event 1
+    grid[:] = tag | (((r * np.uint64(100) + np.uint64(1000)) & np.uint64(0xFFFFFFFF)) << np.uint64(32))
+    buf.tofile(path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="tests/fixtures/hostile")
     out = Path(ap.parse_args().out)
     out.mkdir(parents=True, exist_ok=True)
     xlsx_max_cell(out / "xlsx_max_cell.xlsx")
+    xlsx_dimension(out / "xlsx_dimension.xlsx")
+    xlsx_long_string(out / "xlsx_long_string.xlsx")
+    xlsx_string_fanout(out / "xlsx_string_fanout.xlsx")
+    xlsx_zip_ratio(out / "xlsx_zip_ratio.xlsx")
+    with tempfile.TemporaryDirectory() as t:
+        base = _base_report(Path(t))
+        xlsx_bad_crc(out / "xlsx_bad_crc.xlsx", base)
+        xlsx_bad_deflate(out / "xlsx_bad_deflate.xlsx", base)
+        xlsx_sheet_paren(out / "xlsx_sheet_paren.xlsx", base)
+        xlsx_inf_number(out / "xlsx_inf_number.xlsx", base)
+    trace_deep(out / "trace_deep.json.gz")
+    trace_deep_meta(out / "trace_deep_meta.json.gz")
+    trace_nonfinite(out / "trace_nonfinite.json")
+    gzip_zeros(out / "trace_zeros.json.gz", 128)
+    categories_long_field(out / "categories_long_field.csv")
 
 
 if __name__ == "__main__":

@@ -67,8 +67,11 @@ def main():
     for K in (128, 512):
         for bm in (16, 64):
             for bn, nw in ((128, 4), (256, 8)):
-                c = {"K": K, "GROUP": 128, "HAS_ZERO": False, "UNPACK": 0, "BLOCK_N": bn, "BLOCK_M": bm}
-                report(compile_one(w4a16._w4a16_dot_kernel, I4, c, nw), f"int4_dot_K{K}_BM{bm}_BN{bn}", a.sass_dir)
+                for dep in (False, True):
+                    c = {"K": K, "GROUP": 128, "HAS_ZERO": False, "UNPACK": 0, "BLOCK_N": bn, "BLOCK_M": bm,
+                         "DEP": dep, "PF": dep}
+                    report(compile_one(w4a16._w4a16_dot_kernel, I4, c, nw),
+                           f"int4_dot_K{K}_BM{bm}_BN{bn}{'_dep' if dep else ''}", a.sass_dir)
                 c = {"K": K, "GROUP": 0, "UNPACK": 0, "SUB": 2, "BLOCK_N": bn, "BLOCK_M": bm}
                 report(compile_one(w8a16._w8a16_shuf_kernel, F8, c, nw), f"fp8_shuf_K{K}_BM{bm}_BN{bn}", a.sass_dir)
 

@@ -31,6 +31,9 @@ def main():
         for M in (1, 64):
             buf = bench.ShapeBuffers(1024, M, K, N, "warm")
             fns = [buf.bf16_fns()[0], buf.int4_fns(pick("int4", M, K, N))[0], buf.fp8_fns(pick("fp8", M, K, N))[0]]
+            if M == 1 and K == 128:   # the persistent (software-pipelined) INT4 variant, for comparison
+                fns.append(buf.int4_fns({"variant": "persistent", "BLOCK_N": 128, "num_warps": 4,
+                                         "num_stages": 3, "CTAS_PER_SM": 5})[0])
             for f in fns:
                 f()     # compile outside the profiled range
             runs.append((buf, fns))

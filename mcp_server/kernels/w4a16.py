@@ -101,58 +101,46 @@ def _load_x8(x_cols, m_mask):
 
 
 @triton.jit
-def _w4a16_dot_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, K: tl.constexpr,
-                      GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, UNPACK: tl.constexpr,
-                      BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
-    pid_n = tl.program_id(1)
-    b = tl.program_id(2).to(tl.int64)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_i = tl.arange(0, 16)
-    KW = K // 8
-    qw_rows = qw_ptr + b * N * KW + offs_n[:, None] * KW + offs_i[None, :]        # [BN, 16]
-    x_cols = x_ptr + b * M * K + offs_m[None, :] * K + offs_i[:, None]            # [16, BM]
-    m_mask = offs_m[None, :] < M
-    NG = K // GROUP
-    s_row = s_ptr + b * NG * N + offs_n
-    z_row = z_ptr + b * NG * N + offs_n
+def _opaque_zero(v):
+    """int32 zeros that depend on ``v`` (inline asm: the compiler cannot fold the dependency)."""
+    return tl.inline_asm_elementwise("mov.b32 $0, 0;", "=r,r", [v], dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _after(xs, dep):
+    """The eight activation chunks, made to depend on ``dep`` ([1, BM] int16 zeros)."""
+    x0, x1, x2, x3, x4, x5, x6, x7 = xs
+    x0 = (x0.to(tl.int16, bitcast=True) | dep).to(tl.bfloat16, bitcast=True)
+    x1 = (x1.to(tl.int16, bitcast=True) | dep).to(tl.bfloat16, bitcast=True)
+    x2 = (x2.to(tl.int16, bitcast=True) | dep).to(tl.bfloat16, bitcast=True)
+    x3 = (x3.to(tl.int16, bitcast=True) | dep).to(tl.bfloat16, bitcast=True)
+    x4 = (x4.to(tl.int16, bitcast=True) | dep).to(tl.bfloat16, bitcast=True)
+    x5 = (x5.to(tl.int16, bitcast=True) | dep).to(tl.bfloat16, bitcast=True)
+    x6 = (x6.to(tl.int16, bitcast=True) | dep).to(tl.bfloat16, bitcast=True)
+    x7 = (x7.to(tl.int16, bitcast=True) | dep).to(tl.bfloat16, bitcast=True)
+    return x0, x1, x2, x3, x4, x5, x6, x7
+
+
+@triton.jit
+def _mma_block(acc, ws, xs, s_blk, z_blk, k0, s_row, z_row, N, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr,
+               UNPACK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, NO_SCALE: tl.constexpr = False):
+    """One 128-k block: eight K=16 dots of the unpacked words, scaled per group (unless NO_SCALE:
+    the caller applies the one scale of the block itself)."""
     CH: tl.constexpr = (GROUP if GROUP < 128 else 128) // 16      # 16-k chunks per scale step
-    NB: tl.constexpr = K // 128
-    offs_blk = tl.arange(0, NB)
-    if CH == 8:
-        # all the tile's scales up front ([BN, K/128]): a plain load inside the K loop would
-        # stall every iteration (the software pipeline only covers the dot operands)
-        sz = ((offs_blk * 128) // GROUP)[None, :] * N + offs_n[:, None]
-        s_all = tl.load(s_ptr + b * NG * N + sz).to(tl.float32)
-        if HAS_ZERO:
-            z_all = tl.load(z_ptr + b * NG * N + sz).to(tl.float32)
-    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    for k0 in range(0, K, 128):
-        # the block's activations, then its weight words
-        xs = _load_x8(x_cols + k0, m_mask)
-        if CH == 8:
-            if NB == 1:
-                s_blk = tl.sum(s_all, axis=1)
-                if HAS_ZERO:
-                    z_blk = tl.sum(z_all, axis=1)
+    for g in tl.static_range(8 // CH):
+        part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        xsum = tl.zeros([BLOCK_M], dtype=tl.float32)
+        for jj in tl.static_range(CH):
+            xj = xs[g * CH + jj]
+            if UNPACK == 2:
+                part = tl.dot(ws[g * CH + jj], xj.to(tl.float32), part)
             else:
-                sel = offs_blk[None, :] == k0 // 128
-                s_blk = tl.sum(tl.where(sel, s_all, 0.0), axis=1)
-                if HAS_ZERO:
-                    z_blk = tl.sum(tl.where(sel, z_all, 0.0), axis=1)
-        p = tl.load(qw_rows + k0 // 8)
-        ws = _unpack8(p, UNPACK)
-        for g in tl.static_range(8 // CH):
-            part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-            xsum = tl.zeros([BLOCK_M], dtype=tl.float32)
-            for jj in tl.static_range(CH):
-                xj = xs[g * CH + jj]
-                if UNPACK == 2:
-                    part = tl.dot(ws[g * CH + jj], xj.to(tl.float32), part)
-                else:
-                    part = tl.dot(ws[g * CH + jj], xj, part)
-                if HAS_ZERO:
-                    xsum += tl.sum(xj.to(tl.float32), axis=0)
+                part = tl.dot(ws[g * CH + jj], xj, part)
+            if HAS_ZERO:
+                xsum += tl.sum(xj.to(tl.float32), axis=0)
+        if NO_SCALE:
+            acc += part
+        else:
             if CH == 8:
                 s = s_blk
                 if HAS_ZERO:
@@ -165,6 +153,94 @@ def _w4a16_dot_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, K: tl.constexp
             if HAS_ZERO:
                 part += (8.0 - z)[:, None] * xsum[None, :]
             acc += part * s[:, None]
+    return acc
+
+
+@triton.jit
+def _w4a16_dot_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, K: tl.constexpr,
+                      GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, UNPACK: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, DEP: tl.constexpr, PF: tl.constexpr):
+    pid_n = tl.program_id(1)
+    b = tl.program_id(2).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_i = tl.arange(0, 16)
+    KW = K // 8
+    qw_rows = qw_ptr + b * N * KW + offs_n[:, None] * KW + offs_i[None, :]        # [BN, 16]
+    x_cols = x_ptr + b * M * K + offs_m[None, :] * K + offs_i[:, None]            # [16, BM]
+    m_mask = offs_m[None, :] < M
+    NG = K // GROUP
+    s_row = s_ptr + b * NG * N + offs_n
+    z_row = z_ptr + b * NG * N + offs_n
+    CH: tl.constexpr = (GROUP if GROUP < 128 else 128) // 16
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    if K == 128:
+        # one block per program (W_UK). Issue order: scales, activations, weight words. The
+        # compiler stores each dot operand to shared memory right after its load, and that store
+        # waits for the data: without DEP the activations' store (L2 latency) came before the
+        # weight load was even issued, so the two latencies added up. With DEP the activation
+        # chunks are made to depend on a word of this program's weights (same line as the tile,
+        # inline-asm zero the compiler cannot fold), so their store waits for the weights and
+        # the weight load is issued first: the activations' L2 latency hides under the HBM one.
+        LATE_S: tl.constexpr = CH == 8 and not HAS_ZERO and DEP
+        if LATE_S:
+            # the scale as a [BN, BM] tile shaped like the output: it is applied after the
+            # accumulator is converted for the store, so its load needs no early conversion
+            s_out = tl.load(s_ptr + b * NG * N + offs_n[:, None] + offs_m[None, :] * 0)
+            s_blk = None
+            z_blk = None
+        elif CH == 8:
+            s_blk = tl.load(s_row).to(tl.float32)
+            if HAS_ZERO:
+                z_blk = tl.load(z_row).to(tl.float32)
+            else:
+                z_blk = s_blk            # unused
+        else:
+            s_blk = None
+            z_blk = None
+        xs = _load_x8(x_cols, m_mask)
+        p = tl.load(qw_rows)
+        if DEP and UNPACK == 0:
+            w_first = qw_ptr + b * N * KW + pid_n * BLOCK_N * KW       # this tile's first word
+            dep_m = _opaque_zero(tl.load(w_first + offs_m[None, :] * 0)).to(tl.int16)     # [1, BM]
+            xs = _after(xs, dep_m)
+        ws = _unpack8(p, UNPACK)
+        acc = _mma_block(acc, ws, xs, s_blk, z_blk, 0, s_row, z_row, N, GROUP, HAS_ZERO, UNPACK,
+                         BLOCK_N, BLOCK_M, LATE_S)
+        if LATE_S:
+            acc = acc * s_out.to(tl.float32)
+    else:
+        # a K loop (W_UV), software-pipelined by num_stages; with PF the group scales are
+        # prefetched one block ahead in registers (a plain load in the loop would wait on HBM)
+        if CH == 8 and PF:
+            s_nxt = tl.load(s_row)
+            if HAS_ZERO:
+                z_nxt = tl.load(z_row)
+        for k0 in range(0, K, 128):
+            xs = _load_x8(x_cols + k0, m_mask)
+            if CH == 8:
+                if PF:
+                    s_blk = s_nxt.to(tl.float32)
+                    nxt = (k0 + 128) // GROUP
+                    s_nxt = tl.load(s_row + nxt * N, mask=(k0 + 128 < K) & (offs_n < N), other=0.0)
+                    if HAS_ZERO:
+                        z_blk = z_nxt.to(tl.float32)
+                        z_nxt = tl.load(z_row + nxt * N, mask=(k0 + 128 < K) & (offs_n < N), other=0.0)
+                    else:
+                        z_blk = s_blk
+                else:
+                    s_blk = tl.load(s_row + (k0 // GROUP) * N).to(tl.float32)
+                    if HAS_ZERO:
+                        z_blk = tl.load(z_row + (k0 // GROUP) * N).to(tl.float32)
+                    else:
+                        z_blk = s_blk
+            else:
+                s_blk = None
+                z_blk = None
+            p = tl.load(qw_rows + k0 // 8)
+            ws = _unpack8(p, UNPACK)
+            acc = _mma_block(acc, ws, xs, s_blk, z_blk, k0, s_row, z_row, N, GROUP, HAS_ZERO, UNPACK,
+                             BLOCK_N, BLOCK_M)
     out = out_ptr + b * M * N + offs_m[None, :] * N + offs_n[:, None]            # [BN, BM]
     tl.store(out, acc.to(tl.bfloat16), mask=m_mask)
 
@@ -361,6 +437,6 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
         return k, out
     k = _w4a16_dot_kernel[(triton.cdiv(M, bm), N // bn, H)](
         x, w.qweight, w.scales, zeros, out, M, N, K, GROUP=w.group, HAS_ZERO=w.zeros is not None,
-        UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
+        UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm, DEP=bool(cfg.get("DEP", False)), PF=bool(cfg.get("PF", False)),
         num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2))
     return k, out
