@@ -93,8 +93,8 @@ def add_operation(sub: argparse._SubParsersAction, op: Operation, name: str) -> 
     for fname in op.positional:
         kw = option_spec(fname, fields[fname])
         kw.pop("action", None)
-        if kw.get("nargs") == "+" and not fields[fname].is_required():
-            kw["nargs"] = "*"
+        if not fields[fname].is_required():  # an optional positional (e.g. validate's SPEC_PATH)
+            kw["nargs"] = "*" if kw.get("nargs") == "+" else "?"
         p.add_argument(fname, metavar=fname.upper(), **kw)
     for fname, field in fields.items():
         if fname in op.positional or fname == op.remainder:
