@@ -14,10 +14,10 @@ environment at every call, so a test or a user can change them without restartin
 | ``KERNELSCOPE_MAX_XLSX_TOTAL_BYTES`` | 4 GiB | all decompressed members of an xlsx |
 | ``KERNELSCOPE_MAX_XLSX_RATIO`` | 500 | decompressed / compressed bytes of one member (checked past 16 MiB) |
 | ``KERNELSCOPE_MAX_XLSX_MEMBERS`` | 10 000 | members of an xlsx zip |
-| ``KERNELSCOPE_MAX_XLSX_CELLS`` | 50 000 000 | cells of a sheet's bounding box (rows x columns, from its refs) |
+| ``KERNELSCOPE_MAX_XLSX_CELLS`` | 20 000 000 | cells of a sheet's bounding box (rows x columns, from its refs) |
 | ``KERNELSCOPE_MAX_XLSX_STRING_BYTES`` | 1 MiB | one shared string (Excel itself stops at 32 767 characters) |
 | ``KERNELSCOPE_MAX_XLSX_TEXT_BYTES`` | 2 GiB | shared-string text the sheets' cells expand to |
-| ``KERNELSCOPE_MAX_BUFFER_BYTES`` | 1 GiB | a timeline probe buffer (decoding takes about 12 x its size) |
+| ``KERNELSCOPE_MAX_BUFFER_BYTES`` | 256 MiB | a timeline probe buffer (memory-mapped; decode + analysis hold about 16 x its size: 128 MiB took 2.0 GB) |
 | ``KERNELSCOPE_MAX_EVENT_NAME`` | 200 | characters of one timeline event name |
 | ``KERNELSCOPE_MAX_TEXT_FILE_BYTES`` | 64 MiB | small text inputs read whole (events names, overhead JSON, rule CSVs) |
 """
@@ -38,10 +38,10 @@ DEFAULTS: dict[str, int] = {
     "XLSX_TOTAL_BYTES": 4 * _G,
     "XLSX_RATIO": 500,
     "XLSX_MEMBERS": 10_000,
-    "XLSX_CELLS": 50_000_000,
+    "XLSX_CELLS": 20_000_000,
     "XLSX_STRING_BYTES": 1 * _M,
     "XLSX_TEXT_BYTES": 2 * _G,
-    "BUFFER_BYTES": 1 * _G,
+    "BUFFER_BYTES": 256 * _M,
     "EVENT_NAME": 200,
     "TEXT_FILE_BYTES": 64 * _M,
 }

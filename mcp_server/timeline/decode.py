@@ -17,7 +17,8 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from mcp_server.errors import BufferFormatError, FileMissingError
+from mcp_server.errors import BufferFormatError, FileMissingError, InputError
+from mcp_server.limits import human, limit, over
 from mcp_server.timeline import layout as L
 from mcp_server.timeline.layout import BEGIN, END, INSTANT, N_EVENTS, TAG_LAYOUTS
 
@@ -96,17 +97,24 @@ def load_buffer(buf: BufferLike) -> tuple[np.ndarray, str]:
         if size == 0:
             raise BufferFormatError("probe buffer is empty (0 bytes)", path=path,
                                     hint="copy the device buffer to the host after the kernel finished")
+        if size > limit("BUFFER_BYTES"):  # decoding and analysis hold about 16 x the buffer (bench/RESULTS.md)
+            raise over("BUFFER_BYTES", f"the probe buffer ({human(size)})", path=path, unit="bytes")
+        # memory-mapped, read-only: pages are read as the decoder touches them, and a .npy header that claims
+        # more data than the file holds fails here instead of allocating what it claims
         if path.suffix.lower() == ".npy":
             try:
-                arr = np.load(path, allow_pickle=False)
+                arr = np.load(path, allow_pickle=False, mmap_mode="r")
             except Exception as exc:
-                raise BufferFormatError(f"not a readable .npy file ({exc})", path=path) from None
+                raise BufferFormatError(f"not a readable .npy file ({type(exc).__name__}: {exc})", path=path) from None
             return _as_u64(arr, str(path)), str(path)
         if size % 8:
             raise BufferFormatError(
                 f"size {size} bytes is not a multiple of 8: not a uint64 probe buffer", path=path,
                 hint="write the buffer's raw bytes (tensor.cpu().numpy().tofile(path))")
-        return np.fromfile(path, dtype="<u8"), str(path)
+        try:
+            return np.memmap(path, dtype="<u8", mode="r"), str(path)
+        except (OSError, ValueError) as exc:
+            raise BufferFormatError(f"cannot read the probe buffer ({exc})", path=path) from None
     if hasattr(buf, "detach") and hasattr(buf, "cpu"):  # torch tensor, without importing torch
         arr = buf.detach().cpu().contiguous().numpy()
         return _as_u64(arr, "<tensor>"), "<tensor>"
@@ -572,17 +580,43 @@ def _pair(kind, event, lane, ts, sm, st: DecodeStats):
 
 
 def event_name_list(event_names: Union[None, str, os.PathLike, Sequence[str]]) -> list[str]:
-    """Event names from a list, a comma-separated string, or a file (one per line or comma-separated)."""
+    """Event names from a list, a comma-separated string, or a file (one per line or comma-separated).
+
+    A names file is read up to ``KERNELSCOPE_MAX_TEXT_FILE_BYTES``; each name is at most
+    ``KERNELSCOPE_MAX_EVENT_NAME`` characters (a longer one is an ``InputError``)."""
     if event_names is None:
         return []
     if isinstance(event_names, (list, tuple)):
-        return [str(x).strip() for x in event_names]
+        return _bounded_names([str(x).strip() for x in event_names])
     text = str(event_names)
     p = Path(text)
-    if ("," not in text or p.suffix) and p.exists() and p.is_file():
-        body = p.read_text(encoding="utf-8")
+    try:  # a text too long for a file name (ENAMETOOLONG) or with a NUL byte is not a file
+        is_file = ("," not in text or bool(p.suffix)) and p.exists() and p.is_file()
+        exists = is_file or p.exists()
+    except (OSError, ValueError):
+        is_file = exists = False
+    if is_file:
+        cap = limit("TEXT_FILE_BYTES")
+        if p.stat().st_size > cap:
+            raise over("TEXT_FILE_BYTES", "the event names file", human(p.stat().st_size), path=p, unit="bytes")
+        try:
+            body = p.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError) as exc:
+            raise InputError(f"event names file cannot be read as UTF-8 text ({type(exc).__name__})",
+                             path=p) from None
         parts = [x.strip() for line in body.splitlines() for x in line.split(",")]
-        return [x for x in parts if x and not x.startswith("#")]
-    if text.endswith((".txt", ".events", ".csv")) and not p.exists():
-        raise FileMissingError("event names file not found", path=p)
-    return [x.strip() for x in text.split(",") if x.strip()]
+        return _bounded_names([x for x in parts if x and not x.startswith("#")], p)
+    if text.endswith((".txt", ".events", ".csv")) and not exists:
+        raise FileMissingError("event names file not found", path=p if len(text) <= 4096 else None)
+    return _bounded_names([x.strip() for x in text.split(",") if x.strip()])
+
+
+def _bounded_names(names: list[str], source: Optional[Path] = None) -> list[str]:
+    cap = limit("EVENT_NAME")
+    for i, n in enumerate(names):
+        if len(n) > cap:
+            raise InputError(f"event name {i} is {len(n):,} characters long ({n[:40]!r}...), over the limit of "
+                             f"{cap}", path=source,
+                             hint="pass the names as a list, 'N1,N2,...' or a names file, one short name each; "
+                                  "KERNELSCOPE_MAX_EVENT_NAME raises the limit")
+    return names

@@ -57,8 +57,12 @@ def load_overhead(path: Union[str, os.PathLike]) -> ProbeOverhead:
     p = Path(path)
     if not p.exists():
         raise FileMissingError("probe overhead file not found", path=p)
+    from mcp_server.limits import human, limit, over
+
+    if p.is_file() and p.stat().st_size > limit("TEXT_FILE_BYTES"):
+        raise over("TEXT_FILE_BYTES", "the probe overhead file", human(p.stat().st_size), path=p, unit="bytes")
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = json.loads(p.read_text(encoding="utf-8"), parse_constant=_no_constant, parse_float=_finite)
         if not isinstance(doc, dict):
             raise TypeError("top level is not an object")
         medians = _medians_only(doc)
@@ -69,12 +73,25 @@ def load_overhead(path: Union[str, os.PathLike]) -> ProbeOverhead:
                                          method=str(doc.get("method", "")), source=str(p))
         w = [float(x) for x in doc["with_probes_us"]]
         wo = [float(x) for x in doc["without_probes_us"]]
-    except (ValueError, KeyError, TypeError) as exc:
+    except RecursionError:
+        raise BufferFormatError("not a probe overhead file (JSON nested too deeply)", path=p) from None
+    except (ValueError, KeyError, TypeError, OverflowError, OSError) as exc:
         raise BufferFormatError(
             f"not a probe overhead file ({type(exc).__name__}: {exc})", path=p,
             hint="expected JSON with lists with_probes_us and without_probes_us, or medians with_median_us and "
                  "without_median_us") from None
     return overhead_from_samples(w, wo, method=str(doc.get("method", "")), noise_pct=noise_f, source=str(p))
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a measurement")
+
+
+def _finite(text: str) -> float:
+    v = float(text)
+    if v != v or v in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:40]} is not a finite number")
+    return v
 
 
 #: keys other tools write the two medians under (kernelscope's own ProbeOverhead names first)
