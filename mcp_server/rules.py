@@ -42,7 +42,7 @@ def parse_rule_table(text: str, source: str, *, required: Sequence[str], optiona
                 if ln.strip() and not ln.lstrip().startswith("#")]
     if not numbered:
         raise CategoriesError(f"{what} file is empty; expected a header '{','.join(required)}'", path=source)
-    rows = list(csv.reader(io.StringIO("\n".join(ln for _, ln in numbered))))
+    rows = _csv_rows(numbered, source)
     header = [h.strip().lower() for h in rows[0]]
     missing = [c for c in required if c not in header]
     if missing:
@@ -68,10 +68,32 @@ def parse_rule_table(text: str, source: str, *, required: Sequence[str], optiona
     return RuleTable(tuple(out), source, hashlib.sha256(text.encode()).hexdigest())
 
 
+def _csv_rows(numbered: list[tuple[int, str]], source: str) -> list[list[str]]:
+    """CSV rows of the numbered lines; a malformed line (a field over the csv module's 131 072-character
+    limit, a NUL byte) is a ``CategoriesError`` naming its line."""
+    reader = csv.reader(io.StringIO("\n".join(ln for _, ln in numbered)))
+    rows: list[list[str]] = []
+    try:
+        for row in reader:
+            rows.append(row)
+    except csv.Error as exc:
+        k = min(max(reader.line_num, 1), len(numbered)) - 1
+        raise CategoriesError(f"line {numbered[k][0]}: not a CSV row ({exc})", path=source,
+                              hint="a pattern is a short regular expression; fix or remove that line") from None
+    return rows
+
+
 @lru_cache(maxsize=32)
 def _read_cached(path: str, mtime_ns: int, size: int, what: str) -> str:
+    from mcp_server.limits import limit, over
+
+    cap = limit("TEXT_FILE_BYTES")
     try:
-        return Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as f:  # bounded: a device or endless file cannot fill the memory
+            data = f.read(cap + 1)
+        if len(data) > cap:
+            raise over("TEXT_FILE_BYTES", f"the {what} file", path=path, unit="bytes")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise CategoriesError(f"{what} file is not UTF-8 text", path=path) from None
 
