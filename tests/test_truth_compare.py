@@ -40,3 +40,49 @@ def test_rope_adds_match_and_the_mask_add_is_fused_away(eager_sdpa):
     rows = [k for k in att.a_kernels if k.name == mask[0].a_name]
     assert {k.input_dims for k in rows} >= {"[[1,8,128,128],[1,1,128,128],[]]"} and all(k.cpu_op == "aten::add"
                                                                                          for k in rows)
+
+GRAPH, MIXED = TR / "llama_decode_graph.json.gz", TR / "llama_decode_mixed.json.gz"
+
+
+def test_decode_with_a_prefill_reference_warns_and_stars_no_zero_block():
+    """Graph-replay decode attributed from a prefill trace: q/k/v (and o_proj) are absorbed into the
+    attention module, so attn_qkv_proj reads 0 on that side and had the largest gap (the fake ★)."""
+    r = diff_modules(str(GRAPH), str(MIXED), reference_a=str(TR / "llama_prefill_sdpa.json.gz"), per_step=False)
+    qkv = _block(r, "attn_qkv_proj")
+    assert qkv.a_us == 0 and qkv.b_us > 60 and r.blocks[0].block == "attn_qkv_proj"  # the largest |gap|
+    assert not qkv.optimize and r.top_block != "attn_qkv_proj"
+    assert r.top_block and _block(r, r.top_block).a_us > 0 and _block(r, r.top_block).b_us > 0
+    ref = [w for w in r.warnings if w.code == "reference_mismatch"]
+    assert any("is a prefill trace but the compared kernels are decode" in w.message for w in ref)
+    assert any("not marked for optimisation: attn_qkv_proj" in w.message for w in ref)
+    assert r.a.reference and r.a.reference_phase == "prefill" and r.a.attribution_suspect
+    assert r.a.attribution_method == "reference-trace" and 0 < r.a.attribution_confidence < 1
+    # the right reference (an eager decode step of the same model): no warning, q/k/v found
+    ok = diff_modules(str(GRAPH), str(MIXED), reference_a=str(MIXED), per_step=False)
+    assert not [w for w in ok.warnings if w.code == "reference_mismatch"]
+    assert _block(ok, "attn_qkv_proj").a_us > 0 and not ok.a.attribution_suspect
+
+
+def test_budget_warns_on_step_counts_and_goes_per_step():
+    """3 graph replays against 1 eager step + 3 replays: the budget said nothing before."""
+    from mcp_server.compare.budget import budget
+
+    whole = budget(str(GRAPH), str(MIXED), phase="decode", per_step=False)
+    assert whole.a.steps == 3 and whole.b.steps == 4
+    assert [w for w in whole.warnings if w.code == "step_count_differs"]
+    auto = budget(str(GRAPH), str(MIXED), phase="decode")  # per-step kernel counts agree (133 vs 126)
+    assert [w for w in auto.warnings if w.code == "per_step"]
+    assert auto.total_a_us == pytest.approx(whole.total_a_us / 3)
+    assert auto.total_b_us == pytest.approx(whole.total_b_us / 4)
+    # per step the decode steps cost about the same; whole, B looked 30 % dearer
+    assert abs(auto.total_b_us / auto.total_a_us - 1) < 0.1 < whole.total_b_us / whole.total_a_us - 1
+    same = budget(str(EAGER), str(SDPA))
+    assert same.a.steps == same.b.steps == 1 and not [w for w in same.warnings if w.code == "step_count_differs"]
+
+
+def test_diff_per_step():
+    r = diff_modules(str(GRAPH), str(MIXED), reference_a=str(MIXED))
+    assert [w for w in r.warnings if w.code == "per_step"]
+    assert not [w for w in r.warnings if w.message.startswith(r.b.label + " launches")]  # no second step warning
+    whole = diff_modules(str(GRAPH), str(MIXED), reference_a=str(MIXED), per_step=False)
+    assert r.total_a_us == pytest.approx(whole.total_a_us / 3) and r.total_b_us == pytest.approx(whole.total_b_us / 4)

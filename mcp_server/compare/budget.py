@@ -11,7 +11,7 @@ from typing import Optional, Sequence, Union
 
 import pandas as pd
 
-from mcp_server.compare.inputs import Side, distinct_labels, filter_phase, load_sides
+from mcp_server.compare.inputs import Side, distinct_labels, filter_phase, load_sides, resolve_per_step
 from mcp_server.compare.models import BudgetResult, BudgetRow, SideInfo
 from mcp_server.errors import InputError
 from mcp_server.models import Warning_
@@ -44,13 +44,19 @@ def side_info(side: Side, *, total_us: float, count: int, table: str, phase: Opt
         label=side.label, path=side.path, kind=side.kind, source_table=table,
         truncated=bool(side.gpu_kernels_truncated if table == "GPU Kernels" else side.kernels_truncated),
         phase=phase or None, phases_present=phases, kernel_count=int(count), total_us=float(total_us),
-        categories_sha256=side.categories_sha256,
+        categories_sha256=side.categories_sha256, reference=side.reference,
+        reference_phase=side.reference_phase or None, attribution_method=side.attribution_method or None,
+        attribution_confidence=side.attribution_confidence, attribution_suspect=side.attribution_suspect,
+        steps=side.steps,
     )
 
 
 def budget(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = None, phase: Optional[str] = None,
-           categories: str | os.PathLike | None = None) -> BudgetResult:
-    """Per category: each side's us and share, gap (b - a) and ratio (b / a), sorted by |gap|."""
+           categories: str | os.PathLike | None = None, per_step: Optional[bool] = None) -> BudgetResult:
+    """Per category: each side's us and share, gap (b - a) and ratio (b / a), sorted by |gap|.
+
+    ``per_step``: divide each side by its step count (graph replays + eager calls); None = automatic
+    when the counts differ and the kernels per step agree. Differing counts are always warned."""
     sa, sb = load_sides(a, b, categories=categories, purpose="budget")
     distinct_labels(sa, sb, list(labels) if labels else None)
     warnings: list[Warning_] = []
@@ -64,6 +70,7 @@ def budget(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = None, ph
                     f"{s.label} holds both prefill and decode kernels; the budget mixes them "
                     "(pass phase='prefill' or 'decode')")))
     warnings += sa.warnings + sb.warnings
+    resolve_per_step(sa, sb, per_step, warnings)
     ga, ta = category_totals(sa)
     gb, tb = category_totals(sb)
     tot_a, tot_b = float(ga["us"].sum()), float(gb["us"].sum())

@@ -23,7 +23,7 @@ from typing import Optional, Sequence, Union
 
 from mcp_server.compare.blocks import BlockRules, assign_blocks, load_blocks
 from mcp_server.compare.budget import side_info
-from mcp_server.compare.inputs import Side, distinct_labels, load_sides
+from mcp_server.compare.inputs import Side, distinct_labels, load_sides, resolve_per_step
 from mcp_server.compare.matching import Item, align, dims_key, display_kernel_name, segments
 from mcp_server.compare.models import Annotation, BlockDiff, DiffResult, KernelMatch, KernelRow
 from mcp_server.errors import InputError
@@ -157,7 +157,7 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
                  categories: str | os.PathLike | None = None, blocks: str | os.PathLike | None = None,
                  phase: Optional[str] = None, output_xlsx: str | os.PathLike | None = None,
                  output_html: str | os.PathLike | None = None, reference_a: str | os.PathLike | None = None,
-                 reference_b: str | os.PathLike | None = None) -> DiffResult:
+                 reference_b: str | os.PathLike | None = None, per_step: Optional[bool] = None) -> DiffResult:
     """Module-grouped comparison of two runs (see module doc). ``reference_a`` / ``reference_b``:
     an eager trace of the same model per side, to attribute a graph-replay (decode) trace."""
     rules = load_blocks(blocks)
@@ -167,9 +167,10 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
     for s in (sa, sb):
         if s.kernels is None:
             raise InputError("no kernel table to group by module", path=s.path)
+    warnings: list[Warning_] = sa.warnings + sb.warnings
+    stepped = resolve_per_step(sa, sb, per_step, warnings)
     ka, kb = sa.kernels, sb.kernels
     assert ka is not None and kb is not None  # checked above
-    warnings: list[Warning_] = sa.warnings + sb.warnings
     if not phase:
         for s in (sa, sb):
             if len(s.phases) > 1:
@@ -204,9 +205,10 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
             matches=matches, annotations=_annotate(xa, xb, pairs, sa.label, sb.label),
         ))
     out.sort(key=lambda d: (-abs(d.gap_us), d.block))
-    if out and abs(out[0].gap_us) > 0:
-        out[0].optimize = True
-    steps = _step_ratio(out)
+    star = _star(out, sa, sb, warnings)
+    if star is not None:
+        star.optimize = True
+    steps = None if (stepped or any(w.code == WarningCode.step_count_differs for w in warnings)) else _step_ratio(out)
     if steps is not None:
         warnings.append(Warning_(code=WarningCode.step_count_differs, message=(
             f"{sb.label} launches {steps:.2f}x as many kernels as {sa.label} in most blocks: the runs cover "
@@ -218,7 +220,7 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
         a=side_info(sa, total_us=tot_a, count=len(ka), table="kernels", phase=phase, phases=sa.phases),
         b=side_info(sb, total_us=tot_b, count=len(kb), table="kernels", phase=phase, phases=sb.phases),
         blocks=out, total_a_us=tot_a, total_b_us=tot_b, gap_us=tot_b - tot_a, ratio=_ratio(tot_a, tot_b),
-        top_block=out[0].block if out and out[0].optimize else None, blocks_source=rules.source,
+        top_block=star.block if star is not None else None, blocks_source=rules.source,
         mismatches=sa.mismatches + sb.mismatches, warnings=warnings,
     )
     if output_xlsx:
@@ -230,6 +232,28 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
 
         res.output_html = str(write_diff_html(res, output_html))
     return res
+
+
+def _star(blocks: list[BlockDiff], sa: Side, sb: Side, warnings: list[Warning_]) -> Optional[BlockDiff]:
+    """The block to work on first: the largest |gap|, skipping blocks that are zero on a side whose
+    module attribution is suspect (a reference of another phase, low confidence) or unattributed
+    kernels: there the zero is the attribution's failure, not a missing module."""
+    from mcp_server.compare.blocks import UNATTRIBUTED
+
+    skipped = []
+    for b in blocks:
+        if abs(b.gap_us) <= 0:
+            break
+        zero_on = [s for s, us in ((sa, b.a_us), (sb, b.b_us)) if us <= 0]
+        if b.block == UNATTRIBUTED or any(s.attribution_suspect for s in zero_on):
+            skipped.append(b)
+            continue
+        if skipped:
+            warnings.append(Warning_(code=WarningCode.reference_mismatch, message=(
+                f"not marked for optimisation: {', '.join(f'{x.block} ({x.a_us:.1f} vs {x.b_us:.1f} us)' for x in skipped)}"
+                f" - zero or unattributed on a side whose module attribution is suspect (see the reference warning)")))
+        return b
+    return None
 
 
 def _step_ratio(blocks: list[BlockDiff]) -> Optional[float]:

@@ -47,6 +47,12 @@ class Side:
     categories_sha256: str = ""
     mismatches: list[CategoryMismatch] = field(default_factory=list)
     warnings: list[Warning_] = field(default_factory=list)
+    reference: Optional[str] = None  # eager trace that attributed this side's CUDA-graph replays
+    reference_phase: str = ""  # that trace's phase ('' unknown)
+    attribution_method: str = ""  # GraphAttribution.method of this side ('' for reports / no replays)
+    attribution_confidence: Optional[float] = None  # mean confidence of the replay attribution
+    attribution_suspect: bool = False  # reference of another phase, or low confidence: module blocks may be wrong
+    steps: Optional[int] = None  # steps (iterations / replays) the side holds, when known
 
     @property
     def phases(self) -> list[str]:
@@ -162,7 +168,56 @@ def _load_trace(p: Path, label: str, categories, rules: CategoryRules, reference
         df = df.sort_values("ts_us", kind="stable")
     df = df.reset_index(drop=True)
     warnings = [Warning_(code=w.code, message=w.message, count=w.count) for w in getattr(res, "warnings", [])]
-    return Side(label=label, path=str(p), kind="trace", kernels=df, categories_sha256=rules.sha256, warnings=warnings)
+    side = Side(label=label, path=str(p), kind="trace", kernels=df, categories_sha256=rules.sha256, warnings=warnings)
+    g = res.graph
+    if g.graph_kernel_count:
+        side.attribution_method = g.method
+        side.attribution_confidence = round(float(g.mean_confidence), 3)
+    if reference:
+        side.reference = str(reference)
+        _check_reference(side, res, reference, categories)
+    return side
+
+
+#: replay attribution whose mean confidence is below this is called low in compare's warnings
+LOW_CONFIDENCE = 0.6
+
+
+def _majority_phase(phases) -> str:
+    known = [(p.kernel_count, p.phase) for p in phases if p.phase in PHASES]
+    return max(known)[1] if known else ""
+
+
+def _check_reference(side: Side, res, reference, categories) -> None:
+    """Warn when the reference trace's phase is not the compared kernels' phase, or the replay
+    alignment's confidence is low: the module blocks of this side are then not to be trusted."""
+    from mcp_server.traces import analyze_trace
+
+    try:
+        ref = analyze_trace(str(reference), categories=str(categories) if categories else None)
+        side.reference_phase = _majority_phase(ref.phases)
+    except Exception:  # noqa: BLE001 - the attribution already read it; a second read failing leaves phase unknown
+        side.reference_phase = ""
+    graph_phase = ""
+    k = side.kernels
+    if k is not None and len(k) and "graph" in k:
+        gp = k.loc[k["graph"].astype(bool), "phase"].astype(str)
+        gp = gp[gp.isin(PHASES)]
+        graph_phase = gp.mode().iat[0] if len(gp) else ""
+    own = graph_phase or _majority_phase(res.phases)
+    conf = side.attribution_confidence
+    if side.reference_phase and own and side.reference_phase != own:
+        side.attribution_suspect = True
+        side.warnings.append(Warning_(code=WarningCode.reference_mismatch, message=(
+            f"{side.label}: the reference trace {reference} is a {side.reference_phase} trace but the compared "
+            f"kernels are {own}: replays are attributed by aligning them with the reference's eager kernels, so "
+            f"modules of another phase (other shapes, other kernels) are taken for this one's (alignment confidence "
+            f"{conf if conf is not None else 'n/a'}); pass an eager {own} trace of the same model and batch")))
+    elif conf is not None and conf < LOW_CONFIDENCE:
+        side.attribution_suspect = True
+        side.warnings.append(Warning_(code=WarningCode.reference_mismatch, message=(
+            f"{side.label}: replay attribution from {reference} has mean confidence {conf:.2f} (under "
+            f"{LOW_CONFIDENCE}): module blocks of this side may be wrong")))
 
 
 def _load_report(p: Path, label: str, rules: CategoryRules, purpose: Purpose) -> Side:
@@ -261,3 +316,64 @@ def distinct_labels(a: Side, b: Side, labels: Optional[list[str]] | Optional[tup
         m.side = a.label
     for m in b.mismatches:
         m.side = b.label
+
+
+def count_steps(df: Optional[pd.DataFrame]) -> Optional[int]:
+    """Steps a kernel table holds: CUDA-graph replays (distinct launch correlations of replayed
+    kernels) plus eager forward calls (distinct root module instances of the other attributed
+    kernels). None when the table lacks the columns (upstream reports) or holds nothing."""
+    if df is None or not len(df) or "module_path" not in df:
+        return None
+    graph = df["graph"].astype(bool) if "graph" in df else pd.Series(False, index=df.index)
+    n = 0
+    if graph.any() and "correlation" in df:
+        corr = pd.to_numeric(df.loc[graph, "correlation"], errors="coerce")
+        n += int(corr[corr >= 0].nunique())
+    eager = df.loc[~graph, "module_path"].astype(str)
+    eager = eager[eager != ""]
+    n += int(eager.str.split("/").str[0].nunique())
+    return n or None
+
+
+#: per-step kernel counts of two sides "agree" when they differ by less than this share
+STEP_AGREE = 0.10
+
+
+def resolve_per_step(sa: Side, sb: Side, per_step: Optional[bool], warnings: list[Warning_]) -> bool:
+    """Fill ``steps`` of both sides; warn when they differ; decide whether totals go per step.
+
+    ``per_step`` None: automatic, on when the step counts differ and the kernels per step agree
+    (within 10 %); True / False force it (True needs both counts)."""
+    for s in (sa, sb):
+        s.steps = count_steps(s.kernels)
+    na, nb = sa.steps, sb.steps
+    if per_step is False:
+        if na and nb and na != nb:
+            warnings.append(Warning_(code=WarningCode.step_count_differs, message=(
+                f"{sa.label} holds {na} step(s) and {sb.label} {nb}: totals and gaps compare unequal amounts of "
+                f"work (per_step=false keeps them whole)")))
+        return False
+    if not (na and nb):
+        if per_step:
+            warnings.append(Warning_(code=WarningCode.per_step, message=(
+                "per_step ignored: the step count is unknown on "
+                f"{', '.join(s.label for s in (sa, sb) if not s.steps)} (reports without the full kernel table)")))
+        return False
+    assert sa.kernels is not None and sb.kernels is not None  # count_steps returned a number
+    ka, kb = len(sa.kernels) / na, len(sb.kernels) / nb
+    agree = abs(ka - kb) <= STEP_AGREE * max(ka, kb)
+    on = bool(per_step) or (na != nb and agree)
+    if na != nb:
+        warnings.append(Warning_(code=WarningCode.step_count_differs, message=(
+            f"{sa.label} holds {na} step(s) and {sb.label} {nb} ({ka:.0f} vs {kb:.0f} kernels per step): "
+            + ("totals below are per step (each side divided by its step count)" if on else
+               "the per-step kernel sequences differ, so totals stay whole and compare unequal work; "
+               "pass per_step=true to divide anyway, or profile the same number of steps"))))
+    if on:
+        for s, n in ((sa, na), (sb, nb)):
+            k = s.kernels.copy()
+            k["dur_us"] = k["dur_us"] / n
+            s.kernels = k
+        warnings.append(Warning_(code=WarningCode.per_step, message=(
+            f"per step: {sa.label}'s times divided by {na}, {sb.label}'s by {nb}; launch counts stay totals")))
+    return on

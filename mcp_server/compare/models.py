@@ -24,6 +24,14 @@ class SideInfo(Model):
     kernel_count: int
     total_us: float
     categories_sha256: str = ""
+    reference: Optional[str] = Field(None, description="eager trace that attributed this side's CUDA-graph replays")
+    reference_phase: Optional[str] = Field(None, description="that reference trace's phase (prefill | decode)")
+    attribution_method: Optional[str] = Field(None, description="how replay kernels were attributed (same-trace, "
+                                                                "reference-trace, unattributed)")
+    attribution_confidence: Optional[float] = Field(None, description="mean confidence of the replay attribution")
+    attribution_suspect: bool = Field(False, description="reference of another phase or low confidence: this side's "
+                                                         "module blocks are not to be trusted")
+    steps: Optional[int] = Field(None, description="steps (iterations / graph replays) found in the side, when known")
 
 
 class CategoryMismatch(Model):
