@@ -101,7 +101,7 @@ def _ncu(_d: Path) -> Any:
 
 
 def _cache_write(st: Any, out: Path) -> None:
-    from mcp_server.refs.cache import Cache
+    from mcp_server.refs.cache import RefCache as Cache
 
     Cache(directory=out.parent).put("github", "org/repo", "query", value=st)
 
@@ -141,7 +141,7 @@ def _w_perfetto(t, out):
 
 def _w_gantt(t, out):
     from mcp_server.timeline.export import write_gantt_png
-    write_gantt_png(t[0], t[1], out)
+    write_gantt_png(t[0], t[1], out, max_lanes=16)
 
 
 def _w_roofline(n, out):
@@ -169,7 +169,7 @@ WRITERS = [
     Writer("recategorize in place (xlsx patch)", "inplace.xlsx", _recat_inplace_setup, _recat_inplace, "xlsx"),
     Writer("recategorize copy (no change)", "source.xlsx", _report, _recat_copy, "xlsx"),
     Writer("compare xlsx", "diff.xlsx", _diff, _w_diff_xlsx, "xlsx"),
-    Writer("compare html", "diff.html", _diff, _w_diff_html, "bytes"),
+    Writer("compare html", "diff.html", _diff, _w_diff_html, "html"),
     Writer("timeline perfetto json", "tl.json", _timeline, _w_perfetto, "bytes"),
     Writer("timeline gantt png", "tl.png", _timeline, _w_gantt, "png"),
     Writer("ncu roofline png", "roof.png", _ncu, _w_roofline, "png"),
@@ -193,6 +193,8 @@ def _check(w: Writer, out: Path, ref: Any) -> None:
     assert out.exists(), f"{w.name}: output gone"
     if w.kind == "xlsx":
         assert _xlsx_sheets(out) == ref, f"{w.name}: sheets differ"
+    elif w.kind == "html":
+        assert out.read_text().rstrip().endswith("</html>"), f"{w.name}: truncated HTML"
     elif w.kind == "json":
         json.loads(out.read_text())
     elif w.kind == "png":
@@ -204,6 +206,18 @@ def _check(w: Writer, out: Path, ref: Any) -> None:
 
 def _temps(d: Path, out: Path) -> list[str]:
     return [p.name for p in d.iterdir() if p.name.startswith("." + out.name[:100] + ".")]
+
+
+_SETUPS: dict[Any, Any] = {}
+_SHARED = {"_analysis", "_diff", "_timeline", "_ncu"}  # read-only states several writers use
+
+
+def _shared_setup(fn: Callable[[Path], Any], d: Path) -> Any:
+    if fn.__name__ not in _SHARED:
+        return fn(d)
+    if fn not in _SETUPS:
+        _SETUPS[fn] = fn(d)
+    return _SETUPS[fn]
 
 
 @dataclass
@@ -222,7 +236,7 @@ def run(w: Writer, d: Path, iterations: int, seed: int = 1) -> KillStats:
     d.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     if w._state is None:
-        w._state = w.setup(d)
+        w._state = _shared_setup(w.setup, d)
     st = w._state
     out = d / w.filename if w.filename else None
     t0 = time.perf_counter()

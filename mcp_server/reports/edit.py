@@ -27,7 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from mcp_server.atomic import atomic_copy
+from mcp_server.atomic import atomic_copy, sweep_stale_temps
 from mcp_server.categories import CategoryRules
 from mcp_server.errors import ReportFormatError
 from mcp_server.models import Warning_
@@ -430,3 +430,5 @@ def write_plan(plan: EditPlan, out: str | Path, *, force: bool = False) -> None:
         patch_workbook(str(src), str(dst), plan.patch, force=force)
     elif dst.resolve() != src.resolve():
         atomic_copy(src, dst, "report copy", force=force)
+    else:  # nothing to write in place; still clear what a killed earlier run left beside it
+        sweep_stale_temps(dst.resolve())
