@@ -5,15 +5,16 @@ from typing import Optional
 
 from pydantic import Field
 
+from mcp_server.argbounds import PATH_CHARS
 from mcp_server.faces import SizedRequest, WritesOutputs
 
 CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"
 
 
 class AnalyzeTraceRequest(SizedRequest, WritesOutputs):
-    trace_path: str = Field(description="Path to a Kineto trace (.json or .json.gz)")
-    output_xlsx: Optional[str] = Field(default=None, description=(
+    trace_path: str = Field(max_length=PATH_CHARS, description="Path to a Kineto trace (.json or .json.gz)")
+    output_xlsx: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
         "Write the xlsx report (upstream layout + full kernel table) here"))
-    categories: Optional[str] = Field(default=None, description=CATEGORIES_HELP)
-    reference_trace: Optional[str] = Field(default=None, description=(
+    categories: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=CATEGORIES_HELP)
+    reference_trace: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
         "Eager trace of the same model used to attribute CUDA-graph replays to modules"))

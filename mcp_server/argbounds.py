@@ -1,0 +1,37 @@
+"""Size bounds of the request models' string and list arguments (issue 14: a 10 MB path argument took 37 s
+to fail). Every face validates the request model first, so an argument over these is refused at once by
+name, before any engine runs. The bounds sit far above real use:
+
+| bound | value | for |
+|---|---|---|
+| ``PATH_CHARS`` | 4096 characters (Linux PATH_MAX) | file and directory paths; the 'N1,N2,...' event-names text |
+| ``NAME_CHARS`` | 200 characters | keywords, labels, categories, source keys, each item of a list of names |
+| ``LIST_ITEMS`` | 64 items | lists of paths and names (each path item <= ``PATH_CHARS``) |
+| ``EVENT_NAMES`` | 4096 items | timeline event names given as a list (the probe has 1024 event ids) |
+
+Fields keep plain ``str`` / ``list[str]`` annotations (the CLI face maps them to options) with
+``Field(max_length=...)``; the characters of list items are checked by ``item_bounds``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import field_validator
+
+PATH_CHARS = 4096
+NAME_CHARS = 200
+LIST_ITEMS = 64
+EVENT_NAMES = 4096
+
+
+def item_bounds(*fields: str, chars: int) -> Any:
+    """A pydantic field validator: every string item of the named list fields has at most ``chars`` characters."""
+
+    def check(cls: Any, value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                if isinstance(item, str) and len(item) > chars:
+                    raise ValueError(f"item {i} has {len(item):,} characters; at most {chars} are accepted")
+        return value
+
+    return field_validator(*fields)(check)
