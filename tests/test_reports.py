@@ -200,7 +200,10 @@ def test_upstream_layouts_read(tmp_path, layout):
     assert rep.summary_categories["count"].sum() == len(allk)
     kt = kernel_table(rep)
     assert (kt["ts_us"] == -1).all() and (kt["device"] == -1).all() and (kt["cpu_op"] == "").all()
-    assert len(kt) == 3 * L.MAX_ROWS
+    # detail rows, then (issue 13) the kernels outside the kept sheets taken from GPU Kernels
+    assert len(kt[kt["sheet"] != ""]) == 3 * L.MAX_ROWS
+    from mcp_server.reports.reader import RESIDUAL_SOURCE
+    assert (kt.loc[kt["sheet"] == "", "source"] == RESIDUAL_SOURCE).all()
     stored = rep.stored_categories()
     assert all(stored[k.name] == k.category for d in spec.details for k in d.kernels[:10])
 

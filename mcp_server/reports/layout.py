@@ -60,6 +60,8 @@ GPU_KERNEL_HEADERS = ["Kernel Name", "Category", "Total Duration (us)", "Count",
 DETAIL_CATEGORY_HEADERS = ["Category", "Percentage (%)", "Total Duration (us)"]
 DETAIL_KERNEL_HEADERS = ["Module", "Input Dims", "Kernel Name", "Duration (us)", "% of wall time", "Category",
                          "Formula", "TFLOP", "TFLOPs", "Source"]
+#: kernelscope's extra column after the upstream ones: achieved TFLOP/s against the GPU's dense bf16 peak
+PEAK_HEADER = "% of bf16 peak"
 #: the columns a reader needs in a detail kernel table
 DETAIL_REQUIRED = ["Module", "Kernel Name", "Duration (us)", "Category"]
 GPU_KERNELS_REQUIRED = ["Kernel Name", "Category", "Total Duration (us)", "Count"]

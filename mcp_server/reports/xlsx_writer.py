@@ -363,7 +363,35 @@ def _detail_rows(df, rep: _Node, phase: str):
     return df[mask].sort_values("ts_us", kind="stable")
 
 
-def _write_detail(wb, plan: DetailPlan, df) -> None:
+def _peak_tflops(device: str | None) -> tuple[float | None, str]:
+    """The GPU's dense bf16 TFLOP/s (measured ceiling first) and where it came from; (None, '') if unknown."""
+    if not device:
+        return None, ""
+    try:
+        from mcp_server.ncu.specs import find_gpu
+
+        spec = find_gpu(device)
+    except Exception:  # noqa: BLE001 - a missing or malformed spec table only leaves the column empty
+        return None, ""
+    c = spec.ceiling("bf16_tflops") if spec is not None else None
+    return (c.value, f"{spec.key} {c.source}") if (c is not None and spec is not None) else (None, "")
+
+
+def _flops_cells(op: str, dims: str, dur_us: float, peak: float | None) -> tuple:
+    """(Formula, TFLOP, TFLOPs, % of peak) of one launch; Nones where the op or dims do not allow it."""
+    from mcp_server.reports.flops import launch_flops
+
+    got = launch_flops(op, dims)
+    if got is None:
+        return None, None, None, None
+    formula, flop = got
+    tflop = flop / 1e12
+    rate = tflop / (dur_us / 1e6) if dur_us > 0 else None
+    pct = round(100.0 * rate / peak, 2) if (rate is not None and peak) else None
+    return formula, float(f"{tflop:.3g}"), (round(rate, 3) if rate is not None else None), pct
+
+
+def _write_detail(wb, plan: DetailPlan, df, peak: float | None = None) -> None:
     s = _Sheet(wb, plan.sheet, {"A": 35, "B": 60, "C": 80, "G": 24, "J": 70})
     k = _detail_rows(df, plan.rep, plan.phase)
     n = 0 if k is None else len(k)
@@ -385,14 +413,17 @@ def _write_detail(wb, plan: DetailPlan, df) -> None:
         s.append([cat, f"{us / ssum * 100 if ssum > 0 else 0:.0f}%", round(us, 3)])
     s.bold(["Total", "100%", round(ssum, 3)])
     s.blank()
-    s.header(L.DETAIL_KERNEL_HEADERS)
+    s.header(L.DETAIL_KERNEL_HEADERS + [L.PEAK_HEADER])
     if n:
+        ops = k["cpu_op"].astype(str).tolist() if "cpu_op" in k else [""] * n
         cols = [k[c].tolist() for c in ("module", "input_dims", "name", "dur_us", "category", "source")]
         for i in range(min(n, L.MAX_ROWS)):
             mod, dims, name, dur, cat, src = (c[i] for c in cols)
             dur = float(dur)
+            formula, tflop, rate, pct = (_flops_cells(ops[i], str(dims), dur, peak) if cat in ("gemm", "attention", "moe")
+                                         else (None, None, None, None))
             s.append([mod, dims, name, round(dur, 3), round(dur / wall * 100 if wall > 0 else 0.0, 2), cat,
-                      None, None, None, src])
+                      formula, tflop, rate, src, pct])
         if n > L.MAX_ROWS:
             s.append([L.truncated_line()])
 
@@ -414,7 +445,7 @@ def _write_full(wb, df) -> list:
     return parts
 
 
-def _write_metadata(wb, analysis, df, plans) -> None:
+def _write_metadata(wb, analysis, df, plans, peak: float | None = None, peak_src: str = "") -> None:
     import json
 
     s = _Sheet(wb, L.METADATA, {"A": 30, "B": 100})
@@ -437,6 +468,7 @@ def _write_metadata(wb, analysis, df, plans) -> None:
         ("detail_sheets", ", ".join(p.sheet for p in plans)),
         ("categories_source", src),
         ("categories_sha256", sha),
+        ("bf16_peak_tflops", "" if peak is None else f"{peak} ({peak_src}; the '% of bf16 peak' column)"),
         ("graph_attribution", json.dumps(analysis.graph.model_dump(mode="json"), sort_keys=True)),
     ]
     for k, v in sorted((analysis.metadata or {}).items()):
@@ -467,10 +499,11 @@ def write_analysis_report(analysis, path: str | os.PathLike) -> None:
     _write_overview(wb, analysis, roots)
     _write_tree(wb, roots)
     _write_gpu_kernels(wb, df)
+    peak, peak_src = _peak_tflops(analysis.device)
     for p in plans:
-        _write_detail(wb, p, df)
+        _write_detail(wb, p, df, peak)
     parts = _write_full(wb, df)
-    _write_metadata(wb, analysis, df, plans)
+    _write_metadata(wb, analysis, df, plans, peak, peak_src)
     atomic_save(wb, out, full_tables=parts)
 
 
