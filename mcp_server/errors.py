@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any, TypeVar
 
 
 class KernelscopeError(Exception):
@@ -77,17 +78,41 @@ class ChangeConflictError(KernelscopeError):
     """A file or patch the loop applies is not in the state the ledger expects (edited meanwhile)."""
 
 
+_SECRET_KEYS = (r"authorization|proxy-authorization|x-api-key|api[_-]?key|apikey|private[_-]token|x-auth-token|"
+                r"access[_-]?token|refresh[_-]?token|id[_-]?token|auth[_-]?token|token|password|passwd|secret|"
+                r"client[_-]secret|cookie|set-cookie|session|signature|sig")
 _SECRET_PATTERNS = [
+    # token shapes: GitHub, GitLab, Slack, Atlassian API tokens, AWS access key ids, JWTs
     re.compile(r"(gh[pousr]_[A-Za-z0-9]{16,})"),
     re.compile(r"(github_pat_[A-Za-z0-9_]{20,})"),
-    re.compile(r"(?i)(authorization:\s*)(\S+(?:\s+\S+)?)"),
-    re.compile(r"(?i)((?:token|password|api[_-]?key|secret)\s*[=:]\s*)([^\s,;&]+)"),
+    re.compile(r"(glpat-[A-Za-z0-9_-]{16,})"),
+    re.compile(r"(xox[abprs]-[A-Za-z0-9-]{10,})"),
+    re.compile(r"(ATATT[A-Za-z0-9_=+/-]{16,})"),
+    re.compile(r"\b(AKIA[0-9A-Z]{16})\b"),
+    re.compile(r"(eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"),
+    # credentials inside a URL: scheme://user:password@host, scheme://TOKEN@host
+    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@\"'<>]*:)([^/\s@\"'<>]+)(?=@)"),
+    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)([A-Za-z0-9_.~+=-]{16,})(?=@)"),
+    # query parameters: ?access_token=..., &token=..., &sig=...
+    re.compile(rf"(?i)([?&;](?:{_SECRET_KEYS}|key|code|auth)=)([^&#\s\"'<>]+)"),
+    # quoted keys (JSON, Python reprs): {"Authorization": "Basic ..."}, {'token': '...'}
+    re.compile(rf'(?i)("(?:{_SECRET_KEYS})"\s*:\s*")((?:[^"\\]|\\.)*)(?=")'),
+    re.compile(rf"(?i)('(?:{_SECRET_KEYS})'\s*:\s*')((?:[^'\\]|\\.)*)(?=')"),
+    # header lines and key=value / key: value
+    re.compile(r"(?i)((?:proxy-)?authorization:\s*)(\S+(?:\s+\S+)?)"),
+    re.compile(r"(?i)((?:x-api-key|private-token|x-auth-token|cookie|set-cookie):\s*)(\S+)"),
+    re.compile(r"(?i)((?:token|password|passwd|api[_-]?key|secret)\s*[=:]\s*)(?!\*\*\*)([^\s,;&\"'#]+)"),
+    # bare schemes: Bearer xxx, Basic base64
+    re.compile(r"(?i)(\b(?:bearer|basic|token)\s+)([A-Za-z0-9._~+/=-]{8,})"),
 ]
-_SECRET_ENV = ("GITHUB_TOKEN", "GH_TOKEN", "JIRA_API_TOKEN", "JIRA_PAT", "JIRA_PASSWORD")
+_SECRET_ENV = ("GITHUB_TOKEN", "GH_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN", "JIRA_API_TOKEN",
+               "JIRA_PAT", "JIRA_PASSWORD")
 
 
 def redact(text: str) -> str:
     """Remove tokens (the values of known secret variables and token-shaped strings)."""
+    if not text:
+        return text
     for var in _SECRET_ENV:
         val = os.environ.get(var)
         if val and len(val) >= 4:
@@ -98,3 +123,29 @@ def redact(text: str) -> str:
         else:
             text = pat.sub(lambda m: m.group(1) + "***", text)
     return text
+
+
+def redact_data(obj: Any) -> Any:
+    """``obj`` (JSON-like: dicts, lists, tuples, strings, numbers) with every string redacted."""
+    if isinstance(obj, str):
+        return redact(obj)
+    if isinstance(obj, dict):
+        return {k: redact_data(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(redact_data(v) for v in obj)
+    return obj
+
+
+M = TypeVar("M")
+
+
+def redact_model(model: M) -> M:
+    """A copy of a pydantic result model with every string field redacted (what a face returns)."""
+    dump = getattr(model, "model_dump", None)
+    if dump is None:
+        return model
+    data = dump(mode="python", by_alias=True)
+    clean = redact_data(data)
+    if clean == data:
+        return model
+    return type(model).model_validate(clean)  # type: ignore[attr-defined]

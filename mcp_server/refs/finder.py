@@ -9,7 +9,7 @@ from typing import Callable
 
 import httpx
 
-from mcp_server.errors import InputError
+from mcp_server.errors import InputError, redact_model
 from mcp_server.models import Warning_
 from mcp_server.refs.cache import DEFAULT_TTL_S, RefCache
 from mcp_server.refs.common import SearchParams
@@ -93,12 +93,15 @@ def find_references(
     warnings += section_warnings
     outcomes = _outcomes(sections)
     unanswered = [s.source for s in sections if s.method not in _LIVE or s.incomplete]
-    return ReferenceResult(
+    res = ReferenceResult(
         keyword=kw, category=category, category_source=cat_source, outcomes=outcomes, unanswered=unanswered,
         sections=sections,
         registry=reg.path, elapsed_s=round(time.monotonic() - t0, 3), timeout_s=float(timeout_s),
         warnings=warnings,
     )
+    # what the sources sent back (titles, URLs such as a GitHub html_url, an error body that echoes
+    # headers) is redacted in the result itself, not only in the cache copy
+    return redact_model(res)
 
 
 def _check_request(keyword: str, max_results: int, days: int | None, timeout_s: float) -> str:
