@@ -76,9 +76,6 @@ def main():
                 report(compile_one(w8a16._w8a16_shuf_kernel, F8, c, nw), f"fp8_shuf_K{K}_BM{bm}_BN{bn}", a.sass_dir)
 
 
-if __name__ == "__main__":
-    main()
-
 
 def persistent():
     sig = dict(I4)
@@ -95,3 +92,7 @@ def persistent_fp8():
     for K in (128, 512):
         c = {"K": K, "GROUP": 0, "UNPACK": 0, "BLOCK_N": 128, "BLOCK_M": 16}
         report(compile_one(w8a16._w8a16_persistent_kernel, sig, c, 4, 3), f"fp8_pers_K{K}_s3", Path("/tmp/sassP"))
+
+
+if __name__ == "__main__":
+    main()

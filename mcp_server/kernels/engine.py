@@ -80,6 +80,7 @@ def mla_bench(model: str = "deepseek-v3", batch=[1, 8, 64], layers=[1, 8, 32], c
             f"stopped after {timeout_s:.0f} s: {len(res['rows'])} rows of the requested shapes")))
     result = MlaBenchResult(
         model=model, device=_device(res["device"]), copy_tbps=round(res["copy_tbps"], 3),
+        read_tbps=round(res["read_tbps"], 3) if res.get("read_tbps") else None,
         rows=[MlaRow(**{k: r[k] for k in MlaRow.model_fields}) for r in res["rows"]],
         checks=[MlaCheck(**c) for c in res["checks"]], targets=judge_targets(res["rows"]), warnings=warnings)
     if json_path:

@@ -65,7 +65,8 @@ class TargetCheck(Model):
 class MlaBenchResult(Model):
     model: str
     device: DeviceInfo
-    copy_tbps: float = Field(description="Device-to-device copy, bytes read + written / time (graph-timed)")
+    copy_tbps: float = Field(description="Device-to-device copy of 4 GiB, bytes read + written / time (events)")
+    read_tbps: Optional[float] = Field(default=None, description="Read-only bandwidth (amax over 4 GiB), TB/s")
     rows: list[MlaRow]
     checks: list[MlaCheck]
     targets: list[TargetCheck]

@@ -19,7 +19,8 @@ def render_mla(res: MlaBenchResult, con, request: Any = None) -> None:
 
     d = res.device
     con.print(escape(f"{res.model} on {d.name} ({d.sm_count} SMs, L2 {d.l2_mb:.0f} MB), torch {d.torch}, "
-                     f"triton {d.triton}; copy {res.copy_tbps:.2f} TB/s (read + write)"), highlight=False)
+                     f"triton {d.triton}; copy {res.copy_tbps:.2f} TB/s (read + write)"
+                     + (f", read {res.read_tbps:.2f} TB/s" if res.read_tbps else "")), highlight=False)
     t = Table(title="reconstruction BMMs (CUDA-graph timed, µs)", title_justify="left")
     for c in ("weight", "layers", "H", "M", "K", "N", "MB", "cache", "BF16", "INT4", "FP8", "INT4 x", "FP8 x",
               "INT4 TB/s", "BF16 TB/s"):

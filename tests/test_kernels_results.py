@@ -1,0 +1,74 @@
+"""Facts of the committed H200 results (tests/fixtures/kernels, copies of bench/results): the MLA
+table's row format and internal consistency, the targets judged on it, and the L2 sweep's
+boundary and crossover recomputed from its points."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mcp_server.kernels import bench, l2sweep
+from mcp_server.kernels.engine import judge_targets
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "kernels"
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    return json.loads((FIX / "mla_h200.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def sweep() -> dict:
+    return json.loads((FIX / "l2_sweep_h200.json").read_text())
+
+
+def test_rows_have_exactly_the_issue_format(rows):
+    assert len(rows) == 2 * 3 * 3 * 2          # W_UK/W_UV x 1/8/32 layers x M 1/8/64 x warm/cold
+    assert all(tuple(r) == bench.ROW_KEYS for r in rows)
+    assert {r["cache"] for r in rows} == {"warm", "cold"} and {r["model"] for r in rows} == {"deepseek-v3"}
+    assert sorted({r["weight_mb"] for r in rows}) == [16.78, 134.22, 536.87]
+    assert {(r["K"], r["N"]) for r in rows} == {(128, 512), (512, 128)}
+
+
+def test_speedups_and_bandwidth_are_consistent(rows):
+    for r in rows:
+        # speedups come from the unrounded times; the times are rounded to 0.01 us
+        assert r["int4_speedup"] == pytest.approx(r["bf16_us"] / r["int4_us"], rel=5e-3)
+        assert r["fp8_speedup"] == pytest.approx(r["bf16_us"] / r["fp8_us"], rel=5e-3)
+        packed = r["H"] * r["K"] * r["N"] // 2 + r["H"] * (r["K"] // 128) * r["N"] * 2
+        act = 2 * r["H"] * r["M"] * (r["K"] + r["N"])
+        assert r["int4_tbps"] == pytest.approx((packed + act) / (r["int4_us"] * 1e-6) / 1e12, rel=5e-3)
+
+
+def test_streaming_weights_pay_and_the_targets_are_judged(rows):
+    big = [r for r in rows if r["cache"] == "cold" and r["weight_mb"] > 128 and r["M"] <= 8]
+    assert len(big) == 8 and all(r["int4_speedup"] > 2.2 and r["fp8_speedup"] > 1.4 for r in big)
+    assert all(r["int4_tbps"] > 2.3 for r in big)
+    t = {g.target.split(" (")[0]: g for g in judge_targets(rows)}
+    assert t["INT4 >= 2.5x"].met is False and t["INT4 >= 2.5x"].worst == pytest.approx(2.29, abs=0.01)
+    assert t["FP8 >= 1.6x"].met is False and t["FP8 >= 1.6x"].worst == pytest.approx(1.46, abs=0.01)
+    assert t["INT4 >= 1.0x at M = 64"].met is True
+    assert t["FP8 >= 1.0x at M = 64"].met is False        # W_UK at M = 64: 0.94-0.98x
+    one_layer = [r for r in rows if r["weight_mb"] < 20 and r["cache"] == "warm" and r["M"] == 64]
+    assert all(r["int4_speedup"] < 1.0 for r in one_layer)   # L2-resident and larger M: BF16 wins
+
+
+def test_l2_sweep_boundary_and_crossover(sweep):
+    pts = sweep["points"]
+    assert len(pts) == len(l2sweep.DEFAULT_HEADS) and sweep["l2_mb"] == pytest.approx(62.9, abs=0.1)
+    again = l2sweep.analyse(pts)
+    assert again["effective_l2_mb"] == sweep["effective_l2_mb"] == pytest.approx(48.2, abs=0.1)
+    resident = [p for p in pts if p["weight_mb"] <= 46.2]
+    assert all(p["warm_over_cold"] < 0.8 for p in resident)
+    assert all(p["warm_over_cold"] > 0.9 for p in pts if p["weight_mb"] >= 50)
+    assert all(p["warm_over_cold"] > 0.98 for p in pts if p["weight_mb"] >= 54)
+    assert again["int4_crossover_mb"] == sweep["int4_crossover_mb"] == pytest.approx(4.19, abs=0.01)
+    assert max(p["int4_speedup"] for p in pts) > 2.5 and min(p["int4_speedup"] for p in pts) > 1.0
+
+
+def test_plot_writes_a_png(sweep, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = l2sweep.plot(sweep, str(tmp_path / "l2.png"))
+    assert Path(out).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
