@@ -14,6 +14,8 @@ tests/fixtures/README.md ("hostile") says what each one does and what kernelscop
 * ``xlsx_zip_ratio.xlsx``: a sheet member of 64 MiB of blanks (ratio about 1000:1).
 * ``xlsx_sheet_paren.xlsx``: a kernelscope report with an extra sheet named ``Kernels (full``.
 * ``xlsx_inf_number.xlsx``: a kernelscope report whose 'Kernels (full)' durations/counts hold ``1e999``.
+* ``xlsx_sheetdata_junk.xlsx``: a kernelscope report whose Summary sheetData holds an element before
+  its first row (readers skip it; the recategorize patcher refuses the sheet).
 * ``trace_deep.json.gz``: a Kineto trace whose one event's args nest 100 000 lists deep.
 * ``trace_deep_meta.json.gz``: metadata before 'traceEvents' nesting 100 000 deep.
 * ``trace_nonfinite.json``: kernel durations 1e308 (twice: the sum overflows), 1e999, -5 and one sane 7 us.
@@ -30,14 +32,11 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import io
-import json
 import re
 import shutil
 import sys
 import tempfile
 import zipfile
-import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -216,6 +215,17 @@ def xlsx_inf_number(path: Path, base: Path) -> None:
     _rewrite(base, path, edit)
 
 
+def xlsx_sheetdata_junk(path: Path, base: Path) -> None:
+    member = _summary_member(base)
+
+    def edit(name: str, data: bytes):
+        if name == member:
+            data = data.replace(b"<sheetData>", b'<sheetData><x:note xmlns:x="urn:x"/>', 1)
+        return data, zipfile.ZIP_DEFLATED
+
+    _rewrite(base, path, edit)
+
+
 def trace_deep(path: Path) -> None:
     d = 100_000
     doc = ('{"traceEvents":[{"cat":"kernel","name":"k","ts":1,"dur":1,"args":{"correlation":1,"x":'
@@ -286,6 +296,7 @@ def main() -> None:
         xlsx_bad_deflate(out / "xlsx_bad_deflate.xlsx", base)
         xlsx_sheet_paren(out / "xlsx_sheet_paren.xlsx", base)
         xlsx_inf_number(out / "xlsx_inf_number.xlsx", base)
+        xlsx_sheetdata_junk(out / "xlsx_sheetdata_junk.xlsx", base)
     trace_deep(out / "trace_deep.json.gz")
     trace_deep_meta(out / "trace_deep_meta.json.gz")
     trace_nonfinite(out / "trace_nonfinite.json")
