@@ -1,4 +1,4 @@
-"""Second H200 call for issue 11: GPU correctness of every variant, a config sweep at the key
+"""The H200 run of issue 11 (one command): GPU correctness of every variant, a config sweep at the key
 (8 stacked layers, 128 MiB BF16, cold) shapes that picks the winners, then with those winners
 the full MLA bench (bench/results/mla_h200.json), the L2 sweep (JSON + PNG) and an ncu profile
 of BF16 / INT4 / FP8 on the key shapes.
@@ -207,6 +207,8 @@ def main():
         res = bench.run_mla_bench("deepseek-v3", (1, 8, 64), (1, 8, 32), configs=pick)
         res["configs"] = WIN
         (out / "mla_h200_full.json").write_text(json.dumps(res, indent=1))
+        (out / "mla_h200.json").write_text(json.dumps(
+            [{k: r[k] for k in bench.ROW_KEYS} for r in res["rows"]], indent=1) + "\n")
         for r in res["rows"]:
             print(f"{r['weight']:5s} L{r['layers']:<3d} M={r['M']:<4d} {r['cache']:4s} bf16 {r['bf16_us']:8.2f} "
                   f"int4 {r['int4_us']:8.2f} (x{r['int4_speedup']:.2f}, {r['int4_tbps']:.2f} TB/s) "
