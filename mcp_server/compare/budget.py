@@ -11,7 +11,7 @@ from typing import Optional, Sequence, Union
 
 import pandas as pd
 
-from mcp_server.compare.inputs import Side, distinct_labels, filter_phase, load_sides, resolve_per_step
+from mcp_server.compare.inputs import STEP_WEIGHT, Side, distinct_labels, filter_phase, load_sides, resolve_per_step
 from mcp_server.compare.models import BudgetResult, BudgetRow, SideInfo
 from mcp_server.errors import InputError
 from mcp_server.models import Warning_
@@ -24,12 +24,18 @@ def _ratio(a: float, b: float) -> Optional[float]:
     return (b / a) if a > 0 else None
 
 
+def _kernels_read(side: Side, g: pd.DataFrame) -> int:
+    """Launches the side holds (whole, also when the rows are per step)."""
+    return len(side.kernels) if side.kernels is not None else int(g["count"].sum())
+
+
 def category_totals(side: Side) -> tuple[pd.DataFrame, str]:
     """(category, us, count) of one side and the name of the table used."""
     if side.kernels is not None:
         k = side.kernels
-        g = k.groupby("category", sort=False)["dur_us"].agg(["sum", "size"])
-        g.columns = ["us", "count"]
+        w = k[STEP_WEIGHT] if STEP_WEIGHT in k else pd.Series(1.0, index=k.index)
+        g = k.assign(_w=w).groupby("category", sort=False).agg(us=("dur_us", "sum"), count=("_w", "sum"))
+        g["count"] = g["count"].round().astype(int)
         return g, "kernels"
     gk = side.gpu_kernels
     if gk is None:
@@ -52,11 +58,13 @@ def side_info(side: Side, *, total_us: float, count: int, table: str, phase: Opt
 
 
 def budget(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = None, phase: Optional[str] = None,
-           categories: str | os.PathLike | None = None, per_step: Optional[bool] = None) -> BudgetResult:
+           categories: str | os.PathLike | None = None, per_step: Optional[bool] = None,
+           width: Optional[int] = None) -> BudgetResult:
     """Per category: each side's us and share, gap (b - a) and ratio (b / a), sorted by |gap|.
 
     ``per_step``: divide each side by its step count (graph replays + eager calls); None = automatic
-    when the counts differ and the kernels per step agree. Differing counts are always warned."""
+    when the counts differ and the kernels per step agree. Differing counts are always warned.
+    ``width`` is the text face's (``render_budget``); the engine does not use it."""
     sa, sb = load_sides(a, b, categories=categories, purpose="budget")
     distinct_labels(sa, sb, list(labels) if labels else None)
     warnings: list[Warning_] = []
@@ -91,8 +99,8 @@ def budget(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = None, ph
         ))
     rows.sort(key=lambda r: (-abs(r.gap_us), r.category))
     return BudgetResult(
-        a=side_info(sa, total_us=tot_a, count=int(ga["count"].sum()), table=ta, phase=phase, phases=phases[id(sa)]),
-        b=side_info(sb, total_us=tot_b, count=int(gb["count"].sum()), table=tb, phase=phase, phases=phases[id(sb)]),
+        a=side_info(sa, total_us=tot_a, count=_kernels_read(sa, ga), table=ta, phase=phase, phases=phases[id(sa)]),
+        b=side_info(sb, total_us=tot_b, count=_kernels_read(sb, gb), table=tb, phase=phase, phases=phases[id(sb)]),
         rows=rows, total_a_us=tot_a, total_b_us=tot_b, gap_us=tot_b - tot_a, ratio=_ratio(tot_a, tot_b),
         mismatches=sa.mismatches + sb.mismatches, warnings=warnings,
     )

@@ -23,7 +23,7 @@ from typing import Optional, Sequence, Union
 
 from mcp_server.compare.blocks import BlockRules, assign_blocks, load_blocks
 from mcp_server.compare.budget import side_info
-from mcp_server.compare.inputs import Side, distinct_labels, load_sides, resolve_per_step
+from mcp_server.compare.inputs import STEP_WEIGHT, Side, distinct_labels, load_sides, resolve_per_step
 from mcp_server.compare.matching import Item, align, dims_key, display_kernel_name, segments
 from mcp_server.compare.models import Annotation, BlockDiff, DiffResult, KernelMatch, KernelRow
 from mcp_server.errors import InputError
@@ -43,8 +43,10 @@ def _block_tables(side: Side, rules: BlockRules) -> tuple[dict[str, list[Item]],
     k = side.kernels
     if k is None or not len(k):
         return {}, {}
-    extra = [c for c in ("cpu_op", "input_dims") if c in k.columns]
+    extra = [c for c in ("cpu_op", "input_dims", STEP_WEIGHT) if c in k.columns]
     kb = assign_blocks(k, rules, columns=["name", "category", "dur_us"] + extra)
+    if STEP_WEIGHT not in kb.columns:
+        kb[STEP_WEIGHT] = 1.0
     for c in ("cpu_op", "input_dims"):
         kb[c] = kb[c].astype(str).replace({"nan": "", "None": ""}) if c in kb.columns else ""
     kb["dims_key"] = kb["input_dims"].map(dims_key)
@@ -52,10 +54,12 @@ def _block_tables(side: Side, rules: BlockRules) -> tuple[dict[str, list[Item]],
     # one item per kernel name, enclosing cpu op and input dims (the same kernel doing other work is
     # another item); launches of one item summed
     agg = kb.groupby(["block", "name", "cpu_op", "dims_key"], sort=False).agg(
-        category=("category", "first"), us=("dur_us", "sum"), count=("dur_us", "size"),
+        category=("category", "first"), us=("dur_us", "sum"), count=(STEP_WEIGHT, "sum"),
         dims=("input_dims", "first")).reset_index()
     for blk, name, op, _dk, cat, us, cnt, dims in agg.itertuples(index=False, name=None):
-        items.setdefault(str(blk), []).append(Item(str(name), str(cat), float(us), int(cnt), str(op), str(dims)))
+        # per step a count may be fractional (a kernel of the eager step only): kept as is for the notes
+        c = int(cnt) if float(cnt).is_integer() else float(cnt)
+        items.setdefault(str(blk), []).append(Item(str(name), str(cat), float(us), c, str(op), str(dims)))
     meta: dict[str, tuple[str, list[str]]] = {}
     for blk, role, key in kb[["block", "role", "module_key"]].drop_duplicates().itertuples(index=False, name=None):
         r, keys = meta.setdefault(str(blk), (str(role), []))
@@ -63,6 +67,25 @@ def _block_tables(side: Side, rules: BlockRules) -> tuple[dict[str, list[Item]],
         if short not in keys and len(keys) < 8:
             keys.append(short)
     return items, meta
+
+
+def _merge(items: list[Item], use_op: bool, use_dims: bool) -> list[Item]:
+    """Items of one block merged on what both sides can tell apart (name, and cpu op / dims when used)."""
+    out: dict[tuple, Item] = {}
+    for x in items:
+        key = (x.name, x.cpu_op if use_op else "", dims_key(x.dims) if use_dims else "")
+        y = out.get(key)
+        if y is None:
+            out[key] = x
+        else:
+            out[key] = Item(x.name, y.category, y.us + x.us, y.count + x.count, y.cpu_op if y.cpu_op == x.cpu_op else "",
+                            y.dims if dims_key(y.dims) == dims_key(x.dims) else "")
+    return list(out.values())
+
+
+def _n(count: float) -> int:
+    """A launch count for the result (per step it may be fractional: rounded, at least 1 when any)."""
+    return max(1, round(count)) if count > 0 else 0
 
 
 def _ratio(a: float, b: float) -> Optional[float]:
@@ -138,7 +161,7 @@ def _annotate(a: list[Item], b: list[Item], pairs, la: str, lb: str) -> list[Ann
         if x.dims and y.dims and dims_key(x.dims) != dims_key(y.dims):
             continue  # the same kernel at other shapes does other work: per-launch times do not compare
         # per launch, so that a kernel launched more often on one side is not called slower
-        ax, ay = x.us / max(x.count, 1), y.us / max(y.count, 1)
+        ax, ay = x.us / (x.count or 1), y.us / (y.count or 1)
         hi, lo = max(ax, ay), min(ax, ay)
         if hi / lo < IMPROVE_RATIO or abs(y.us - x.us) < floor or (hi - lo) * min(x.count, y.count) < floor:
             continue
@@ -157,9 +180,11 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
                  categories: str | os.PathLike | None = None, blocks: str | os.PathLike | None = None,
                  phase: Optional[str] = None, output_xlsx: str | os.PathLike | None = None,
                  output_html: str | os.PathLike | None = None, reference_a: str | os.PathLike | None = None,
-                 reference_b: str | os.PathLike | None = None, per_step: Optional[bool] = None) -> DiffResult:
+                 reference_b: str | os.PathLike | None = None, per_step: Optional[bool] = None,
+                 width: Optional[int] = None) -> DiffResult:
     """Module-grouped comparison of two runs (see module doc). ``reference_a`` / ``reference_b``:
-    an eager trace of the same model per side, to attribute a graph-replay (decode) trace."""
+    an eager trace of the same model per side, to attribute a graph-replay (decode) trace.
+    ``per_step``: see ``inputs.resolve_per_step``; ``width`` is the text face's (the engine ignores it)."""
     rules = load_blocks(blocks)
     sa, sb = load_sides(a, b, categories=categories, phase=phase, purpose="diff",
                         references=(reference_a, reference_b))
@@ -178,6 +203,12 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
                     f"{s.label} holds both prefill and decode kernels; blocks sum both (pass phase)")))
     ia, ma = _block_tables(sa, rules)
     ib, mb = _block_tables(sb, rules)
+    # cpu op / input dims tell kernels apart only where both sides record them: else one item per name
+    use_op = any(x.cpu_op for v in ia.values() for x in v) and any(x.cpu_op for v in ib.values() for x in v)
+    use_dims = any(x.dims for v in ia.values() for x in v) and any(x.dims for v in ib.values() for x in v)
+    if not (use_op and use_dims):
+        ia = {k: _merge(v, use_op, use_dims) for k, v in ia.items()}
+        ib = {k: _merge(v, use_op, use_dims) for k, v in ib.items()}
     out: list[BlockDiff] = []
     for blk in dict.fromkeys(list(ia) + list(ib)):
         xa, xb = ia.get(blk, []), ib.get(blk, [])
@@ -191,16 +222,16 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
             a_category=xa[p.a].category if p.a is not None else None,
             b_category=xb[p.b].category if p.b is not None else None,
             a_us=xa[p.a].us if p.a is not None else 0.0, b_us=xb[p.b].us if p.b is not None else 0.0,
-            a_count=xa[p.a].count if p.a is not None else 0, b_count=xb[p.b].count if p.b is not None else 0,
+            a_count=_n(xa[p.a].count) if p.a is not None else 0, b_count=_n(xb[p.b].count) if p.b is not None else 0,
             a_dims=xa[p.a].dims if p.a is not None else "", b_dims=xb[p.b].dims if p.b is not None else "",
             segment=p.segment) for p in pairs]
         out.append(BlockDiff(
             block=blk, role=role, a_us=a_us, b_us=b_us, gap_us=b_us - a_us, ratio=_ratio(a_us, b_us),
-            a_count=sum(x.count for x in xa), b_count=sum(x.count for x in xb),
+            a_count=_n(sum(x.count for x in xa)), b_count=_n(sum(x.count for x in xb)),
             slower=("b" if b_us > a_us else "a" if a_us > b_us else None), module_types=keys,
-            a_kernels=[KernelRow(name=x.name, category=x.category, us=x.us, count=x.count, cpu_op=x.cpu_op,
+            a_kernels=[KernelRow(name=x.name, category=x.category, us=x.us, count=_n(x.count), cpu_op=x.cpu_op,
                                  input_dims=x.dims) for x in xa],
-            b_kernels=[KernelRow(name=x.name, category=x.category, us=x.us, count=x.count, cpu_op=x.cpu_op,
+            b_kernels=[KernelRow(name=x.name, category=x.category, us=x.us, count=_n(x.count), cpu_op=x.cpu_op,
                                  input_dims=x.dims) for x in xb],
             matches=matches, annotations=_annotate(xa, xb, pairs, sa.label, sb.label),
         ))

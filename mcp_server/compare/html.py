@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mcp_server.atomic import atomic_write_text, check_output_path
 from mcp_server.compare.matching import display_kernel_name
-from mcp_server.compare.models import BlockDiff, DiffResult
+from mcp_server.compare.models import BlockDiff, DiffResult, side_reference
 from mcp_server.compare.xlsx import category_budget
 
 _CSS = """
@@ -128,7 +128,8 @@ def render_diff_html(res: DiffResult) -> str:
     )
     sides = "".join(
         f"<li><b>{_e(s.label)}</b>: <code>{_e(s.path)}</code> ({_e(s.kind)}, {s.kernel_count} kernels, "
-        f"{_num(s.total_us)} us{', TRUNCATED' if s.truncated else ''})</li>" for s in (res.a, res.b)
+        f"{_num(s.total_us)} us{', TRUNCATED' if s.truncated else ''}{_e(side_reference(s))})</li>"
+        for s in (res.a, res.b)
     )
     panels = "".join(_panel(b, la, lb) for b in res.blocks if b.matches)
     mism = ""

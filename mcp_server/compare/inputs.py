@@ -335,6 +335,9 @@ def count_steps(df: Optional[pd.DataFrame]) -> Optional[int]:
     return n or None
 
 
+#: column of a per-step kernel table: what one launch counts (1 / steps)
+STEP_WEIGHT = "step_weight"
+
 #: per-step kernel counts of two sides "agree" when they differ by less than this share
 STEP_AGREE = 0.10
 
@@ -373,7 +376,8 @@ def resolve_per_step(sa: Side, sb: Side, per_step: Optional[bool], warnings: lis
         for s, n in ((sa, na), (sb, nb)):
             k = s.kernels.copy()
             k["dur_us"] = k["dur_us"] / n
+            k[STEP_WEIGHT] = 1.0 / n  # a launch counts 1/n: launch counts per step too
             s.kernels = k
         warnings.append(Warning_(code=WarningCode.per_step, message=(
-            f"per step: {sa.label}'s times divided by {na}, {sb.label}'s by {nb}; launch counts stay totals")))
+            f"per step: {sa.label}'s times and launch counts divided by {na}, {sb.label}'s by {nb}")))
     return on

@@ -34,6 +34,23 @@ class SideInfo(Model):
     steps: Optional[int] = Field(None, description="steps (iterations / graph replays) found in the side, when known")
 
 
+def side_reference(s: SideInfo) -> str:
+    """', reference X (prefill, reference-trace, confidence 0.79, SUSPECT)' for the text faces; '' if none."""
+    parts = []
+    if s.steps:
+        parts.append(f", {s.steps} step(s)")
+    if s.reference:
+        bits = [x for x in (s.reference_phase, s.attribution_method) if x]
+        if s.attribution_confidence is not None:
+            bits.append(f"confidence {s.attribution_confidence:.2f}")
+        if s.attribution_suspect:
+            bits.append("SUSPECT")
+        parts.append(f", reference {s.reference}" + (f" ({', '.join(bits)})" if bits else ""))
+    elif s.attribution_method and s.attribution_confidence is not None:
+        parts.append(f", replays attributed {s.attribution_method} (confidence {s.attribution_confidence:.2f})")
+    return "".join(parts)
+
+
 class CategoryMismatch(Model):
     """A kernel whose stored category (in a report) differs from the current rules."""
 

@@ -1,18 +1,29 @@
-"""Rich renderers for ``recategorize``, ``budget`` and ``diff_modules`` results (terminal faces)."""
+"""Rich renderers for ``recategorize``, ``budget`` and ``diff_modules`` results (terminal faces).
+
+Designed for 80 columns first (a pipe, a laptop terminal): warnings come before the tables;
+block names are never cut (secondary columns are dropped instead: the role and the launch
+counts below 120 columns); block panels stack each matched pair on its own lines (kernel
+names folded, not cut, with launch counts and input dims) and go side by side only from 140
+columns. ``--width`` (the request's ``width``) sets the console width.
+"""
 from __future__ import annotations
 
 from typing import Any, Optional
 
+from rich import box
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from mcp_server.compare.matching import display_kernel_name
-from mcp_server.compare.models import BlockDiff, BudgetResult, DiffResult
+from mcp_server.compare.matching import dims_key, display_kernel_name
+from mcp_server.compare.models import BlockDiff, BudgetResult, DiffResult, KernelMatch, side_reference
 
 MATCH_LABEL = {"same": "=", "renamed": "≈", "category": "→ cat", "time": "→ time", "gone": "gone", "new": "new"}
+NOTE_LETTER = {"FUSION": "F", "IMPROVE": "I", "MISSING": "M"}
+WIDE = 120  # role and launch counts in the blocks table from here
+SIDE_BY_SIDE = 140  # panels show A and B side by side from here
 
 
 def fmt_ratio(r: Optional[float]) -> str:
@@ -31,34 +42,51 @@ def _gap_style(g: float) -> str:
     return "red" if g > 0 else "green" if g < 0 else ""
 
 
+def apply_width(console: Console, request: Any) -> None:
+    """``--width`` / ``width``: render at that many columns (default: the terminal's, 80 when piped)."""
+    w = getattr(request, "width", None) if request is not None else None
+    if w:
+        console.width = int(w)
+
+
 def _side_line(res) -> str:
     parts = []
-    for s in (res.a, res.b):
-        extra = (f", {s.source_table}" + (" TRUNCATED" if s.truncated else "")
-                 + (f", phase {s.phase}" if s.phase else ""))
-        parts.append(f"[bold]{escape(s.label)}[/]: {escape(s.path)} ({s.kind}{extra}, {s.kernel_count} kernels)")
+    for key, s in (("A", res.a), ("B", res.b)):
+        extra = (f", table {s.source_table}" + (" TRUNCATED" if s.truncated else "")
+                 + (f", phase {s.phase}" if s.phase else "") + side_reference(s))
+        parts.append(f"[bold]{key} = {escape(s.label)}[/]: {escape(s.path)} ({s.kind}{escape(extra)}, "
+                     f"{s.kernel_count} kernels)")
     return "\n".join(parts)
 
 
 def _warnings(console: Console, res) -> None:
     for w in res.warnings:
         console.print(f"[yellow]warning[/] {escape(w.message)}")
-    if res.mismatches:
-        t = Table(title=f"Category mismatches (stored vs current rules): {len(res.mismatches)}", title_justify="left")
-        for c in ("side", "kernel", "stored", "current", "us"):
-            t.add_column(c, justify="right" if c == "us" else "left")
-        for m in res.mismatches[:20]:
-            t.add_row(escape(m.side), escape(short(m.kernel, 70)), m.stored, m.current, f"{m.us:,.1f}")
-        console.print(t)
 
 
-def render_budget(res: BudgetResult, console: Console) -> None:
+def _mismatches(console: Console, res) -> None:
+    if not res.mismatches:
+        return
+    wide = console.width >= WIDE
+    t = Table(title=f"Category mismatches (stored vs current rules): {len(res.mismatches)}", title_justify="left",
+              box=box.SIMPLE_HEAD)
+    for c in ("side", "kernel", "stored", "current", "us"):
+        t.add_column(c, justify="right" if c == "us" else "left", overflow="fold",
+                     no_wrap=c in ("stored", "current", "us"))
+    for m in res.mismatches[:20]:
+        t.add_row(escape(m.side), escape(short(m.kernel, 70 if wide else 40)), m.stored, m.current, f"{m.us:,.1f}")
+    console.print(t)
+
+
+def render_budget(res: BudgetResult, console: Console, request: Any = None) -> None:
+    apply_width(console, request)
     console.print(_side_line(res))
-    la, lb = escape(res.a.label), escape(res.b.label)
-    t = Table(title="Budget by category (sorted by |gap|)", title_justify="left")
-    for c, right in (("category", False), (f"{la} us", True), (f"{la} %", True), (f"{lb} us", True),
-                     (f"{lb} %", True), ("gap us (B-A)", True), ("ratio B/A", True)):
-        t.add_column(c, justify="right" if right else "left")
+    _warnings(console, res)
+    t = Table(title="Budget by category (sorted by |gap|; A, B as above)", title_justify="left",
+              box=box.SIMPLE_HEAD)
+    for c, right in (("category", False), ("A us", True), ("A %", True), ("B us", True), ("B %", True),
+                     ("gap B-A", True), ("B/A", True)):
+        t.add_column(c, justify="right" if right else "left", no_wrap=True)
     for r in res.rows:
         t.add_row(r.category, f"{r.a_us:,.1f}", f"{r.a_pct:.1f}", f"{r.b_us:,.1f}", f"{r.b_pct:.1f}",
                   Text(fmt_gap(r.gap_us), style=_gap_style(r.gap_us)), fmt_ratio(r.ratio))
@@ -66,62 +94,133 @@ def render_budget(res: BudgetResult, console: Console) -> None:
     t.add_row("[bold]total[/]", f"{res.total_a_us:,.1f}", "100.0", f"{res.total_b_us:,.1f}", "100.0",
               Text(fmt_gap(res.gap_us), style=_gap_style(res.gap_us)), fmt_ratio(res.ratio))
     console.print(t)
-    _warnings(console, res)
+    _mismatches(console, res)
 
 
-def block_panel(b: BlockDiff, la: str, lb: str) -> Panel:
-    t = Table(show_edge=False, expand=False, pad_edge=False)
-    t.add_column(f"{la} kernel", overflow="fold", max_width=48)
-    t.add_column("cat")
-    t.add_column("us", justify="right")
-    t.add_column("", justify="center")
-    t.add_column(f"{lb} kernel", overflow="fold", max_width=48)
-    t.add_column("cat")
-    t.add_column("us", justify="right")
+def _dims(d: str) -> str:
+    d = dims_key(d)
+    return f"[dim]{escape(d)}[/]" if d else ""
+
+
+def _us_count(us: float, n: int, present: bool) -> str:
+    return f"{us:,.1f} ×{n}" if present else "—"
+
+
+def _stacked_table(b: BlockDiff) -> Table:
+    """One matched pair per row: the kernel (A over B when they differ, folded), dims dimmed below."""
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=True)
+    t.add_column("", no_wrap=True)
+    t.add_column("kernel (A / B), input dims", overflow="fold", ratio=1)
+    t.add_column("A us ×n", justify="right", no_wrap=True)
+    t.add_column("B us ×n", justify="right", no_wrap=True)
     for m in b.matches:
-        t.add_row(escape(short(m.a_name, 48)), m.a_category or "", f"{m.a_us:,.1f}" if m.a_name else "",
-                  MATCH_LABEL[m.kind], escape(short(m.b_name, 48)), m.b_category or "",
-                  f"{m.b_us:,.1f}" if m.b_name else "")
+        t.add_row(MATCH_LABEL[m.kind], _kernel_cell(m), _us_count(m.a_us, m.a_count, bool(m.a_name)),
+                  _us_count(m.b_us, m.b_count, bool(m.b_name)))
+    return t
+
+
+def _kernel_cell(m: KernelMatch) -> str:
+    lines = []
+    if m.a_name and m.b_name and m.a_name == m.b_name:
+        lines.append(escape(short(m.a_name, 60)) + (f" [dim]({m.a_category})[/]" if m.a_category else ""))
+        if dims_key(m.a_dims) == dims_key(m.b_dims):
+            if m.a_dims:
+                lines.append(_dims(m.a_dims))
+        else:
+            lines.append(" | ".join(_dims(x) or "—" for x in (m.a_dims, m.b_dims)))
+        return "\n".join(lines)
+    for key, name, cat, dims in (("A", m.a_name, m.a_category, m.a_dims), ("B", m.b_name, m.b_category, m.b_dims)):
+        if name:
+            lines.append(f"{key}: {escape(short(name, 60))}" + (f" [dim]({cat})[/]" if cat else ""))
+            if dims:
+                lines.append("   " + _dims(dims))
+    return "\n".join(lines)
+
+
+def _side_by_side_table(b: BlockDiff, la: str, lb: str) -> Table:
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    t.add_column(f"{la} kernel", overflow="fold", max_width=56)
+    t.add_column("A us ×n", justify="right", no_wrap=True)
+    t.add_column("", justify="center", no_wrap=True)
+    t.add_column(f"{lb} kernel", overflow="fold", max_width=56)
+    t.add_column("B us ×n", justify="right", no_wrap=True)
+    t.add_column("input dims (A | B)", overflow="fold", max_width=44)
+    for m in b.matches:
+        same = dims_key(m.a_dims) == dims_key(m.b_dims)
+        dims = _dims(m.a_dims) if same else " | ".join(_dims(x) or "—" for x in (m.a_dims, m.b_dims))
+        t.add_row(escape(short(m.a_name, 56)), _us_count(m.a_us, m.a_count, bool(m.a_name)), MATCH_LABEL[m.kind],
+                  escape(short(m.b_name, 56)), _us_count(m.b_us, m.b_count, bool(m.b_name)), dims)
+    return t
+
+
+def block_panel(b: BlockDiff, la: str, lb: str, width: int = 80) -> Panel:
+    t = _side_by_side_table(b, la, lb) if width >= SIDE_BY_SIDE else _stacked_table(b)
     notes = [Text.from_markup(f"[bold magenta]{a.kind}[/] {escape(a.message)}") for a in b.annotations]
+    head = [Text.from_markup(f"[dim]{escape(b.role)}[/]")] if b.role else []
     star = "★ " if b.optimize else ""
-    title = (f"{star}{escape(b.block)}  {la} {b.a_us:,.1f} us ({b.a_count})  vs  {lb} {b.b_us:,.1f} us ({b.b_count})"
-             f"  gap {fmt_gap(b.gap_us)} us  {fmt_ratio(b.ratio)}")
-    return Panel(Group(t, *notes), title=title, title_align="left", border_style="red" if b.optimize else "blue")
+    title = (f"{star}{escape(b.block)}: A {b.a_us:,.1f} us ×{b.a_count} | B {b.b_us:,.1f} us ×{b.b_count} | "
+             f"gap {fmt_gap(b.gap_us)} ({fmt_ratio(b.ratio)})")
+    return Panel(Group(*head, t, *notes), title=title, title_align="left",
+                 border_style="red" if b.optimize else "blue")
+
+
+def blocks_table(res: DiffResult, width: int) -> Table:
+    wide = width >= WIDE
+    t = Table(title="Blocks (sorted by |gap|; ★ optimise first; notes: F fusion, I improve, M missing)",
+              title_justify="left", box=box.SIMPLE_HEAD)
+    longest = max([len(b.block) for b in res.blocks] + [5])
+    t.add_column("", no_wrap=True)
+    t.add_column("block", no_wrap=True, min_width=longest)
+    if wide:
+        t.add_column("role", overflow="fold", max_width=44)
+    for c in ("A us", "B us", "gap B-A", "B/A"):
+        t.add_column(c, justify="right", no_wrap=True)
+    if wide:
+        t.add_column("launches A/B", justify="right", no_wrap=True)
+    t.add_column("notes", no_wrap=True)
+    for b in res.blocks:
+        kinds = sorted({a.kind for a in b.annotations})
+        notes = ", ".join(kinds) if wide else "".join(NOTE_LETTER[k] for k in kinds)
+        row = ["★" if b.optimize else "", escape(b.block)] + ([escape(b.role)] if wide else [])
+        row += [f"{b.a_us:,.1f}", f"{b.b_us:,.1f}", Text(fmt_gap(b.gap_us), style=_gap_style(b.gap_us)),
+                fmt_ratio(b.ratio)]
+        row += ([f"{b.a_count}/{b.b_count}"] if wide else []) + [notes]
+        t.add_row(*row)
+    t.add_section()
+    total = ["", "[bold]total[/]"] + ([""] if wide else [])
+    total += [f"{res.total_a_us:,.1f}", f"{res.total_b_us:,.1f}", Text(fmt_gap(res.gap_us), style=_gap_style(res.gap_us)),
+              fmt_ratio(res.ratio)] + ([""] if wide else []) + [""]
+    t.add_row(*total)
+    return t
 
 
 def render_diff(res: DiffResult, console: Console, request: Any = None, *, panels: int = 6) -> None:
+    apply_width(console, request)
     if request is not None:  # the CLI's --top-n / --panels
         panels = request.top_n
     console.print(_side_line(res))
+    _warnings(console, res)
+    console.print(blocks_table(res, console.width))
     la, lb = escape(res.a.label), escape(res.b.label)
-    t = Table(title="Blocks (sorted by |gap|; ★ = optimise first)", title_justify="left")
-    for c, right in (("", False), ("block", False), ("role", False), (f"{la} us", True), (f"{lb} us", True),
-                     ("gap us (B-A)", True), ("ratio", True), ("kernels A/B", True), ("annotations", False)):
-        t.add_column(c, justify="right" if right else "left")
-    for b in res.blocks:
-        kinds = ", ".join(sorted({a.kind for a in b.annotations}))
-        t.add_row("★" if b.optimize else "", escape(b.block), escape(b.role), f"{b.a_us:,.1f}", f"{b.b_us:,.1f}",
-                  Text(fmt_gap(b.gap_us), style=_gap_style(b.gap_us)), fmt_ratio(b.ratio),
-                  f"{b.a_count}/{b.b_count}", kinds)
-    t.add_section()
-    t.add_row("", "[bold]total[/]", "", f"{res.total_a_us:,.1f}", f"{res.total_b_us:,.1f}",
-              Text(fmt_gap(res.gap_us), style=_gap_style(res.gap_us)), fmt_ratio(res.ratio), "", "")
-    console.print(t)
     shown = [b for b in res.blocks if b.annotations or b.optimize][:panels]
     for b in shown:
-        console.print(block_panel(b, la, lb))
-    _warnings(console, res)
+        console.print(block_panel(b, la, lb, console.width))
+    _mismatches(console, res)
     for label, p in (("xlsx", res.output_xlsx), ("html", res.output_html)):
         if p:
             console.print(f"wrote {label}: {escape(p)}")
 
 
-def render_recategorize(res: Any, console: Console) -> None:
+def render_recategorize(res: Any, console: Console, request: Any = None) -> None:
     """Per report: kernels whose category changed, the first changes, warnings."""
-    t = Table(title=f"recategorize ({escape(res.categories_source)})", title_justify="left")
+    apply_width(console, request)
+    for f in res.files:
+        for w in f.warnings:
+            console.print(f"warning: {w.message}", markup=False, style="yellow")
+    t = Table(title=f"recategorize ({escape(res.categories_source)})", title_justify="left", box=box.SIMPLE_HEAD)
     cols = (("report", False), ("layout", False), ("kernels changed", True), ("cells", True), ("sheets", True))
     for c, right in cols:
-        t.add_column(c, justify="right" if right else "left")
+        t.add_column(c, justify="right" if right else "left", overflow="fold")
     for f in res.files:
         t.add_row(escape(f.output), escape(f.source), str(f.changed), str(f.rows_changed), str(len(f.sheets_updated)))
     console.print(t)
@@ -130,5 +229,3 @@ def render_recategorize(res: Any, console: Console) -> None:
             console.print(f"  {c.kernel[:100]}: {c.old} -> {c.new}", markup=False)
         if len(f.changes) > 20:
             console.print(f"  ... {len(f.changes) - 20} more (--json --detail lists all)")
-        for w in f.warnings:
-            console.print(f"warning: {w.message}", markup=False, style="yellow")

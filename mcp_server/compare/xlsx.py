@@ -92,10 +92,12 @@ def write_diff_xlsx(res: DiffResult, path: str | os.PathLike) -> Path:
 
     ws = wb.create_sheet("Sides")
     header(ws, ["Side", "Label", "Path", "Kind", "Table", "Truncated", "Phase", "Kernels", "Total (us)",
-                "Categories sha256"])
+                "Categories sha256", "Steps", "Reference", "Reference phase", "Attribution", "Confidence",
+                "Attribution suspect"])
     for key, s in (("A", res.a), ("B", res.b)):
         ws.append([key, s.label, s.path, s.kind, s.source_table, s.truncated, s.phase or "", s.kernel_count,
-                   round(s.total_us, 3), s.categories_sha256])
+                   round(s.total_us, 3), s.categories_sha256, s.steps, s.reference or "", s.reference_phase or "",
+                   s.attribution_method or "", s.attribution_confidence, s.attribution_suspect])
     ws.append([])
     ws.append(["Blocks file", res.blocks_source])
     for w in res.warnings:
