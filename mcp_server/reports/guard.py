@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import zipfile
 import zlib
 from functools import lru_cache
 from pathlib import Path
+
 from mcp_server.errors import ReportFormatError
 from mcp_server.limits import human, limit, over
 
@@ -193,6 +195,9 @@ def _stream(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: str, budget: list[
                                 hint="the file is damaged; write or copy it again") from None
     except (NotImplementedError, RuntimeError) as exc:  # unsupported compression, encryption
         raise ReportFormatError(f"zip member '{info.filename}' cannot be read ({exc})", path=path) from None
+    except (OSError, ValueError, OverflowError, struct.error) as exc:  # offsets past the file, odd headers
+        raise ReportFormatError(f"damaged zip member '{info.filename}' ({type(exc).__name__}: {exc})", path=path,
+                                hint="the file is damaged; write or copy it again") from None
 
 
 def _sheet_names(zf: zipfile.ZipFile, path: str) -> dict[str, str]:
@@ -237,6 +242,9 @@ def _check_cached(path: str, mtime_ns: int, size: int) -> None:
         raise ReportFormatError(f"not a readable xlsx workbook (not a zip archive: {exc})", path=path) from None
     except OSError as exc:
         raise ReportFormatError(f"cannot open the workbook ({exc.strerror or exc})", path=path) from None
+    except (ValueError, OverflowError, struct.error, EOFError, NotImplementedError) as exc:  # odd directory
+        raise ReportFormatError(f"not a readable xlsx workbook (damaged zip directory: {type(exc).__name__}: "
+                                f"{exc})", path=path) from None
     with zf:
         infos = zf.infolist()
         if len(infos) > limit("XLSX_MEMBERS"):
