@@ -8,8 +8,10 @@ from mcp_server.kernels import configs, tuning
 
 def test_deepseek_configs_are_the_published_ones():
     v3, v2 = configs.get_model("deepseek-v3"), configs.get_model("DeepSeek-V2")
-    assert (v3.num_heads, v3.kv_lora_rank, v3.qk_nope_head_dim, v3.v_head_dim, v3.num_layers) == (128, 512, 128, 128, 61)
-    assert (v2.num_heads, v2.kv_lora_rank, v2.qk_nope_head_dim, v2.v_head_dim, v2.num_layers) == (128, 512, 128, 128, 60)
+    def dims(c):
+        return (c.num_heads, c.kv_lora_rank, c.qk_nope_head_dim, c.v_head_dim, c.num_layers)
+    assert dims(v3) == (128, 512, 128, 128, 61)
+    assert dims(v2) == (128, 512, 128, 128, 60)
     with pytest.raises(KeyError, match="known: deepseek-v2, deepseek-v3"):
         configs.get_model("llama")
 

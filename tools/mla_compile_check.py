@@ -41,7 +41,8 @@ def compile_one(fn, sig: dict, consts: dict, num_warps=4, num_stages=2):
 def report(k, tag: str, sass_dir: Path | None):
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(k.asm["cubin"])
-    res = subprocess.run([str(BIN / "cuobjdump"), "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    res = subprocess.run([str(BIN / "cuobjdump"), "--dump-resource-usage", f.name],
+                         capture_output=True, text=True).stdout
     regs = re.search(r"REG:(\d+)", res)
     stack = re.search(r"STACK:(\d+)", res)
     smem = re.search(r"SHARED:(\d+)", res)
@@ -53,10 +54,12 @@ def report(k, tag: str, sass_dir: Path | None):
         (sass_dir / f"{tag}.sass").write_text(sass)
         (sass_dir / f"{tag}.ttgir").write_text(k.asm["ttgir"])
     top = ", ".join(f"{n} {c}" for c, n in sorted(((c, n) for n, c in ops.items()), reverse=True)[:14])
-    print(f"{tag:34s} regs={regs and regs.group(1)} stack={stack and stack.group(1)} smem={smem and smem.group(1)} | {top}")
+    print(f"{tag:34s} regs={regs and regs.group(1)} stack={stack and stack.group(1)} "
+          f"smem={smem and smem.group(1)} | {top}")
 
 
-I4 = {"x_ptr": "*bf16", "qw_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "N": "i32"}
+I4 = {"x_ptr": "*bf16", "qw_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*bf16", "out_ptr": "*bf16",
+      "M": "i32", "N": "i32"}
 F8 = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*fp32", "out_ptr": "*bf16", "M": "i32", "N": "i32"}
 
 
@@ -83,7 +86,8 @@ def persistent():
     for K in (128, 512):
         for ns in (2, 3):
             c = {"K": K, "GROUP": 128, "HAS_ZERO": False, "UNPACK": 0, "BLOCK_N": 128, "BLOCK_M": 16}
-            report(compile_one(w4a16._w4a16_persistent_kernel, sig, c, 4, ns), f"int4_pers_K{K}_s{ns}", Path("/tmp/sassP"))
+            report(compile_one(w4a16._w4a16_persistent_kernel, sig, c, 4, ns), f"int4_pers_K{K}_s{ns}",
+                   Path("/tmp/sassP"))
 
 
 def persistent_fp8():

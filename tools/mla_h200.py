@@ -21,9 +21,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+import mla_probe  # noqa: E402
 import torch  # noqa: E402
 
-import mla_probe  # noqa: E402
 from mcp_server.kernels import bench, l2sweep, quant, tuning  # noqa: E402
 from mcp_server.kernels.w4a16 import w4a16_launch  # noqa: E402
 from mcp_server.kernels.w8a16 import act_quant_fp8, w8a8_launch, w8a16_launch  # noqa: E402
@@ -43,7 +43,7 @@ def bandwidth():
     out = {"copy_events_4g": bench.copy_tbps(4 * 2**30), "read_amax_4g": bench.read_tbps(4 * 2**30)}
     a = torch.randn(2**30, device="cuda")
     b = torch.empty_like(a)
-    out["copy_graph_4g"] = 2 * 4 * 2**30 / (bench.time_launches([lambda: b.copy_(a)], 10, 10) * 1e-6) / 1e12
+    out["copy_graph_4g"] = 2 * 4 * 2**30 / (bench.time_launches([lambda a=a, b=b: b.copy_(a)], 10, 10) * 1e-6) / 1e12
     del a, b
     torch.cuda.empty_cache()
     RES["bandwidth"] = out
@@ -65,7 +65,7 @@ def correctness():
                 for var in vars_:
                     cases.append((f"int4_{var}_g{g}{'_zp' if zp else ''}", ref,
                                   lambda out, qw=qw, var=var: w4a16_launch(
-                                      x, qw, out, {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2,
+                                      x, qw, out, {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2,  # noqa: B023
                                                    "CTAS_PER_SM": 1}, var)))
             for g in (0, 128):
                 for lay in ("shuffled",):
@@ -75,11 +75,12 @@ def correctness():
                         cfg = {"BLOCK_N": 64, "BLOCK_K": 128, "SUB": 2, "variant": "asm", "persistent": var == "pers",
                                "CTAS_PER_SM": 1}
                         cases.append((f"fp8_{lay}_{var}_g{g}", ref,
-                                      lambda out, fw=fw, cfg=cfg: w8a16_launch(x, fw, out, cfg)))
+                                      lambda out, fw=fw, cfg=cfg: w8a16_launch(x, fw, out, cfg)))  # noqa: B023
             fw = quant.quantize_fp8(w, layout="natural")
             x8, xs = act_quant_fp8(x)
             ref = (x8.float() * xs[..., None]) @ quant.dequantize_fp8(fw)
-            cases.append(("w8a8", ref, lambda out, fw=fw: w8a8_launch(x8, xs, fw, out, {"BLOCK_N": 64, "BLOCK_K": 128})))
+            cases.append(("w8a8", ref, lambda out, fw=fw, x8=x8, xs=xs: w8a8_launch(
+                x8, xs, fw, out, {"BLOCK_N": 64, "BLOCK_K": 128})))
             for name, ref, fn in cases:
                 out = torch.full((128, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
                 try:
@@ -113,7 +114,7 @@ def grid(budget):
             todo = []
 
             def i4(bn, nw=4, ns=2, **kw):
-                todo.append(("int4", {"variant": "dot", "BLOCK_N": bn, "num_warps": nw, "num_stages": ns, **kw}))
+                todo.append(("int4", {"variant": "dot", "BLOCK_N": bn, "num_warps": nw, "num_stages": ns, **kw}))  # noqa: B023
             if K == 128:
                 for dep in (False, True):
                     i4(128, DEP=dep)
@@ -136,8 +137,8 @@ def grid(budget):
                 todo.append(("fp8", {"variant": "asm", "BLOCK_N": bn, "SUB": sub, "num_warps": nw, "num_stages": ns}))
             for kind, cfg in todo:
                 try:
-                    fns = {"int4": lambda: buf.int4_fns(cfg), "fp8": lambda: buf.fp8_fns(cfg),
-                           "w8a8": lambda: buf.w8a8_fns(cfg)}[kind]()
+                    fns = {"int4": lambda: buf.int4_fns(cfg), "fp8": lambda: buf.fp8_fns(cfg),  # noqa: B023
+                           "w8a8": lambda: buf.w8a8_fns(cfg)}[kind]()  # noqa: B023
                     kern = fns[0]()[0]
                     us = bench.time_launches(fns)
                     r = {"K": K, "N": N, "M": M, "kind": kind, "cfg": cfg, "us": us, "speedup": base / us,
@@ -145,7 +146,8 @@ def grid(budget):
                          "n_regs": kern.n_regs, "n_spills": kern.n_spills}
                     if cfg.get("BLOCK_N") == 128 and cfg.get("num_warps") == 4 and M in (1, 64) \
                             and cfg.get("num_stages") in (2, 3) and kind != "w8a8" and cfg.get("CTAS_PER_SM", 2) == 2:
-                        tag = f"{kind}_{cfg.get('variant')}{'_pers' if cfg.get('persistent') else ''}_s{cfg.get('num_stages')}_K{K}_M{M}"
+                        pers = "_pers" if cfg.get("persistent") else ""
+                        tag = f"{kind}_{cfg.get('variant')}{pers}_s{cfg.get('num_stages')}_K{K}_M{M}"
                         r["sass"] = mla_probe.sass_mix(kern, tag)
                 except Exception as exc:  # noqa: BLE001
                     r = {"K": K, "N": N, "M": M, "kind": kind, "cfg": cfg, "error": repr(exc)[-700:]}

@@ -39,7 +39,7 @@ def main():
             runs.append((buf, fns))
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
-    for buf, fns in runs:
+    for _buf, fns in runs:
         for f in fns:
             # a fresh weight read: flush by touching 256 MB (ncu --cache-control all also flushes)
             f()

@@ -81,21 +81,21 @@ def correctness():
                 for var in ("dot", "dot_plain") + (("gemv", "gemv_plain") if M == 1 and not zp else ()):
                     cfg = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
                     cases.append((f"int4_{var}_g{g}{'_zp' if zp else ''}", ref,
-                                  lambda out, qw=qw, var=var, cfg=cfg: w4a16_launch(x, qw, out, cfg, var)))
+                                  lambda out, qw=qw, var=var, cfg=cfg: w4a16_launch(x, qw, out, cfg, var)))  # noqa: B023
             for g in (0, 128):
                 fw = quant.quantize_fp8(w, group=g)
                 ref = x.float() @ quant.dequantize_fp8(fw)
                 for f16 in (True, False):
                     cfg = {"BLOCK_N": 64, "BLOCK_K": 128, "F16": f16}
                     cases.append((f"fp8_{'f16' if f16 else 'bf16'}_g{g}", ref,
-                                  lambda out, fw=fw, cfg=cfg: w8a16_launch(x, fw, out, cfg)))
+                                  lambda out, fw=fw, cfg=cfg: w8a16_launch(x, fw, out, cfg)))  # noqa: B023
             fw = quant.quantize_fp8(w)
             x8, xs = quant.quantize_act_fp8(x)
             ref = (x8.float() * xs[..., None]) @ quant.dequantize_fp8(fw)
             k8, ks = act_quant_fp8(x)
             aq = {"x8_mismatch": float((k8.float() != x8.float()).float().mean()),
                   "xs_err": float((ks - xs).abs().max())}
-            cases.append(("w8a8", ref, lambda out, fw=fw: w8a8_launch(x8, xs, fw, out,
+            cases.append(("w8a8", ref, lambda out, fw=fw: w8a8_launch(x8, xs, fw, out,  # noqa: B023
                                                                        {"BLOCK_N": 64, "BLOCK_K": 128})))
             for name, ref, fn in cases:
                 out = torch.full((128, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -146,8 +146,10 @@ def grid():
             for (bn, bk, nw, ns) in (f8_small if M <= 16 else f8_big):
                 if bk > K:
                     continue
-                todo.append(("fp8", "f16", {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": nw, "num_stages": ns, "F16": True}))
-            todo.append(("fp8", "bf16", {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "F16": False}))
+                todo.append(("fp8", "f16", {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": nw, "num_stages": ns,
+                                            "F16": True}))
+            todo.append(("fp8", "bf16", {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3,
+                                         "F16": False}))
             for (bn, bk, nw, ns) in ((128, 128, 4, 3), (64, 128, 4, 3)):
                 todo.append(("w8a8", "fp8", {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": nw, "num_stages": ns}))
             for kind, var, cfg in todo:
@@ -169,7 +171,8 @@ def grid():
                     r = {"K": K, "N": N, "M": M, "kind": kind, "variant": var, "cfg": cfg, "us": us,
                          "speedup": base / us, "tbps": buf.tbps(fmt, us), "compile_s": comp,
                          "n_regs": getattr(kern, "n_regs", None), "n_spills": getattr(kern, "n_spills", None)}
-                    if cfg.get("BLOCK_N") == 128 and cfg.get("num_warps") == 4 and M in (1, 64) and "BLOCK_M" not in cfg:
+                    if (cfg.get("BLOCK_N") == 128 and cfg.get("num_warps") == 4 and M in (1, 64)
+                            and "BLOCK_M" not in cfg):
                         tag = f"{kind}_{var}_K{K}_M{M}"
                         r["sass"] = sass_mix(kern, tag)
                 except Exception as exc:  # noqa: BLE001
@@ -177,7 +180,8 @@ def grid():
                          "error": repr(exc)[:600]}
                 rows.append(r)
                 print(f"{K:4d} {M:3d} {kind:5s} {var:10s} {str(cfg):80s} "
-                      f"{r.get('us', float('nan')):8.2f}us x{r.get('speedup', 0):.2f} regs={r.get('n_regs')}", flush=True)
+                      f"{r.get('us', float('nan')):8.2f}us x{r.get('speedup', 0):.2f} regs={r.get('n_regs')}",
+                      flush=True)
                 dump()
             del buf
             torch.cuda.empty_cache()
@@ -195,7 +199,7 @@ def l2_fine():
         buf_w = (torch.randn(H, 128, 512, device="cuda") * 0.02).to(torch.bfloat16)
         x1 = torch.randn(H, 1, 128, device="cuda").to(torch.bfloat16)
         out = torch.empty(H, 1, 512, device="cuda", dtype=torch.bfloat16)
-        us = bench.time_launches([lambda: torch.bmm(x1, buf_w, out=out)], min_launches=64)
+        us = bench.time_launches([lambda: torch.bmm(x1, buf_w, out=out)], min_launches=64)  # noqa: B023
         mb = buf_w.numel() * 2 / 1e6
         rows.append({"H": H, "weight_mb": mb, "us": us, "tbps": mb * 1e6 / (us * 1e-6) / 1e12})
     dump()

@@ -108,7 +108,7 @@ def read_tbps(nbytes: int = 4 * 2**30) -> float:
     import torch
 
     a = torch.randn(nbytes // 4, device="cuda")
-    us = time_launches([lambda: a.amax()], replays=10, min_launches=10)
+    us = time_launches([a.amax], replays=10, min_launches=10)
     del a
     torch.cuda.empty_cache()
     return nbytes / (us * 1e-6) / 1e12
@@ -254,8 +254,10 @@ def run_mla_bench(model: str = "deepseek-v3", batches=(1, 8, 64), stacks=(1, 8, 
 
     shapes = cfgs.mla_shapes(model, batches, stacks)
     total = len(shapes) * len(caches)
-    res = {"model": model, "device": device_info(), "copy_tbps": copy_tbps(), "read_tbps": read_tbps(), "rows": [],
-           "checks": [], "group": group, "method": {
+    rows: list[dict] = []
+    checks: list[dict] = []
+    res: dict = {"model": model, "device": device_info(), "copy_tbps": copy_tbps(), "read_tbps": read_tbps(),
+                 "rows": rows, "checks": checks, "group": group, "method": {
                "timing": f"CUDA graph of >= {MIN_LAUNCHES} launches, median of {REPLAYS} replays",
                "cold_bytes_per_format": COLD_BYTES}}
     done = 0
@@ -265,9 +267,9 @@ def run_mla_bench(model: str = "deepseek-v3", batches=(1, 8, 64), stacks=(1, 8, 
             res["timed_out"] = True
             break
         if check and shape.layers == 1:
-            res["checks"].append({"shape": shape.label, "M": shape.M, **check_shape(shape, group, configs=configs)})
+            checks.append({"shape": shape.label, "M": shape.M, **check_shape(shape, group, configs=configs)})
         for cache in caches:
-            res["rows"].append(bench_row(shape, cache, group, configs))
+            rows.append(bench_row(shape, cache, group, configs))
             done += 1
             if progress:
                 progress(done, total, f"{shape.label} {cache}")

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from mcp_server.errors import InputError, ToolMissingError
-from mcp_server.kernels.models import (DeviceInfo, L2Point, L2SweepResult, MlaBenchResult, MlaCheck, MlaRow,
-                                       TargetCheck)
+from mcp_server.kernels.models import DeviceInfo, L2Point, L2SweepResult, MlaBenchResult, MlaCheck, MlaRow, TargetCheck
 from mcp_server.models import Warning_
 from mcp_server.vocab import ProgressFn, WarningCode
 

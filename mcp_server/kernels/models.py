@@ -94,7 +94,8 @@ class L2SweepResult(Model):
     l2_mb: float
     effective_l2_mb: Optional[float] = Field(description=(
         "Largest BF16 weight size still L2-resident (warm at least 15 % faster than cold), interpolated"))
-    int4_crossover_mb: Optional[float] = Field(description="Smallest size from which INT4 stays faster than BF16 (warm)")
+    int4_crossover_mb: Optional[float] = Field(description=(
+        "Smallest size from which INT4 stays faster than BF16 (warm)"))
     fp8_crossover_mb: Optional[float]
     points: list[L2Point]
     json_path: Optional[str] = None

@@ -124,7 +124,6 @@ def quantize_int4(w, group: int = 128, zero_point: bool = False) -> Int4Weights:
 
 def dequantize_int4(qw: Int4Weights, dtype=None):
     """``W[H, K, N]`` as the kernel sees it (fp32 unless ``dtype``)."""
-    import torch
 
     codes = unpack_int4(qw.qweight, qw.K).float()            # [H, K, N]
     H, K, N = codes.shape

@@ -31,13 +31,13 @@ def render_mla(res: MlaBenchResult, con, request: Any = None) -> None:
                   f"{r.fp8_speedup:.2f}", f"{r.int4_tbps:.2f}", f"{r.bf16_tbps:.2f}")
     con.print(t)
     if res.checks:
-        c = Table(title="correctness (relative error)", title_justify="left")
+        ct = Table(title="correctness (relative error)", title_justify="left")
         for h in ("shape", "M", "INT4 kernel", "FP8 kernel", "INT4 quant", "FP8 quant", "BF16"):
-            c.add_column(h, justify="left" if h == "shape" else "right")
+            ct.add_column(h, justify="left" if h == "shape" else "right")
         for k in res.checks:
-            c.add_row(escape(k.shape), str(k.M), f"{k.int4_kernel_err:.1e}", f"{k.fp8_kernel_err:.1e}",
+            ct.add_row(escape(k.shape), str(k.M), f"{k.int4_kernel_err:.1e}", f"{k.fp8_kernel_err:.1e}",
                       f"{k.int4_quant_err:.3f}", f"{k.fp8_quant_err:.3f}", f"{k.bf16_err:.1e}")
-        con.print(c)
+        con.print(ct)
     for g in res.targets:
         mark = "n/a" if g.met is None else ("[green]met[/]" if g.met else "[red]missed[/]")
         worst = "n/a" if g.worst is None else f"{g.worst:.2f}x"
@@ -55,16 +55,17 @@ def render_l2(res: L2SweepResult, con, request: Any = None) -> None:
               title_justify="left")
     for c in ("H", "MB", "BF16", "BF16 cold", "INT4", "FP8", "INT4 x", "FP8 x", "warm/cold"):
         t.add_column(c, justify="right")
-    for p in res.points:
-        t.add_row(str(p.H), f"{p.weight_mb:.1f}", f"{p.bf16_us:.2f}", f"{p.bf16_cold_us:.2f}", f"{p.int4_us:.2f}",
-                  f"{p.fp8_us:.2f}", f"{p.int4_speedup:.2f}", f"{p.fp8_speedup:.2f}", f"{p.warm_over_cold:.2f}")
+    for pt in res.points:
+        t.add_row(str(pt.H), f"{pt.weight_mb:.1f}", f"{pt.bf16_us:.2f}", f"{pt.bf16_cold_us:.2f}",
+                  f"{pt.int4_us:.2f}", f"{pt.fp8_us:.2f}", f"{pt.int4_speedup:.2f}", f"{pt.fp8_speedup:.2f}",
+                  f"{pt.warm_over_cold:.2f}")
     con.print(t)
 
     def mb(v):
         return "none" if v is None else f"{v:.1f} MB"
     con.print(f"L2 {res.l2_mb:.0f} MB; effective L2 boundary {mb(res.effective_l2_mb)}; INT4 wins from "
               f"{mb(res.int4_crossover_mb)}, FP8 from {mb(res.fp8_crossover_mb)}", highlight=False)
-    for p in ("json_path", "png_path"):
-        if getattr(res, p):
-            con.print(f"{p.split('_')[0]}: {escape(getattr(res, p))}", highlight=False)
+    for label, path in (("json", res.json_path), ("png", res.png_path)):
+        if path:
+            con.print(f"{label}: {escape(path)}", highlight=False)
     _warnings(res, con)
