@@ -87,3 +87,23 @@ def test_warnings_come_before_the_tables():
     bo = _text(render_budget, b, 80)
     assert bo.index("3 step(s) and") < bo.index("Budget by category")
     assert max(len(x) for x in bo.splitlines()) <= 80
+
+
+def test_analyze_text_face_at_80_and_200():
+    from mcp_server.traces import analyze_trace
+    from mcp_server.traces.render import render_analysis
+
+    res = analyze_trace(str(TR / "dsv3_prefill.json.gz"))
+    narrow = _text(render_analysis, res, None)
+    assert max(len(x) for x in narrow.splitlines()) <= 80
+    # module names whole (they were cut to 'DeepseekV3TopkRout…' / 'DeepseekV3RotaryEmb…')
+    for name in ("DeepseekV3TopkRouter", "DeepseekV3RotaryEmbedding", "DeepseekV3DecoderLayer_1",
+                 "DeepseekV3RotaryEmbedding_0"):
+        assert f" {name} " in narrow
+    assert "…" not in narrow and "┃" not in narrow  # nothing cut, no side borders to crop
+    wide = _text(render_analysis, res, 200, console_width=200)
+    assert "Top kernel" in wide and "Top category" in wide and "Phase" in wide
+    assert max(len(x) for x in wide.splitlines()) <= 200
+    graph = analyze_trace(str(GRAPH))
+    out = _text(render_analysis, graph, None)
+    assert out.index("warning") < out.index("Categories")

@@ -78,8 +78,9 @@ def _merge(items: list[Item], use_op: bool, use_dims: bool) -> list[Item]:
         if y is None:
             out[key] = x
         else:
-            out[key] = Item(x.name, y.category, y.us + x.us, y.count + x.count, y.cpu_op if y.cpu_op == x.cpu_op else "",
-                            y.dims if dims_key(y.dims) == dims_key(x.dims) else "")
+            op = y.cpu_op if y.cpu_op == x.cpu_op else ""
+            dims = y.dims if dims_key(y.dims) == dims_key(x.dims) else ""
+            out[key] = Item(x.name, y.category, y.us + x.us, y.count + x.count, op, dims)
     return list(out.values())
 
 
@@ -281,7 +282,8 @@ def _star(blocks: list[BlockDiff], sa: Side, sb: Side, warnings: list[Warning_])
             continue
         if skipped:
             warnings.append(Warning_(code=WarningCode.reference_mismatch, message=(
-                f"not marked for optimisation: {', '.join(f'{x.block} ({x.a_us:.1f} vs {x.b_us:.1f} us)' for x in skipped)}"
+                "not marked for optimisation: "
+                f"{', '.join(f'{x.block} ({x.a_us:.1f} vs {x.b_us:.1f} us)' for x in skipped)}"
                 f" - zero or unattributed on a side whose module attribution is suspect (see the reference warning)")))
         return b
     return None

@@ -188,8 +188,9 @@ def blocks_table(res: DiffResult, width: int) -> Table:
         t.add_row(*row)
     t.add_section()
     total = ["", "[bold]total[/]"] + ([""] if wide else [])
-    total += [f"{res.total_a_us:,.1f}", f"{res.total_b_us:,.1f}", Text(fmt_gap(res.gap_us), style=_gap_style(res.gap_us)),
-              fmt_ratio(res.ratio)] + ([""] if wide else []) + [""]
+    total += [f"{res.total_a_us:,.1f}", f"{res.total_b_us:,.1f}",
+              Text(fmt_gap(res.gap_us), style=_gap_style(res.gap_us)), fmt_ratio(res.ratio)]
+    total += ([""] if wide else []) + [""]
     t.add_row(*total)
     return t
 

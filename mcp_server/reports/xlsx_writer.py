@@ -420,7 +420,8 @@ def _write_detail(wb, plan: DetailPlan, df, peak: float | None = None) -> None:
         for i in range(min(n, L.MAX_ROWS)):
             mod, dims, name, dur, cat, src = (c[i] for c in cols)
             dur = float(dur)
-            formula, tflop, rate, pct = (_flops_cells(ops[i], str(dims), dur, peak) if cat in ("gemm", "attention", "moe")
+            flops = cat in ("gemm", "attention", "moe")
+            formula, tflop, rate, pct = (_flops_cells(ops[i], str(dims), dur, peak) if flops
                                          else (None, None, None, None))
             s.append([mod, dims, name, round(dur, 3), round(dur / wall * 100 if wall > 0 else 0.0, 2), cat,
                       formula, tflop, rate, src, pct])

@@ -1,10 +1,12 @@
 """Rich summary of a ``TraceAnalysis`` (the text face of ``kernelscope analyze``)."""
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from mcp_server.compare.matching import display_kernel_name
 from mcp_server.traces.models import TraceAnalysis
 
 
@@ -16,23 +18,35 @@ def _us(us: float) -> str:
     return f"{us:,.1f} us"
 
 
-def _cut(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
 _TIME_COLS = {"Mean", "Total", "Self"}
 
 
-def _table(title: str, cols: list[str], **_: object) -> Table:
-    t = Table(title=title, title_justify="left")
+def _table(title: str, cols: list[str], *, name_width: int = 0, wide: bool = True, **_: object) -> Table:
+    """A table for the text face: a head rule and no side borders (nothing to crop); the first
+    column (the name a person acts on) never cut, numbers never wrapped, 'Top ...' columns folded."""
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
     for i, c in enumerate(cols):
-        t.add_column(c, justify="left" if i == 0 or c.startswith("Top") else "right", no_wrap=True,
-                     min_width=None if i == 0 or c.startswith("Top") else max(len(c), 9 if c in _TIME_COLS else 0))
+        if i == 0:
+            t.add_column(c, no_wrap=True, min_width=name_width or None)
+        elif c.startswith("Top"):
+            t.add_column(c, overflow="fold", max_width=48 if wide else 24)
+        else:
+            t.add_column(c, justify="right", no_wrap=True,
+                         min_width=max(len(c), 9 if c in _TIME_COLS else 0))
     return t
 
 
-def render_analysis(res: TraceAnalysis, console: Console, *, max_modules: int = 25, max_tree_depth: int = 3) -> None:
+#: columns worth their room only from this width: mean, top kernel, phase, top category
+WIDE = 120
+
+
+def render_analysis(res: TraceAnalysis, console: Console, request: object = None, *, max_modules: int = 25,
+                    max_tree_depth: int = 3) -> None:
     c = console
+    w = getattr(request, "width", None) if request is not None else None
+    if w:
+        c.width = int(w)
+    wide = c.width >= WIDE
     c.print(f"[bold]{escape(res.trace)}[/]  {escape(res.device or 'unknown device')} ({res.platform})")
     share = 100.0 * res.attributed_count / res.kernel_count if res.kernel_count else 0.0
     c.print(f"{res.kernel_count:,} GPU kernels, {_us(res.total_kernel_us)} kernel time; "
@@ -48,31 +62,39 @@ def render_analysis(res: TraceAnalysis, console: Console, *, max_modules: int = 
                 f"{g.layers_found} layer(s) per replay")
         for note in g.notes:
             c.print(f"  {escape(note)}")
+    for wn in res.warnings:  # before the tables: a person reads them before trusting the numbers
+        c.print(f"[yellow]warning[/] {escape(wn.code)}: {escape(wn.message)}")
 
     t = _table("Categories", ["Category", "Count", "Total", "%"])
     for cat in res.categories:
         t.add_row(escape(cat.category), f"{cat.count:,}", _us(cat.total_us), f"{cat.pct:.1f}")
     c.print(t)
 
-    t = _table("Module types", ["Type", "Calls", "Mean", "Total", "% parent", "Top kernel"], squeeze="Top kernel")
-    for m in res.modules[:max_modules]:
-        t.add_row(escape(_cut(m.type, 20)), f"{m.count:,}", _us(m.mean_us), _us(m.total_us),
-                  f"{m.pct_of_parent:.1f}", escape(_cut(m.top_kernel, 16)))
+    mods = res.modules[:max_modules]
+    cols = ["Type", "Calls"] + (["Mean"] if wide else []) + ["Total", "% parent"] + (["Top kernel"] if wide else [])
+    t = _table("Module types", cols, name_width=max([len(m.type) for m in mods] + [4]), wide=wide)
+    for m in mods:
+        row = [escape(m.type), f"{m.count:,}"] + ([_us(m.mean_us)] if wide else []) + [
+            _us(m.total_us), f"{m.pct_of_parent:.1f}"]
+        if wide:
+            row.append(escape(display_kernel_name(m.top_kernel, 48)))
+        t.add_row(*row)
     if len(res.modules) > max_modules:
         t.caption = f"{len(res.modules) - max_modules} more module types (use --json or -o)"
     c.print(t)
 
     shown = [n for n in res.tree if n.depth <= max_tree_depth][:40]
     if shown:
-        t = _table(f"Module tree (depth <= {max_tree_depth})",
-                   ["Module", "Total", "Self", "Kernels", "Phase", "Top category"],
-                   squeeze="Top category")
-        for n in shown:
+        cols = ["Module", "Total", "Self", "Kernels"] + (["Phase", "Top category"] if wide else [])
+        labels = ["  " * n.depth + n.name for n in shown]
+        t = _table(f"Module tree (depth <= {max_tree_depth})", cols, name_width=max(len(x) for x in labels),
+                   wide=wide)
+        for n, label in zip(shown, labels):
             topcat = next(iter(n.breakdown.items()), ("", 0.0))
-            t.add_row(escape(_cut("  " * n.depth + n.name, 26)), _us(n.total_us), _us(n.self_us), f"{n.kernel_count:,}",
-                      n.phase or "-", escape(topcat[0]))
+            row = [escape(label), _us(n.total_us), _us(n.self_us), f"{n.kernel_count:,}"]
+            if wide:
+                row += [n.phase or "-", escape(topcat[0])]
+            t.add_row(*row)
         c.print(t)
-    for w in res.warnings:
-        c.print(f"[yellow]warning[/] {escape(w.code)}: {escape(w.message)}")
     if res.output_xlsx:
         c.print(f"report written: {escape(res.output_xlsx)}")
