@@ -72,3 +72,33 @@ def test_plot_writes_a_png(sweep, tmp_path):
     pytest.importorskip("matplotlib")
     out = l2sweep.plot(sweep, str(tmp_path / "l2.png"))
     assert Path(out).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_engines_wrap_a_real_run_into_typed_results(monkeypatch, tmp_path, sweep):
+    """The faces' engines on the recorded H200 run (GPU work replaced by its recorded output)."""
+    from mcp_server.kernels import engine
+    from mcp_server.kernels import l2sweep as l2mod
+
+    full = json.loads((FIX / "mla_h200_full.json").read_text())
+    seen = {}
+
+    def fake_bench(model, batches, stacks, caches, **kw):
+        seen.update(model=model, batches=batches, stacks=stacks, caches=caches, deadline=kw["deadline"])
+        return full
+
+    monkeypatch.setattr(engine, "require_gpu", lambda tool: None)
+    monkeypatch.setattr(bench, "run_mla_bench", fake_bench)
+    out = tmp_path / "mla.json"
+    res = engine.mla_bench(batch=[1, 8, 64], layers=[1, 8, 32], cache="both", json_path=str(out))
+    assert seen["caches"] == ("warm", "cold") and seen["stacks"] == [1, 8, 32]
+    assert len(res.rows) == 36 and res.rows[12].weight == "W_UK" and res.rows[12].layers == 8
+    assert res.device.name == "NVIDIA H200" and res.device.l2_mb == pytest.approx(62.91, abs=0.01)
+    assert [t.met for t in res.targets] == [False, False, True, False]
+    assert json.loads(out.read_text())["rows"][0]["int4_us"] == full["rows"][0]["int4_us"]
+    assert all(c.int4_kernel_err < 2e-3 and 0.1 < c.int4_quant_err < 0.13 for c in res.checks)
+
+    monkeypatch.setattr(l2mod, "run_l2_sweep", lambda heads, M, progress, deadline: sweep)
+    png = tmp_path / "l2.png"
+    r2 = engine.l2_sweep(png_path=str(png))
+    assert r2.effective_l2_mb == pytest.approx(48.2) and r2.png_path == str(png)
+    assert png.read_bytes()[:4] == b"\x89PNG" and len(r2.points) == len(sweep["points"])
