@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import select
 import signal
 import time
 import zipfile
@@ -225,6 +226,7 @@ class KillStats:
     writer: str
     iterations: int = 0
     write_s: float = 0.0
+    targeted: int = 0              # kills aimed inside a write (after its temp file was opened)
     killed_mid_write: int = 0      # kills that left a temp file (the kill landed inside a write)
     corrupted: int = 0             # outputs found damaged after a kill (goal 0)
     temps_after_next_run: int = 0  # temp files still there after the next completed write (goal 0)
@@ -246,17 +248,40 @@ def run(w: Writer, d: Path, iterations: int, seed: int = 1) -> KillStats:
         out = _cache_file(d)
     ref: Any = _xlsx_sheets(out) if w.kind == "xlsx" else out.read_bytes()
     stats = KillStats(w.name, write_s=write_s)
-    for _ in range(iterations):
+    for it in range(iterations):
+        # even iterations: killed at a random moment of the loop (rendering included); odd ones:
+        # killed within 50 ms after a temp file was opened, i.e. inside the write itself
+        targeted = it % 2 == 1
+        r, wfd = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child writes until it is killed
             try:
+                os.close(r)
+                import mcp_server.atomic as atomic
+
+                real_new_temp = atomic.new_temp
+
+                def announcing(*a: Any, _new: Any = real_new_temp, _fd: int = wfd, **k: Any) -> str:
+                    tmp = _new(*a, **k)
+                    os.write(_fd, b"t")
+                    return tmp
+
+                atomic.new_temp = announcing  # type: ignore[assignment]
                 while True:
                     w.write(st, out)
             finally:
                 os._exit(1)
-        time.sleep(rng.uniform(0.0, max(0.02, 1.5 * write_s)))
+        os.close(wfd)
+        if targeted:
+            ready, _, _ = select.select([r], [], [], 30.0)
+            time.sleep(rng.uniform(0.0, min(0.05, 1.5 * write_s)))
+        else:
+            time.sleep(rng.uniform(0.0, max(0.02, 1.5 * write_s)))
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+        os.close(r)
+        if targeted:
+            stats.targeted += 1
         stats.iterations += 1
         if _temps(d, out):
             stats.killed_mid_write += 1
