@@ -1,7 +1,8 @@
 """The one kernel-category loader and classifier.
 
 ``_shared/kernel_categories.csv`` holds ``category,pattern`` rows. Each pattern
-is a case-insensitive regular expression (usually an alternation). Rules are
+is a case-insensitive regular expression (usually an alternation; Python syntax,
+matched in linear time by RE2 through ``mcp_server.userregex``). Rules are
 tried in file order; the first whose pattern is found anywhere in the kernel
 name wins; a name no rule matches is ``other``. Users edit the CSV; every
 engine that needs a category calls ``load_categories`` (cached per file

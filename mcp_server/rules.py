@@ -3,7 +3,8 @@
 Both the kernel categories (``category,pattern``) and the functional blocks
 (``pattern,block,role``) are such tables: a header naming the columns (any
 order), one rule per row, ``#`` comment lines and blank lines ignored, each
-pattern a case-insensitive regular expression, first match wins. This module
+pattern a case-insensitive regular expression (Python syntax; matched in linear
+time by RE2 through ``mcp_server.userregex``), first match wins. This module
 parses and loads them (cached per path, mtime and size); the callers turn rows
 into their own rule types.
 """
