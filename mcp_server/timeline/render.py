@@ -29,8 +29,9 @@ def render_analysis(res: TimelineAnalysis, con: Console) -> None:
         con.print(f"[yellow]warning[/] {escape(w.code)}: {escape(w.message)}", highlight=False)
     if res.probe_overhead:
         po = res.probe_overhead
+        how = f"medians of {po.samples}" if po.samples else "medians from the file"
         con.print(f"probe overhead: {po.overhead_pct:+.2f}% ({po.without_median_us:.1f} -> {po.with_median_us:.1f} us, "
-                  f"medians of {po.samples}{', within noise' if po.within_noise else ''})")
+                  f"{how}{', within noise' if po.within_noise else ''})")
     rows = []
     for p in res.phases:
         rows.append([p.name, len(p.occurrences), _fmt_ns(p.total_wall_ns), _fmt_ns(p.total_slowest_ns),
@@ -85,6 +86,8 @@ def render_comparison(cmp: TimelineComparison, con: Console) -> None:
     con.print("[bold]Findings[/]")
     for f in cmp.findings:
         con.print(escape(f"- {f}"), highlight=False)
+    for k, path in cmp.outputs.items():
+        con.print(f"wrote {k}: {escape(path)}")
 
 
 def analysis_text(res: TimelineAnalysis, width: int = 160) -> str:
