@@ -58,8 +58,8 @@ def _block_tables(side: Side, rules: BlockRules) -> tuple[dict[str, list[Item]],
         dims=("input_dims", "first")).reset_index()
     for blk, name, op, _dk, cat, us, cnt, dims in agg.itertuples(index=False, name=None):
         # per step a count may be fractional (a kernel of the eager step only): kept as is for the notes
-        c = int(cnt) if float(cnt).is_integer() else float(cnt)
-        items.setdefault(str(blk), []).append(Item(str(name), str(cat), float(us), c, str(op), str(dims)))
+        n = int(cnt) if float(cnt).is_integer() else float(cnt)
+        items.setdefault(str(blk), []).append(Item(str(name), str(cat), float(us), n, str(op), str(dims)))
     meta: dict[str, tuple[str, list[str]]] = {}
     for blk, role, key in kb[["block", "role", "module_key"]].drop_duplicates().itertuples(index=False, name=None):
         r, keys = meta.setdefault(str(blk), (str(role), []))

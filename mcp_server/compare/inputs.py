@@ -374,6 +374,7 @@ def resolve_per_step(sa: Side, sb: Side, per_step: Optional[bool], warnings: lis
                "pass per_step=true to divide anyway, or profile the same number of steps"))))
     if on:
         for s, n in ((sa, na), (sb, nb)):
+            assert s.kernels is not None  # count_steps found steps in it
             k = s.kernels.copy()
             k["dur_us"] = k["dur_us"] / n
             k[STEP_WEIGHT] = 1.0 / n  # a launch counts 1/n: launch counts per step too

@@ -189,7 +189,7 @@ class Item:
     name: str
     category: str
     us: float
-    count: int = 1
+    count: float = 1  # launches (fractional per step: see compare.inputs.resolve_per_step)
     cpu_op: str = ""  # innermost cpu op of the launches ('' when the input does not carry it)
     dims: str = ""  # their Input Dims as text ('' when not recorded)
 

@@ -181,13 +181,17 @@ def blocks_table(res: DiffResult, width: int) -> Table:
     for b in res.blocks:
         kinds = sorted({a.kind for a in b.annotations})
         notes = ", ".join(kinds) if wide else "".join(NOTE_LETTER[k] for k in kinds)
-        row = ["★" if b.optimize else "", escape(b.block)] + ([escape(b.role)] if wide else [])
+        row: list[str | Text] = ["★" if b.optimize else "", escape(b.block)]
+        if wide:
+            row.append(escape(b.role))
         row += [f"{b.a_us:,.1f}", f"{b.b_us:,.1f}", Text(fmt_gap(b.gap_us), style=_gap_style(b.gap_us)),
                 fmt_ratio(b.ratio)]
         row += ([f"{b.a_count}/{b.b_count}"] if wide else []) + [notes]
         t.add_row(*row)
     t.add_section()
-    total = ["", "[bold]total[/]"] + ([""] if wide else [])
+    total: list[str | Text] = ["", "[bold]total[/]"]
+    if wide:
+        total.append("")
     total += [f"{res.total_a_us:,.1f}", f"{res.total_b_us:,.1f}",
               Text(fmt_gap(res.gap_us), style=_gap_style(res.gap_us)), fmt_ratio(res.ratio)]
     total += ([""] if wide else []) + [""]

@@ -72,8 +72,9 @@ def launch_flops(cpu_op: str, input_dims: str) -> Optional[tuple[str, float]]:
             if x[-1] != w[1]:
                 return None
             return "2*M*K*N", float(2 * _prod(x[:-1]) * w[1] * w[0])
-        if any(t in op for t in _ATTN) and len(shapes) >= 3 and all(s and len(s) == 4 for s in shapes[:3]):
-            q, k, v = shapes[:3]
+        qkv = [s for s in shapes[:3] if s is not None and len(s) == 4]
+        if any(t in op for t in _ATTN) and len(qkv) == 3:
+            q, k, v = qkv
             if any(t in op for t in _BSHD):
                 b, sq, h, d = q
                 skv, dv = k[1], v[3]

@@ -606,8 +606,8 @@ def _pad_sheet(xml: bytes) -> bytes:
     if pos >= 0:
         pos += len(b"</sheetPr>")
     else:
-        m = re.search(rb"<sheetPr\b[^>]*/>", head)
-        pos = m.end() if m else head.find(b">", head.find(b"<worksheet")) + 1
+        pr = re.search(rb"<sheetPr\b[^>]*/>", head)
+        pos = pr.end() if pr else head.find(b">", head.find(b"<worksheet")) + 1
     head = head[:pos] + dim + head[pos:]
     return head + b"<sheetData>" + b"".join(out) + b"</sheetData>" + xml[end + len(b"</sheetData>"):]
 
