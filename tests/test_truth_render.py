@@ -107,3 +107,25 @@ def test_analyze_text_face_at_80_and_200():
     graph = analyze_trace(str(GRAPH))
     out = _text(render_analysis, graph, None)
     assert out.index("warning") < out.index("Categories")
+
+
+def test_timeline_text_faces_at_80_and_200():
+    from mcp_server.timeline.analysis import analyze_timeline
+    from mcp_server.timeline.compare import compare_timelines
+    from mcp_server.timeline.render import render_analysis, render_comparison
+
+    tl = Path(__file__).parent / "fixtures" / "timeline"
+    res = analyze_timeline(str(tl / "imbalanced_probe.bin"), str(tl / "phases.events"))
+    narrow = _text(render_analysis, res, None)
+    assert max(len(x) for x in narrow.splitlines()) <= 80
+    row = next(x for x in narrow.splitlines() if x.strip().startswith("compute"))
+    assert "3.73x" in row and "5, 37, 90" in row  # outliers only: block 15, 11 are ordinary
+    red = next(x for x in narrow.splitlines() if x.strip().startswith("reduce"))
+    assert red.rstrip().endswith("17")
+    assert "…" not in narrow.split("Verdicts")[0]
+    wide = _text(render_analysis, res, 200, console_width=200)
+    assert "last blocks" in wide and "CV" in wide
+    cmp = compare_timelines(str(tl / "balanced_probe.bin"), str(tl / "imbalanced_probe.bin"), str(tl / "phases.events"))
+    out = _text(render_comparison, cmp, None)
+    assert max(len(x) for x in out.splitlines()) <= 80
+    assert "133.5 us -> 515.2 us" in out and "1.00x -> 3.73x" in out

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -11,16 +12,31 @@ from mcp_server.timeline.analysis import _fmt_ns
 from mcp_server.timeline.models import TimelineAnalysis, TimelineComparison
 
 
+#: the secondary columns (CV, skew, slowest / last blocks, slowest, mean) from this width
+WIDE = 120
+
+
 def _table(title: str, cols: list[str], rows: list[list], right_from: int = 1) -> Table:
-    t = Table(title=title, title_justify="left")
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
     for i, c in enumerate(cols):
-        t.add_column(c, justify="right" if i >= right_from else "left")
+        t.add_column(c, justify="right" if i >= right_from else "left", no_wrap=i < right_from or c != "outliers",
+                     overflow="fold")
     for r in rows:
         t.add_row(*[str(x) for x in r])
     return t
 
 
-def render_analysis(res: TimelineAnalysis, con: Console) -> None:
+def _width(con: Console, request) -> bool:
+    w = getattr(request, "width", None) if request is not None else None
+    if w:
+        con.width = int(w)
+    return con.width >= WIDE
+
+
+def render_analysis(res: TimelineAnalysis, con: Console, request=None) -> None:
+    from mcp_server.timeline.export import outlier_blocks
+
+    wide = _width(con, request)
     sm = "SM ids known" if res.sm_known else "SM ids unknown"
     con.print(f"[bold]{res.source}[/]: {res.nblocks} blocks x {res.ngroups} groups, tag layout {res.tag_layout}"
               f"{' (auto)' if res.tag_layout_auto else ''}, {sm}; {res.records} records, {res.intervals} intervals, "
@@ -34,15 +50,20 @@ def render_analysis(res: TimelineAnalysis, con: Console) -> None:
                   f"{how}{', within noise' if po.within_noise else ''})")
     rows = []
     for p in res.phases:
-        rows.append([p.name, len(p.occurrences), _fmt_ns(p.total_wall_ns), _fmt_ns(p.total_slowest_ns),
-                     _fmt_ns(p.total_mean_ns), f"{p.imbalance:.2f}x", f"{p.cv_max:.2f}", _fmt_ns(p.total_skew_ns),
-                     _fmt_ns(p.wait_after_mean_ns), _fmt_ns(p.critical_ns),
-                     ", ".join(map(str, p.slowest_blocks[:3])),
-                     ",".join(map(str, p.last_blocks[:6])) + ("…" if len(p.last_blocks) > 6 else "")
-                     + (" (same)" if p.last_block_always_same and len(p.last_blocks) > 1 else "")])
-    con.print(_table("Phases (totals over occurrences)",
-                     ["phase", "occ", "wall", "slowest", "mean", "imbal", "CV", "skew", "wait after",
-                      "critical", "slowest blocks", "last blocks"], rows))
+        out = outlier_blocks(p)
+        outl = ", ".join(map(str, out[:4])) + (f" +{len(out) - 4}" if len(out) > 4 else "") or "-"
+        if wide:
+            rows.append([p.name, len(p.occurrences), _fmt_ns(p.total_wall_ns), _fmt_ns(p.total_slowest_ns),
+                         _fmt_ns(p.total_mean_ns), f"{p.imbalance:.2f}x", f"{p.cv_max:.2f}", _fmt_ns(p.total_skew_ns),
+                         _fmt_ns(p.wait_after_mean_ns), _fmt_ns(p.critical_ns), outl,
+                         ",".join(map(str, p.last_blocks[:6])) + ("…" if len(p.last_blocks) > 6 else "")
+                         + (" (same)" if p.last_block_always_same and len(p.last_blocks) > 1 else "")])
+        else:
+            rows.append([p.name, len(p.occurrences), _fmt_ns(p.total_wall_ns), f"{p.imbalance:.2f}x",
+                         _fmt_ns(p.wait_after_mean_ns), _fmt_ns(p.critical_ns), outl])
+    cols = (["phase", "occ", "wall", "slowest", "mean", "imbal", "CV", "skew", "wait after", "critical", "outliers",
+             "last blocks"] if wide else ["phase", "occ", "wall", "imbal", "wait after", "critical", "outliers"])
+    con.print(_table("Phases (totals over occurrences; outliers: blocks >= 1.2x the mean)", cols, rows))
     if res.instants:
         con.print(_table("Instants", ["event", "count", "first", "last", "last block"],
                          [[i.name, i.count, _fmt_ns(i.first_ns), _fmt_ns(i.last_ns), i.last_block]
@@ -61,7 +82,8 @@ def render_analysis(res: TimelineAnalysis, con: Console) -> None:
         con.print(f"wrote {k}: {path}")
 
 
-def render_comparison(cmp: TimelineComparison, con: Console) -> None:
+def render_comparison(cmp: TimelineComparison, con: Console, request=None) -> None:
+    wide = _width(con, request)
     con.print(f"[bold]before[/] {cmp.before}\n[bold]after[/]  {cmp.after}")
     for w in cmp.warnings:
         con.print(f"[yellow]warning[/] {escape(w.code)}: {escape(w.message)}", highlight=False)
@@ -71,18 +93,20 @@ def render_comparison(cmp: TimelineComparison, con: Console) -> None:
 
         def pair(fb, fa, fmt=_fmt_ns, b=b, a=a):
             return f"{fmt(fb) if b else '-'} -> {fmt(fa) if a else '-'}"
-        rows.append([
+        cells = [
             r.name,
-            pair(b.wall_ns if b else 0, a.wall_ns if a else 0),
-            pair(b.slowest_ns if b else 0, a.slowest_ns if a else 0),
-            pair(b.mean_ns if b else 0, a.mean_ns if a else 0),
-            pair(b.imbalance if b else 0, a.imbalance if a else 0, lambda x: f"{x:.2f}x"),
-            pair(b.skew_ns if b else 0, a.skew_ns if a else 0),
-            pair(b.wait_ns if b else 0, a.wait_ns if a else 0),
             pair(b.critical_ns if b else 0, a.critical_ns if a else 0),
-        ])
-    con.print(_table("Phases before -> after (totals over occurrences)",
-                     ["phase", "wall", "slowest", "mean", "imbalance", "skew", "waits", "critical"], rows))
+            pair(b.imbalance if b else 0, a.imbalance if a else 0, lambda x: f"{x:.2f}x"),
+            pair(b.wait_ns if b else 0, a.wait_ns if a else 0),
+        ]
+        if wide:
+            cells += [pair(b.wall_ns if b else 0, a.wall_ns if a else 0),
+                      pair(b.slowest_ns if b else 0, a.slowest_ns if a else 0),
+                      pair(b.mean_ns if b else 0, a.mean_ns if a else 0),
+                      pair(b.skew_ns if b else 0, a.skew_ns if a else 0)]
+        rows.append(cells)
+    cols = ["phase", "critical", "imbalance", "waits"] + (["wall", "slowest", "mean", "skew"] if wide else [])
+    con.print(_table("Phases before -> after (totals over occurrences)", cols, rows))
     con.print("[bold]Findings[/]")
     for f in cmp.findings:
         con.print(escape(f"- {f}"), highlight=False)
