@@ -14,6 +14,7 @@ import os
 import random
 import select
 import signal
+import sys
 import time
 import zipfile
 from dataclasses import dataclass, field
@@ -250,7 +251,7 @@ def run(w: Writer, d: Path, iterations: int, seed: int = 1) -> KillStats:
     stats = KillStats(w.name, write_s=write_s)
     for it in range(iterations):
         # even iterations: killed at a random moment of the loop (rendering included); odd ones:
-        # killed within 50 ms after a temp file was opened, i.e. inside the write itself
+        # killed right after, within 5 ms or within 50 ms after the output's temp file was opened
         targeted = it % 2 == 1
         r, wfd = os.pipe()
         pid = os.fork()
@@ -263,7 +264,8 @@ def run(w: Writer, d: Path, iterations: int, seed: int = 1) -> KillStats:
 
                 def announcing(*a: Any, _new: Any = real_new_temp, _fd: int = wfd, **k: Any) -> str:
                     tmp = _new(*a, **k)
-                    os.write(_fd, b"t")
+                    if sys._getframe(1).f_code.co_name != "probe_writable":  # the real write starts
+                        os.write(_fd, b"t")
                     return tmp
 
                 atomic.new_temp = announcing  # type: ignore[assignment]
@@ -273,8 +275,9 @@ def run(w: Writer, d: Path, iterations: int, seed: int = 1) -> KillStats:
                 os._exit(1)
         os.close(wfd)
         if targeted:
-            ready, _, _ = select.select([r], [], [], 30.0)
-            time.sleep(rng.uniform(0.0, min(0.05, 1.5 * write_s)))
+            select.select([r], [], [], 30.0)
+            # at once (before the data), within 5 ms (writing, fsync, rename), or later in the write
+            time.sleep(rng.choice([0.0, rng.uniform(0.0, 0.005), rng.uniform(0.0, min(0.05, 1.5 * write_s))]))
         else:
             time.sleep(rng.uniform(0.0, max(0.02, 1.5 * write_s)))
         os.kill(pid, signal.SIGKILL)
