@@ -9,15 +9,18 @@ environment at every call, so a test or a user can change them without restartin
 | ``KERNELSCOPE_MAX_TRACE_BYTES`` | 32 GiB | decompressed text of one trace |
 | ``KERNELSCOPE_MAX_TRACE_RATIO`` | 200 | decompressed / compressed bytes of a gzip trace (checked past 64 MiB) |
 | ``KERNELSCOPE_MAX_TRACE_UNSTREAMED_BYTES`` | 256 MiB | a trace whose layout cannot be streamed (read whole) |
-| ``KERNELSCOPE_MAX_DURATION_US`` | 1e12 (11.6 days) | one trace event's duration; longer, negative or non-finite ones are skipped and warned |
+| ``KERNELSCOPE_MAX_DURATION_US`` | 1e12 (11.6 days) | one trace event's duration (longer, negative, non-finite: |
+| | | skipped and counted in the damaged-events warning) |
 | ``KERNELSCOPE_MAX_XLSX_MEMBER_BYTES`` | 1 GiB | one decompressed member of an xlsx zip |
 | ``KERNELSCOPE_MAX_XLSX_TOTAL_BYTES`` | 4 GiB | all decompressed members of an xlsx |
 | ``KERNELSCOPE_MAX_XLSX_RATIO`` | 500 | decompressed / compressed bytes of one member (checked past 16 MiB) |
 | ``KERNELSCOPE_MAX_XLSX_MEMBERS`` | 10 000 | members of an xlsx zip |
-| ``KERNELSCOPE_MAX_XLSX_CELLS`` | 20 000 000 | cells of a sheet's bounding box (rows x columns, from its refs) |
+| ``KERNELSCOPE_MAX_XLSX_CELLS`` | 50 000 000 | cells of a sheet's bounding box (rows x columns, from its refs) |
+| ``KERNELSCOPE_MAX_XLSX_EMPTY_CELLS`` | 4 000 000 | empty cells of that box (or as many as the cells present) |
 | ``KERNELSCOPE_MAX_XLSX_STRING_BYTES`` | 1 MiB | one shared string (Excel itself stops at 32 767 characters) |
 | ``KERNELSCOPE_MAX_XLSX_TEXT_BYTES`` | 2 GiB | shared-string text the sheets' cells expand to |
-| ``KERNELSCOPE_MAX_BUFFER_BYTES`` | 256 MiB | a timeline probe buffer (memory-mapped; decode + analysis hold about 16 x its size: 128 MiB took 2.0 GB) |
+| ``KERNELSCOPE_MAX_BUFFER_BYTES`` | 256 MiB | a timeline probe buffer (memory-mapped; decode + analysis |
+| | | hold about 16 x its size: 128 MiB took 2.0 GB) |
 | ``KERNELSCOPE_MAX_EVENT_NAME`` | 200 | characters of one timeline event name |
 | ``KERNELSCOPE_MAX_TEXT_FILE_BYTES`` | 64 MiB | small text inputs read whole (events names, overhead JSON, rule CSVs) |
 """
@@ -38,7 +41,8 @@ DEFAULTS: dict[str, int] = {
     "XLSX_TOTAL_BYTES": 4 * _G,
     "XLSX_RATIO": 500,
     "XLSX_MEMBERS": 10_000,
-    "XLSX_CELLS": 20_000_000,
+    "XLSX_CELLS": 50_000_000,
+    "XLSX_EMPTY_CELLS": 4_000_000,
     "XLSX_STRING_BYTES": 1 * _M,
     "XLSX_TEXT_BYTES": 2 * _G,
     "BUFFER_BYTES": 256 * _M,
@@ -52,7 +56,8 @@ def env_name(name: str) -> str:
 
 
 def limit(name: str) -> int:
-    """The bound in force: ``KERNELSCOPE_MAX_<name>`` when set to a positive number (K/M/G suffixes), else the default."""
+    """The bound in force: ``KERNELSCOPE_MAX_<name>`` when set to a positive number (K/M/G suffixes), else the
+    default."""
     default = DEFAULTS[name]
     text = os.environ.get(env_name(name), "").strip()
     if not text:

@@ -188,6 +188,8 @@ def test_large_metadata_before_the_events_still_streams(tmp_path, monkeypatch):
 XLSX_CASES = [
     ("xlsx_max_cell.xlsx", LimitError, ("XFD1048576", "KERNELSCOPE_MAX_XLSX_CELLS", "GPU Kernels")),
     ("xlsx_dimension.xlsx", LimitError, ("XFD1048576", "KERNELSCOPE_MAX_XLSX_CELLS")),
+    ("xlsx_sparse_grid.xlsx", LimitError, ("T1000000", "20,000,000 cells", "only 2 hold a value",
+                                          "KERNELSCOPE_MAX_XLSX_EMPTY_CELLS")),
     ("xlsx_long_string.xlsx", LimitError, ("shared string 0", "8 MiB", "KERNELSCOPE_MAX_XLSX_STRING_BYTES")),
     ("xlsx_string_fanout.xlsx", LimitError, ("expand to", "KERNELSCOPE_MAX_XLSX_TEXT_BYTES")),
     ("xlsx_zip_ratio.xlsx", LimitError, ("compression ratio", "KERNELSCOPE_MAX_XLSX_RATIO")),
@@ -392,3 +394,12 @@ def test_request_bounds_are_in_the_tool_schemas():
     assert any(s.get("maxLength") == 4096 for s in props["a"].get("anyOf", [props["a"]]))
     props = FindReferencesRequest.model_json_schema()["properties"]
     assert props["keyword"]["maxLength"] == 200
+
+
+def test_a_large_dense_report_passes_the_guard(tmp_path):
+    from upstream_layout import make_large_report
+
+    p = make_large_report(str(tmp_path / "large.xlsx"), sheets=6, rows=1000, seed=3)
+    clear_cache()
+    check_xlsx(p)
+    assert len(read_report(p, need=("kernels",)).kernels) > 0

@@ -7,6 +7,7 @@ tests/fixtures/README.md ("hostile") says what each one does and what kernelscop
 * ``xlsx_max_cell.xlsx``: a report whose 'GPU Kernels' sheet has one cell at XFD1048576, the last
   cell Excel allows; the calamine reader sizes its grid from it and aborts the process (SIGABRT).
 * ``xlsx_dimension.xlsx``: the same grid claimed only by the sheet's ``<dimension ref="A1:XFD1048576">``.
+* ``xlsx_sparse_grid.xlsx``: cells at A1 and T1000000 only: a 20-million-cell grid (1.5 GB in calamine).
 * ``xlsx_long_string.xlsx``: one 8 MiB shared string used by 800 cells (6.5 GB once expanded).
 * ``xlsx_string_fanout.xlsx``: one 512 KiB shared string (under the per-string bound) used by 8 000 cells.
 * ``xlsx_bad_crc.xlsx``: a report whose Summary sheet is stored with one byte changed (Bad CRC-32).
@@ -112,6 +113,12 @@ def xlsx_dimension(path: Path) -> None:
     _minimal_xlsx(path, _SHEET_HEAD + '<dimension ref="A1:XFD1048576"/><sheetData>'
                   '<row r="1"><c r="A1" t="inlineStr"><is><t>Kernel Name</t></is></c></row>'
                   '</sheetData></worksheet>')
+
+
+def xlsx_sparse_grid(path: Path) -> None:
+    _minimal_xlsx(path, _SHEET_HEAD + '<sheetData>'
+                  '<row r="1"><c r="A1" t="inlineStr"><is><t>Kernel Name</t></is></c></row>'
+                  '<row r="1000000"><c r="T1000000"><v>1</v></c></row></sheetData></worksheet>')
 
 
 def _string_cells(n: int) -> str:
@@ -287,6 +294,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     xlsx_max_cell(out / "xlsx_max_cell.xlsx")
     xlsx_dimension(out / "xlsx_dimension.xlsx")
+    xlsx_sparse_grid(out / "xlsx_sparse_grid.xlsx")
     xlsx_long_string(out / "xlsx_long_string.xlsx")
     xlsx_string_fanout(out / "xlsx_string_fanout.xlsx")
     xlsx_zip_ratio(out / "xlsx_zip_ratio.xlsx")

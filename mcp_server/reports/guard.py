@@ -11,7 +11,9 @@ memory bounded by the chunk) and checks, each bound from ``mcp_server.limits``:
   out, not the sizes the zip declares;
 * every member's CRC-32 and deflate stream (a damaged member is a typed error naming it);
 * per worksheet, the bounding box of its ``<dimension ref>``, row and cell references:
-  rows x columns <= ``KERNELSCOPE_MAX_XLSX_CELLS``;
+  rows x columns <= ``KERNELSCOPE_MAX_XLSX_CELLS``, and its empty cells (grid minus the cells the XML
+  holds; calamine allocates them all, about 75 bytes each) <= the larger of
+  ``KERNELSCOPE_MAX_XLSX_EMPTY_CELLS`` and the cells present (real sheets are dense);
 * the shared strings: each one <= ``KERNELSCOPE_MAX_XLSX_STRING_BYTES`` (XML bytes, an upper bound of
   its characters), and the text the cells expand to (sum over string cells of their string's length)
   <= ``KERNELSCOPE_MAX_XLSX_TEXT_BYTES``; the sum is first bounded by (string cells x longest string)
@@ -31,8 +33,8 @@ import zlib
 from functools import lru_cache
 from pathlib import Path
 
-from mcp_server.errors import ReportFormatError
-from mcp_server.limits import human, limit, over
+from mcp_server.errors import LimitError, ReportFormatError
+from mcp_server.limits import env_name, human, limit, over
 
 CHUNK = 1 << 20
 RATIO_AFTER = 16 << 20  # the compression-ratio guard starts once a member has given this much
@@ -86,6 +88,7 @@ class _SheetScan:
         self.max_row = 0
         self.max_col = 0
         self.s_cells = 0
+        self.present = 0  # cell elements in the XML (the cells the grid really holds)
         self.dim_done = False
         self.bad_number: tuple[str, str] | None = None  # (cell, text) of the first non-finite number
 
@@ -111,6 +114,7 @@ class _SheetScan:
             self.max_col = max(self.max_col, max(_col_number(x) for x in {c for c, _ in refs}))
             self.max_row = max(self.max_row, max(map(int, {r for _, r in refs})))
         self.s_cells += text.count(b't="s"')
+        self.present += text.count(b"<c ") + text.count(b"<c>") + (text.count(b":c ") if not fast else 0)
         if self.bad_number is None and _maybe_nonfinite(text):
             m = _NONFINITE.search(text)
             if m:
@@ -291,6 +295,16 @@ def _check_cached(path: str, mtime_ns: int, size: int) -> None:
                 where = f"sheet '{name}'" if name else f"worksheet '{info.filename}'"
                 raise over("XLSX_CELLS", f"{where}: the cell grid up to {scan.max_ref}",
                            f"{scan.max_row:,} rows x {max(scan.max_col, 1):,} columns = {cells:,} cells", path=path)
+            empty = cells - scan.present
+            if empty > max(limit("XLSX_EMPTY_CELLS"), scan.present):
+                name = _sheet_names(zf, path).get(info.filename)
+                where = f"sheet '{name}'" if name else f"worksheet '{info.filename}'"
+                floor = limit("XLSX_EMPTY_CELLS")
+                raise LimitError(f"{where}: the cell grid up to {scan.max_ref} has {cells:,} cells but only "
+                                 f"{scan.present:,} hold a value; its {empty:,} empty cells (the reader allocates "
+                                 f"each) exceed the limit of max({floor:,}, cells present)", path=path,
+                                 hint=f"if the input is genuine, raise it with {env_name('XLSX_EMPTY_CELLS')}"
+                                      "=<larger value>")
             bound = scan.s_cells * longest
             if bound and text_total + bound > max_text:
                 bound = _exact_text(zf, info, lens, path)
