@@ -74,3 +74,20 @@ def test_read_only_report_is_refused_and_untouched(tmp_path, report):
     plan, _ = plan_recategorize(p, load_categories(st["cats"][0]))
     write_plan(plan, p, force=True)  # the forced overwrite keeps the mode
     assert p.read_bytes() != before and stat.S_IMODE(os.stat(p).st_mode) == 0o444
+
+
+def test_read_only_analyze_report_fails_before_the_build_unless_forced(tmp_path, report):
+    from kill_writers import _analysis
+
+    from mcp_server.reports.xlsx_writer import write_analysis_report
+
+    p = tmp_path / "r.xlsx"
+    shutil.copyfile(report, p)
+    os.chmod(p, 0o444)
+    before, ino = p.read_bytes(), os.stat(p).st_ino
+    with pytest.raises(WriteError, match=r"read-only \(mode 0444\)"):
+        write_analysis_report(_analysis(tmp_path), p)
+    assert p.read_bytes() == before and os.stat(p).st_ino == ino
+    write_analysis_report(_analysis(tmp_path), p, force=True)  # replaced (a new inode), mode kept
+    assert os.stat(p).st_ino != ino and stat.S_IMODE(os.stat(p).st_mode) == 0o444
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["r.xlsx"]

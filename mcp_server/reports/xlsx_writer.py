@@ -481,7 +481,7 @@ def _write_metadata(wb, analysis, df, plans, peak: float | None = None, peak_src
 # --------------------------------------------------------------------------- entry point
 
 
-def write_analysis_report(analysis, path: str | os.PathLike) -> None:
+def write_analysis_report(analysis, path: str | os.PathLike, *, force: bool = False) -> None:
     """Write ``analysis`` (a ``TraceAnalysis`` with ``.kernels``) to ``path`` atomically.
 
     Raises ``WriteError`` naming the path when the directory is missing or the
@@ -490,7 +490,7 @@ def write_analysis_report(analysis, path: str | os.PathLike) -> None:
     from openpyxl import Workbook
 
     out = check_output_path(path, "report")
-    probe_writable(out, "report")  # a read-only directory or report fails here, before the build
+    probe_writable(out, "report", force=force)  # a read-only directory or report fails here, before the build
     df = analysis.kernels
     roots = _build_tree(analysis)
     chains, plans = plan_details(roots)
@@ -505,10 +505,10 @@ def write_analysis_report(analysis, path: str | os.PathLike) -> None:
         _write_detail(wb, p, df, peak)
     parts = _write_full(wb, df)
     _write_metadata(wb, analysis, df, plans, peak, peak_src)
-    atomic_save(wb, out, full_tables=parts)
+    atomic_save(wb, out, full_tables=parts, force=force)
 
 
-def atomic_save(wb, out: Path, full_tables: list | None = None) -> None:
+def atomic_save(wb, out: Path, full_tables: list | None = None, *, force: bool = False) -> None:
     """Save an openpyxl workbook to ``out`` atomically (``mcp_server.atomic``).
 
     ``full_tables``: [(sheet, DataFrame)] whose rows are appended below those sheets'
@@ -517,7 +517,7 @@ def atomic_save(wb, out: Path, full_tables: list | None = None) -> None:
     from mcp_server.vocab import KERNEL_COLUMNS
 
     try:
-        _save(wb, out, full_tables, KERNEL_COLUMNS)
+        _save(wb, out, full_tables, KERNEL_COLUMNS, force)
     except BaseException:
         _discard(wb)
         raise
@@ -536,8 +536,8 @@ def _discard(wb) -> None:
             pass
 
 
-def _save(wb, out: Path, full_tables: list | None, columns) -> None:
-    with atomic_target(out, what="report") as tmp:
+def _save(wb, out: Path, full_tables: list | None, columns, force: bool) -> None:
+    with atomic_target(out, what="report", force=force) as tmp:
         first = new_temp(out)
         try:
             wb.save(first)
