@@ -11,7 +11,6 @@ from rich.table import Table
 from mcp_server.timeline.analysis import _fmt_ns
 from mcp_server.timeline.models import TimelineAnalysis, TimelineComparison
 
-
 #: the secondary columns (CV, skew, slowest / last blocks, slowest, mean) from this width
 WIDE = 120
 
