@@ -46,6 +46,8 @@ def side_reference(s: SideInfo) -> str:
         if s.attribution_suspect:
             bits.append("SUSPECT")
         parts.append(f", reference {s.reference}" + (f" ({', '.join(bits)})" if bits else ""))
+    elif s.attribution_method == "unattributed":
+        parts.append(", replays unattributed (no eager kernels to learn modules from: pass a reference)")
     elif s.attribution_method and s.attribution_confidence is not None:
         parts.append(f", replays attributed {s.attribution_method} (confidence {s.attribution_confidence:.2f})")
     return "".join(parts)
