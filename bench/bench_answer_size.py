@@ -40,6 +40,7 @@ def _cases(tmp: Path, grown: Path | None) -> dict[str, list[tuple[str, dict[str,
         "| key | kind | repo | env | package | jql_project | enabled |\n|---|---|---|---|---|---|---|\n"
         "| self-local | local-git | kernelscope/kernelscope | KS_SELF_ROOT | | | yes |\n")
     os.environ["KS_SELF_ROOT"] = str(ROOT)
+    os.environ["KERNELSCOPE_ROOTS"] = os.pathsep.join([str(tmp), str(ROOT)])  # outputs go to tmp (confinement)
     cases: dict[str, list[tuple[str, dict[str, Any]]]] = {
         "analyze_trace": [("dsv3_prefill", {"trace_path": str(TR / "dsv3_prefill.json.gz")}),
                           ("tp2_decode_mixed", {"trace_path": str(TR / "tp2_decode_mixed.json.gz")})],
@@ -60,6 +61,13 @@ def _cases(tmp: Path, grown: Path | None) -> dict[str, list[tuple[str, dict[str,
     }
     if grown is not None:
         cases["analyze_trace"].append((f"grown {grown.stat().st_size >> 20} MB gz", {"trace_path": str(grown)}))
+    ledger = ROOT / "examples" / "mla_decode" / "h200" / "ledger.db"
+    cases["ledger_list"] = [("MLA example ledger", {"ledger": str(ledger)})]
+    cases["ledger_show"] = [("MLA example, experiment 1", {"ledger": str(ledger), "id": 1})]
+    cases["ledger_export"] = [("MLA example, markdown", {"ledger": str(ledger), "format": "md"})]
+    cases["validate_candidate"] = [("CPU spec, pointer-caching candidate", {
+        "spec_path": str(FIX / "validate" / "cpu.toml"),
+        "candidate": str(FIX / "validate" / "cand_cache_ptr.py") + ":candidate"})]
     ncu = FIX / "ncu"
     reps = sorted(ncu.glob("*.ncu-rep")) + sorted(ncu.glob("*raw*.csv"))
     if reps:
@@ -91,7 +99,7 @@ async def _measure(cases: dict[str, list[tuple[str, dict[str, Any]]]]) -> list[d
                     row["detail_bytes"] = None if full.is_error else _size(full.structured_content)
                 rows.append(row)
             if name not in cases:
-                rows.append({"tool": name, "case": "(needs a GPU / a target to run; not measured here)",
+                rows.append({"tool": name, "case": "(runs GPU code or a target: not measured here)",
                              "default_bytes": None})
     return rows
 

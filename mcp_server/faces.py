@@ -49,12 +49,16 @@ class Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def top_n_field(default: int = 10, rows: str = "Rows kept in each list of the answer (largest first)") -> Any:
+    """The ``top_n`` field of a sized request; an operation with heavy rows lowers the default."""
+    return Field(default=default, ge=1, le=10000, description=(
+        f"{rows}; the rest are counted in a 'summary_truncated' warning"))
+
+
 class SizedRequest(Request):
     """A request whose result is trimmed to a summary unless ``detail`` is asked for."""
 
-    top_n: int = Field(default=10, ge=1, le=10000, description=(
-        "Rows kept in each list of the answer (largest first); the rest are counted in a "
-        "'summary_truncated' warning"))
+    top_n: int = top_n_field()
     detail: bool = Field(default=False, description="Return every row (can be large); default a summary")
 
 

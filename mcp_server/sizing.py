@@ -3,12 +3,14 @@
 ``trim(result, top_n)`` keeps the first ``top_n`` rows of every top-level list
 of the result and the first ``nested_rows(top_n)`` rows of lists inside those
 rows (engines sort their lists largest-first, so the first rows are the ones
-that matter), rounds floats to 6 significant digits, shortens strings longer than ``MAX_TEXT`` characters (templated
-C++ kernel names run to 800; only text inside list rows, never paths), and appends one ``summary_truncated`` warning
-that names each trimmed list with how many rows it held. Lists an agent needs whole
-to read the rest (warnings, names, labels) are never trimmed. The full result is
-one ``detail=true`` away, and the files an operation writes always hold every
-row. See docs/ARCHITECTURE.md, "Result size".
+that matter), rounds floats to 6 significant digits, shortens names longer
+than ``MAX_TEXT`` characters inside list rows (templated C++ kernel names run
+to 800; messages and paths are never cut), and appends one
+``summary_truncated`` warning that names each trimmed list with how many rows
+it held. Lists an agent needs whole to read the rest (warnings, labels,
+advice) are never trimmed. The full result is one ``detail=true`` away, and
+the files an operation writes always hold every row. See
+docs/ARCHITECTURE.md, "Result size".
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ M = TypeVar("M", bound=BaseModel)
 #: List fields kept whole: they are small and the rest of the answer refers to them.
 KEEP_WHOLE = frozenset({
     "warnings", "event_names", "labels", "outcomes", "unanswered", "phases_present", "reasons", "checks",
-    "evidence", "advice", "duration_ns", "module_types", "kernels_involved",
+    "evidence", "advice", "duration_ns", "module_types", "kernels_involved", "fits", "does_not_fit",
 })
 
 
@@ -61,6 +63,12 @@ def trim(result: M, top_n: int) -> M:
     return trimmed.model_copy(update={"warnings": [*trimmed.warnings, warning]})  # type: ignore[attr-defined]
 
 
+def _is_name(path: str) -> bool:
+    """Kernel and module names (``name``, ``a_name``, ``kernel``, ``kernels[*]``, ``top_kernel``): the long strings."""
+    leaf = path.rsplit(".", 1)[-1].replace("[*]", "")
+    return "name" in leaf or "kernel" in leaf
+
+
 def _trim_model(model: M, top_n: int, path: str, cut: dict[str, list[int]]) -> M:
     update: dict[str, Any] = {}
     for name in type(model).model_fields:
@@ -79,7 +87,7 @@ def _trim_value(value: Any, top_n: int, path: str, cut: dict[str, list[int]], *,
         return float(f"{value:.6g}")  # 6 significant digits: 33.254999999999995 -> 33.255
     if isinstance(value, str):
         # only text inside list rows (kernel names); paths and top-level text stay whole
-        if keep or len(value) <= MAX_TEXT or "[*]" not in path or path.endswith("path"):
+        if keep or len(value) <= MAX_TEXT or "[*]" not in path or not _is_name(path):
             return value
         cut.setdefault("<text>", []).append(len(value))
         return value[: MAX_TEXT - 1] + "…"

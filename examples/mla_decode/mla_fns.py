@@ -1,8 +1,8 @@
 """Baseline, candidate and inputs of the worked example, for validate_candidate.
 
 The inputs hold the same weights in both forms: ``w`` bf16 (what the baseline multiplies) and
-its INT4 W4A16 packing (``qweight``, ``scales``; group 128, symmetric), with ``w`` exactly the
-dequantized packing, so both functions compute the same product and the candidate pays no
+its INT4 W4A16 packing (``qweight``, ``scales``; group 128, symmetric, power-of-two scales), with
+``w`` exactly the dequantized packing, so both functions compute the same product and the candidate pays no
 quantization at call time (the weights are quantized once, offline, as a serving engine would).
 """
 from __future__ import annotations
@@ -25,6 +25,10 @@ def make_inputs(shape: dict, dtype, device: str, seed: int):
     g = torch.Generator(device=device).manual_seed(seed)
     H, M = heads(int(shape["layers"])), int(shape["M"])
     q = random_int4(H, KV_LORA, V_HEAD, group=GROUP, device=device, generator=g)
+    # power-of-two group scales: (code - 8) * scale is then exact in bf16, so the bf16 weights are
+    # *exactly* the INT4 weights and the two functions differ only in summation order
+    exps = torch.randint(-9, -4, q.scales.shape, device=device, generator=g).float()
+    q.scales = torch.exp2(exps).to(torch.bfloat16)
     w = dequantize_int4(q, dtype=dtype)                              # [H, K, N], exact in bf16
     x = torch.randn(H, M, KV_LORA, device=device, dtype=dtype, generator=g)
     return x, w, q.qweight, q.scales

@@ -6,7 +6,7 @@ from typing import Literal, Optional
 from pydantic import Field
 
 from mcp_server.argbounds import LIST_ITEMS, NAME_CHARS, PATH_CHARS, item_bounds
-from mcp_server.faces import SizedRequest, WritesOutputs
+from mcp_server.faces import SizedRequest, WritesOutputs, top_n_field
 
 SIDE_HELP = "Side {}: trace (.json/.json.gz) or report (.xlsx, kernelscope or trace_module_analyzer)"
 CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"
@@ -41,9 +41,8 @@ class BudgetRequest(SizedRequest):
 
 
 class DiffModulesRequest(SizedRequest, WritesOutputs):
-    top_n: int = Field(default=6, ge=1, le=10000, description=(
-        "Blocks kept in the answer (largest |gap| first; kernels per block: half as many, at least 3); "
-        "the rest are counted in a 'summary_truncated' warning"))
+    top_n: int = top_n_field(4, "Blocks kept in the answer (largest |gap| first; kernels per block: half as many, "
+                                "at least 3)")
     a: str = Field(max_length=PATH_CHARS, description=SIDE_HELP.format("A"))
     b: str = Field(max_length=PATH_CHARS, description=SIDE_HELP.format("B"))
     labels: Labels = LABELS_FIELD

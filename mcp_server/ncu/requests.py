@@ -5,7 +5,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from mcp_server.faces import Request, SizedRequest, WritesOutputs
+from mcp_server.faces import Request, SizedRequest, WritesOutputs, top_n_field
 
 PATH_HELP = ("An Nsight Compute report (.ncu-rep, also .ncu-rep.xz/.gz) or an ncu CSV "
              "(raw or details page, or --csv stdout)")
@@ -55,12 +55,14 @@ class RunNcuRequest(Request):
 
 
 class ParseNcuRequest(SizedRequest):
+    top_n: int = top_n_field(5, "Kernels kept in the answer (most total time first)")
     path: str = Field(description=PATH_HELP)
     cache_control: Optional[Literal["all", "none"]] = Field(default=None, description=CACHE_HELP)
     gpu: Optional[str] = Field(default=None, description=GPU_HELP)
 
 
 class ClassifyRequest(SizedRequest):
+    top_n: int = top_n_field(3, "Kernels kept in the answer (most total time first; each carries its ~50 metrics)")
     path: str = Field(description=PATH_HELP)
     gpu: Optional[str] = Field(default=None, description=GPU_HELP)
     cache_control: Optional[Literal["all", "none"]] = Field(default=None, description=CACHE_HELP)
