@@ -16,7 +16,8 @@ environment at every call, so a test or a user can change them without restartin
 | ``KERNELSCOPE_MAX_XLSX_RATIO`` | 500 | decompressed / compressed bytes of one member (checked past 16 MiB) |
 | ``KERNELSCOPE_MAX_XLSX_MEMBERS`` | 10 000 | members of an xlsx zip |
 | ``KERNELSCOPE_MAX_XLSX_CELLS`` | 50 000 000 | cells of a sheet's bounding box (rows x columns, from its refs) |
-| ``KERNELSCOPE_MAX_XLSX_EMPTY_CELLS`` | 4 000 000 | empty cells of that box (or as many as the cells present) |
+| ``KERNELSCOPE_MAX_XLSX_EMPTY_CELLS`` | 4 000 000 | empty cells of that box (or as many as the cells present); |
+| | | ``KERNELSCOPE_MAX_XLSX_CELLS`` set alone raises this one too |
 | ``KERNELSCOPE_MAX_XLSX_STRING_BYTES`` | 1 MiB | one shared string (Excel itself stops at 32 767 characters) |
 | ``KERNELSCOPE_MAX_XLSX_TEXT_BYTES`` | 2 GiB | shared-string text the sheets' cells expand to |
 | ``KERNELSCOPE_MAX_BUFFER_BYTES`` | 256 MiB | a timeline probe buffer (memory-mapped; decode + analysis |

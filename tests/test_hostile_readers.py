@@ -403,3 +403,14 @@ def test_a_large_dense_report_passes_the_guard(tmp_path):
     clear_cache()
     check_xlsx(p)
     assert len(read_report(p, need=("kernels",)).kernels) > 0
+
+
+def test_raising_the_grid_limit_alone_raises_the_empty_cells_bound_too(monkeypatch):
+    p = HOSTILE / "xlsx_sparse_grid.xlsx"
+    monkeypatch.setenv("KERNELSCOPE_MAX_XLSX_CELLS", "30000000")
+    clear_cache()
+    check_xlsx(p)  # 20 M cells, 2 present: allowed once the user says grids this large are fine
+    monkeypatch.setenv("KERNELSCOPE_MAX_XLSX_EMPTY_CELLS", "1000000")
+    clear_cache()
+    with pytest.raises(LimitError):
+        check_xlsx(p)

@@ -204,6 +204,14 @@ def _stream(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: str, budget: list[
                                 hint="the file is damaged; write or copy it again") from None
 
 
+def _empty_floor() -> int:
+    """The empty-cells bound: ``KERNELSCOPE_MAX_XLSX_EMPTY_CELLS``; when only ``KERNELSCOPE_MAX_XLSX_CELLS`` is
+    set, that one value raises both (one knob: "allow grids this large")."""
+    if os.environ.get(env_name("XLSX_CELLS"), "").strip() and not os.environ.get(env_name("XLSX_EMPTY_CELLS"), ""):
+        return max(limit("XLSX_CELLS"), limit("XLSX_EMPTY_CELLS"))
+    return limit("XLSX_EMPTY_CELLS")
+
+
 def _sheet_names(zf: zipfile.ZipFile, path: str) -> dict[str, str]:
     """Zip member -> sheet name, for messages (empty when the workbook part is odd or large)."""
     try:
@@ -296,10 +304,10 @@ def _check_cached(path: str, mtime_ns: int, size: int) -> None:
                 raise over("XLSX_CELLS", f"{where}: the cell grid up to {scan.max_ref}",
                            f"{scan.max_row:,} rows x {max(scan.max_col, 1):,} columns = {cells:,} cells", path=path)
             empty = cells - scan.present
-            if empty > max(limit("XLSX_EMPTY_CELLS"), scan.present):
+            if empty > max(_empty_floor(), scan.present):
                 name = _sheet_names(zf, path).get(info.filename)
                 where = f"sheet '{name}'" if name else f"worksheet '{info.filename}'"
-                floor = limit("XLSX_EMPTY_CELLS")
+                floor = _empty_floor()
                 raise LimitError(f"{where}: the cell grid up to {scan.max_ref} has {cells:,} cells but only "
                                  f"{scan.present:,} hold a value; its {empty:,} empty cells (the reader allocates "
                                  f"each) exceed the limit of max({floor:,}, cells present)", path=path,
