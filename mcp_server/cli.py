@@ -105,6 +105,8 @@ def add_operation(sub: argparse._SubParsersAction, op: Operation, name: str) -> 
         p.epilog = f"Everything after '--' is {op.remainder.upper()} (an argument list, never a shell string)."
     p.add_argument("--json", action="store_true", default=False, dest="_json",
                    help="print the tool-identical JSON answer (a summary unless --detail)")
+    p.add_argument("--width", type=int, default=None, dest="_width", metavar="COLUMNS",
+                   help="text view only: render at this many columns (default: the terminal's, 80 when piped)")
     p.set_defaults(_op=op)
     return p
 
@@ -178,7 +180,7 @@ def _split_remainder(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv[:i], argv[i + 1:]
 
 
-def run_operation(op: Operation, given: dict[str, Any], as_json: bool) -> int:
+def run_operation(op: Operation, given: dict[str, Any], as_json: bool, width: int | None = None) -> int:
     try:
         req = op.make_request(given)
     except ValidationError as exc:
@@ -190,6 +192,8 @@ def run_operation(op: Operation, given: dict[str, Any], as_json: bool) -> int:
         emit_json(op.shape(res, req))
         return 0
     render = op.render_fn()
+    if width:
+        out.width = max(40, width)
     if render is None:
         emit_json(op.shape(res, req))
     elif "request" in inspect.signature(render).parameters:
@@ -224,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                 given = {k: v for k, v in vars(args).items() if k in op.request.model_fields}
             else:
                 given[op.remainder] = rest
-        return run_operation(op, given, args._json)
+        return run_operation(op, given, args._json, args._width)
     except KernelscopeError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False, soft_wrap=True)
         return 2

@@ -161,8 +161,14 @@ def test_mcp_tools_answer_with_output_schemas(tmp_path):
             return tools, d, bu, bad
 
     tools, d, bu, bad = anyio.run(go)
-    assert set(tools["diff_modules"].input_schema["properties"]) == {"a", "b", "labels", "reference_a", "reference_b"}
-    assert {"a", "b", "labels", "phase"} == set(tools["budget"].input_schema["properties"])
+    from mcp_server.compare.requests import BudgetRequest, DiffModulesRequest
+
+    # the schemas are the request models: every engine option (phase, categories, blocks, outputs) is there
+    assert tools["diff_modules"].input_schema == DiffModulesRequest.model_json_schema()
+    assert {"phase", "categories", "blocks", "output_xlsx", "output_html"} <= set(
+        tools["diff_modules"].input_schema["properties"])
+    assert tools["budget"].input_schema == BudgetRequest.model_json_schema()
+    assert "categories" in tools["budget"].input_schema["properties"]
     assert "blocks" in tools["diff_modules"].output_schema["properties"]
     assert "rows" in tools["budget"].output_schema["properties"]
     assert tools["budget"].annotations.read_only_hint

@@ -18,7 +18,7 @@ from mcp import Client
 from mcp_server.cli import build_parser, cli_flags, main, option_spec
 from mcp_server.faces import FACE_FIELDS, SizedRequest, UnknownArgumentError, engine_parameters, operations
 from mcp_server.server import build_server, mcp, tool_input_schema
-from mcp_server.sizing import KEEP_WHOLE, MAX_TEXT
+from mcp_server.sizing import KEEP_WHOLE, MAX_TEXT, _is_name, nested_rows
 
 OPS = operations()
 IDS = [op.tool for op in OPS]
@@ -80,7 +80,7 @@ def test_engine_takes_exactly_the_request_fields(op):
 @pytest.mark.parametrize("op", OPS, ids=IDS)
 def test_cli_options_are_the_request_fields(op):
     parser = _verb_parser(op)
-    actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "_json")}
+    actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "_json", "_width")}
     expected = set(op.field_names) - ({op.remainder} if op.remainder else set())
     assert set(actions) == expected
     for name, action in actions.items():
@@ -158,22 +158,23 @@ def test_default_answer_is_a_summary_and_detail_is_everything(capsys):
     assert not any(w["code"] == "summary_truncated" for w in full["warnings"])
 
 
-def _assert_prefix(small, full, n):
-    """``small`` is ``full`` with every list cut to its first ``n`` rows, at every depth."""
+def _assert_prefix(small, full, n, path=""):
+    """``small`` is ``full`` with every list cut to its first ``n`` rows (nested: ``nested_rows(n)``)."""
     if isinstance(full, list):
-        assert len(small) == min(n, len(full))
+        limit = n if "[*]" not in path else nested_rows(n)
+        assert len(small) == min(limit, len(full)), path
         for s_item, f_item in zip(small, full):
-            _assert_prefix(s_item, f_item, n)
+            _assert_prefix(s_item, f_item, n, path + "[*]")
     elif isinstance(full, dict):
         assert small.keys() == full.keys()
         for k in full:
             if k in KEEP_WHOLE:
                 assert small[k] == full[k] or k == "warnings"
             else:
-                _assert_prefix(small[k], full[k], n)
+                _assert_prefix(small[k], full[k], n, f"{path}.{k}" if path else k)
     elif isinstance(full, float):
         assert small == pytest.approx(full, rel=1e-5)
-    elif isinstance(full, str) and len(full) > MAX_TEXT:
+    elif isinstance(full, str) and len(full) > MAX_TEXT and "[*]" in path and _is_name(path):
         assert small.endswith("…") and full.startswith(small[:-1])
     else:
         assert small == full
@@ -201,3 +202,18 @@ def test_reference_page_is_generated_from_the_declarations():
         assert f"## {op.tool}" in page
         for name in op.field_names:
             assert f"| `{name}` |" in page
+
+
+def test_width_is_a_text_face_option_of_every_verb(capsys):
+    """--width sets the text view's columns on every verb; it is not a request field (the tools never see it)."""
+    a, b = str(TRACES / "llama_prefill_eager.json.gz"), str(TRACES / "llama_prefill_sdpa.json.gz")
+    for width in (80, 160):
+        assert main(["compare", a, b, "--width", str(width)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines and max(len(line) for line in lines) <= width
+        if width == 160:
+            assert max(len(line) for line in lines) > 80
+    assert main(["analyze", a, "--width", "100"]) == 0
+    assert max(len(line) for line in capsys.readouterr().out.splitlines()) <= 100
+    for op in OPS:
+        assert "width" not in op.field_names

@@ -58,13 +58,11 @@ def side_info(side: Side, *, total_us: float, count: int, table: str, phase: Opt
 
 
 def budget(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = None, phase: Optional[str] = None,
-           categories: str | os.PathLike | None = None, per_step: Optional[bool] = None,
-           width: Optional[int] = None) -> BudgetResult:
+           categories: str | os.PathLike | None = None, per_step: Optional[bool] = None) -> BudgetResult:
     """Per category: each side's us and share, gap (b - a) and ratio (b / a), sorted by |gap|.
 
     ``per_step``: divide each side by its step count (graph replays + eager calls); None = automatic
-    when the counts differ and the kernels per step agree. Differing counts are always warned.
-    ``width`` is the text face's (``render_budget``); the engine does not use it."""
+    when the counts differ and the kernels per step agree. Differing counts are always warned."""
     sa, sb = load_sides(a, b, categories=categories, purpose="budget")
     distinct_labels(sa, sb, list(labels) if labels else None)
     warnings: list[Warning_] = []

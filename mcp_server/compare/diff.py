@@ -181,11 +181,10 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
                  categories: str | os.PathLike | None = None, blocks: str | os.PathLike | None = None,
                  phase: Optional[str] = None, output_xlsx: str | os.PathLike | None = None,
                  output_html: str | os.PathLike | None = None, reference_a: str | os.PathLike | None = None,
-                 reference_b: str | os.PathLike | None = None, per_step: Optional[bool] = None,
-                 width: Optional[int] = None) -> DiffResult:
+                 reference_b: str | os.PathLike | None = None, per_step: Optional[bool] = None) -> DiffResult:
     """Module-grouped comparison of two runs (see module doc). ``reference_a`` / ``reference_b``:
     an eager trace of the same model per side, to attribute a graph-replay (decode) trace.
-    ``per_step``: see ``inputs.resolve_per_step``; ``width`` is the text face's (the engine ignores it)."""
+    ``per_step``: see ``inputs.resolve_per_step``."""
     rules = load_blocks(blocks)
     sa, sb = load_sides(a, b, categories=categories, phase=phase, purpose="diff",
                         references=(reference_a, reference_b))

@@ -34,8 +34,6 @@ class BudgetRequest(SizedRequest):
     per_step: Optional[bool] = Field(default=None, description=(
         "Divide each side by its step count (graph replays + eager forward calls); default: automatic when the "
         "counts differ and the kernels per step agree; false keeps whole totals"))
-    width: Optional[int] = Field(default=None, ge=40, le=1000, description=(
-        "Text face only: render at this many columns (default: the terminal's width, 80 when piped)"))
 
     check_items = item_bounds("labels", chars=NAME_CHARS)
 
@@ -61,7 +59,5 @@ class DiffModulesRequest(SizedRequest, WritesOutputs):
     per_step: Optional[bool] = Field(default=None, description=(
         "Divide each side by its step count (graph replays + eager forward calls); default: automatic when the "
         "counts differ and the kernels per step agree; false keeps whole totals"))
-    width: Optional[int] = Field(default=None, ge=40, le=1000, description=(
-        "Text face only: render at this many columns (default: the terminal's width, 80 when piped)"))
 
     check_items = item_bounds("labels", chars=NAME_CHARS)

@@ -413,7 +413,6 @@ def analyze_timeline(
     overhead_path: Union[None, str, os.PathLike] = None,
     perfetto_path: Union[None, str, os.PathLike] = None,
     png_path: Union[None, str, os.PathLike] = None,
-    width: Optional[int] = None,
     progress: Progress = None,
 ) -> TimelineAnalysis:
     """Decode a probe buffer and analyse its phases.
@@ -421,7 +420,6 @@ def analyze_timeline(
     ``event_names``: list, comma-separated string or a file (one name per line, event id order).
     When ``event_names`` is None, a file ``<buffer stem>.events`` beside the buffer is used if present.
     ``overhead_path``: a JSON of probe timings; by default ``<buffer stem>.overhead.json`` beside it.
-    ``width`` is the text face's (``render_analysis``); the engine does not use it.
     """
     if progress:
         progress(0, 3, "decode")

@@ -123,13 +123,12 @@ def compare_timelines(before_path, after_path, event_names: Names = None, *,
                       after_event_names: Names = None, tag_layout: Optional[str] = None,
                       overhead_path: Optional[str] = None, after_overhead_path: Optional[str] = None,
                       png_path: Optional[str] = None, perfetto_path: Optional[str] = None,
-                      width: Optional[int] = None, progress=None) -> TimelineComparison:
+                      progress=None) -> TimelineComparison:
     """Analyse two buffers (same event names unless ``after_event_names`` is given) and compare phases.
 
     ``overhead_path`` / ``after_overhead_path``: probe-timing files of each run (default
     ``<buffer stem>.overhead.json`` beside each buffer). ``png_path``: one Gantt chart, before above
     after on one time axis; ``perfetto_path``: one Perfetto JSON holding both runs as two process groups.
-    ``width`` is the text face's (``render_comparison``); the engine does not use it.
     """
     if progress:
         progress(0, 2, "before")

@@ -24,8 +24,6 @@ class TimelineAnalyzeRequest(SizedRequest, WritesOutputs):
     perfetto_path: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
         "Write a Perfetto/Chrome trace JSON here"))
     png_path: Optional[str] = Field(default=None, max_length=PATH_CHARS, description="Write a Gantt chart PNG here")
-    width: Optional[int] = Field(default=None, ge=40, le=1000, description=(
-        "Text face only: render at this many columns (default: the terminal's width, 80 when piped)"))
 
     check_items = item_bounds("event_names", chars=NAME_CHARS)
 
@@ -46,7 +44,5 @@ class TimelineCompareRequest(SizedRequest, WritesOutputs):
         "Write one Gantt chart PNG here (before above after)"))
     perfetto_path: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
         "Write one Perfetto/Chrome trace JSON here holding both runs"))
-    width: Optional[int] = Field(default=None, ge=40, le=1000, description=(
-        "Text face only: render at this many columns (default: the terminal's width, 80 when piped)"))
 
     check_items = item_bounds("event_names", "after_event_names", chars=NAME_CHARS)
