@@ -28,7 +28,12 @@ EX = ROOT / "examples" / "mla_decode"
 
 def ks(args: list[str], out: Path, name: str, env: dict) -> dict:
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "mcp_server.cli", *args, "--json"], cwd=ROOT, env=env,
+    if "--" in args:  # --json belongs to kernelscope, not to the target after "--"
+        i = args.index("--")
+        args = [*args[:i], "--json", *args[i:]]
+    else:
+        args = [*args, "--json"]
+    proc = subprocess.run([sys.executable, "-m", "mcp_server.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
     (out / f"{name}.json").write_text(proc.stdout)
     (out / f"{name}.stderr.txt").write_text(proc.stderr)
