@@ -169,8 +169,9 @@ def progress_bar(description: str) -> Iterator[ProgressFn]:
 
 def emit_json(model: Any) -> None:
     """Print the tool-identical JSON of a result model."""
-    data = model.model_dump(mode="json") if isinstance(model, BaseModel) else model
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    # through model_dump_json: a non-finite number prints as null, never as Infinity (invalid JSON)
+    data = json.loads(model.model_dump_json()) if isinstance(model, BaseModel) else model
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def _split_remainder(argv: list[str]) -> tuple[list[str], list[str] | None]:

@@ -48,7 +48,7 @@ def step_analyze(console: Console) -> None:
 def step_compare(console: Console) -> None:
     """Compare the eager and sdpa prefills module by module (diff_modules)."""
     from mcp_server.compare.diff import diff_modules, replacements
-    from mcp_server.compare.matching import display_kernel_name
+    from mcp_server.kernel_names import display_kernel_name
     from mcp_server.compare.render import render_diff
 
     console.print(Rule("compare llama_prefill_eager vs llama_prefill_sdpa (diff_modules)"))

@@ -77,12 +77,13 @@ class Hints:
     destructive: bool = False
     idempotent: bool = True
     open_world: bool = False
+    runs_code: bool = False  # runs user or GPU code (not published): no address-space limit (workers.py)
 
 
 READ_ONLY = Hints()
 WRITES_FILES = Hints(read_only=False)
 OPEN_WORLD_READ = Hints(open_world=True)
-EXECUTES_CODE = Hints(read_only=False, idempotent=False, open_world=True)
+EXECUTES_CODE = Hints(read_only=False, idempotent=False, open_world=True, runs_code=True)
 
 
 @dataclass(frozen=True)
@@ -145,11 +146,46 @@ class Operation:
         return self.engine_fn()(**kwargs)
 
     def shape(self, result: BaseModel, req: Request) -> BaseModel:
-        """The answer both faces give: a summary unless ``detail`` was asked for."""
+        """The answer both faces give: redacted (no token reaches an answer), and a summary
+        unless ``detail`` was asked for."""
+        from mcp_server.errors import redact_model
+
+        result = finite(redact_model(result))
         if isinstance(req, SizedRequest) and not req.detail:
             from mcp_server.sizing import trim
 
             return trim(result, req.top_n)
+        return result
+
+
+def finite(result: BaseModel) -> BaseModel:
+    """Non-finite numbers (inf, nan) become null: JSON has no Infinity, and a client rejects it."""
+    import math
+
+    def has_bad(v: Any) -> bool:
+        if isinstance(v, float):
+            return not math.isfinite(v)
+        if isinstance(v, dict):
+            return any(has_bad(x) for x in v.values())
+        if isinstance(v, list):
+            return any(has_bad(x) for x in v)
+        return False
+
+    def clean(v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [clean(x) for x in v]
+        return v
+
+    data = result.model_dump(mode="python", by_alias=True)
+    if not has_bad(data):
+        return result
+    try:
+        return type(result).model_validate(clean(data))
+    except Exception:  # a required float that is not finite: JSON faces print it as null
         return result
 
 

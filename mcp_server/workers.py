@@ -8,8 +8,8 @@ answers a typed error naming what happened. Other calls and the server are
 untouched. Inputs are request dicts and answers are JSON-able dicts, so the
 parent rebuilds the result model without re-running anything.
 
-Operations that execute user code or GPU programs (hints: not read-only and open
-world: run_ncu, validate_candidate, the loop, the kernel benches) run without
+Operations that execute user code or GPU programs (``Hints.runs_code``: run_ncu,
+validate_candidate, the loop, the kernel benches) run without
 the address-space limit, since CUDA reserves large virtual ranges; they bound
 their own child processes with time limits.
 
@@ -59,7 +59,8 @@ def parse_size(text: str) -> int:
 
 
 def executes_code(op: Any) -> bool:
-    return not op.hints.read_only and op.hints.open_world
+    """Operations that run user or GPU code (``Hints.runs_code``): CUDA needs the address space."""
+    return bool(op.hints.runs_code)
 
 
 def limits_for(op: Any, args: dict[str, Any]) -> Limits:
@@ -101,8 +102,11 @@ def _worker_main(conn: Any, memory: Optional[int]) -> None:
             return
         if msg is None:
             return
-        op, args = msg  # the Operation itself (its models and engine are importable by name)
-        tool = op.tool
+        op, args, env = msg  # the Operation itself (its models and engine importable by name) and the
+        tool = op.tool       # server's environment at call time, so a warm worker sees what a fresh one would
+        if env != dict(os.environ):
+            os.environ.clear()
+            os.environ.update(env)
 
         def progress(done: float, total: float | None = None, message: str | None = None) -> None:
             try:
@@ -202,7 +206,7 @@ class WorkerPool:
             w = self._take(lim.memory_bytes)
             deadline = time.monotonic() + lim.timeout_s
             try:
-                w.conn.send((op, args))
+                w.conn.send((op, args, dict(os.environ)))
                 while True:
                     if cancelled():
                         w.kill()

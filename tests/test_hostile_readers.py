@@ -239,8 +239,6 @@ def test_recategorize_of_a_damaged_report_names_the_member(tmp_path):
     assert p.read_bytes() == (HOSTILE / "xlsx_bad_crc.xlsx").read_bytes()
 
 
-@pytest.mark.xfail(strict=True, reason="xlsx_patch.SheetXml raises without the path (reports/xlsx_patch.py, "
-                                       "not this task's file): reported to the lead")
 def test_recategorize_patcher_errors_name_the_file(tmp_path):
     from mcp_server.compare.recategorize import recategorize
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server.compare.matching import Item, align, lcs_pairs, normalize_kernel_name, segments
+from mcp_server.compare.matching import Item, align, lcs_pairs, segments
+from mcp_server.kernel_names import normalize_kernel_name
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 

@@ -247,7 +247,7 @@ def test_bad_inputs(tmp_path, custom_csv):
     assert str(p) in str(e.value) and "GPU Kernels" in str(e.value)
 
 
-def test_mcp_tool_and_cli(tmp_path, ks_report, custom_csv, capsys):
+def test_mcp_tool_and_cli(tmp_path, ks_report, custom_csv, capsys, monkeypatch):
     from mcp import Client
 
     from mcp_server.cli import main
@@ -256,6 +256,7 @@ def test_mcp_tool_and_cli(tmp_path, ks_report, custom_csv, capsys):
     src, a = ks_report
     p = tmp_path / "r.xlsx"
     shutil.copy(src, p)
+    monkeypatch.setenv("KERNELSCOPE_ROOTS", str(tmp_path))  # over MCP, in-place edits are confined to the roots
 
     async def go():
         async with Client(mcp) as c:

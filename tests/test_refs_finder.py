@@ -156,7 +156,11 @@ def test_mcp_tool_schema_and_call(refs_env, monkeypatch):
             tool = tools["find_references"]
             assert tool.annotations.read_only_hint and tool.annotations.open_world_hint
             assert set(tool.output_schema["properties"]) >= {"keyword", "sections", "outcomes", "elapsed_s"}
-            assert set(tool.input_schema["properties"]) == {"keyword", "category", "sources", "max_results", "days"}
+            from mcp_server.refs.requests import FindReferencesRequest
+
+            assert tool.input_schema == FindReferencesRequest.model_json_schema()
+            assert {"keyword", "category", "sources", "max_results", "days", "timeout_s"} <= set(
+                tool.input_schema["properties"])
             ok = await c.call_tool("find_references", {"keyword": "moe_sorting", "sources": ["aiter-local"]})
             bad = await c.call_tool("find_references", {"keyword": "", "sources": ["aiter-local"]})
             return ok, bad
@@ -166,4 +170,4 @@ def test_mcp_tool_schema_and_call(refs_env, monkeypatch):
     sec = ok.structured_content["sections"][0]
     assert sec["method"] == "local:git"
     assert commits["msg"] in [i["commit"] for i in sec["items"]]
-    assert bad.is_error and "keyword is empty" in bad.content[0].text
+    assert bad.is_error and "keyword: String should have at least 1 character" in bad.content[0].text

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from mcp_server.atomic import atomic_write_text, check_output_path
-from mcp_server.compare.matching import display_kernel_name
+from mcp_server.kernel_names import display_kernel_name
 from mcp_server.compare.models import BlockDiff, DiffResult, side_reference
 from mcp_server.compare.xlsx import category_budget
 

@@ -17,7 +17,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from mcp_server.compare.matching import dims_key, display_kernel_name
+from mcp_server.compare.matching import dims_key
+from mcp_server.kernel_names import display_kernel_name
 from mcp_server.compare.models import BlockDiff, BudgetResult, DiffResult, KernelMatch, side_reference
 
 MATCH_LABEL = {"same": "=", "renamed": "≈", "category": "→ cat", "time": "→ time", "gone": "gone", "new": "new"}

@@ -6,7 +6,7 @@ from mcp_server.kernels.models import L2SweepResult, MlaBenchResult
 from mcp_server.kernels.requests import L2SweepRequest, MlaBenchRequest
 
 #: They run GPU code and may write files: not read-only, not idempotent (timings vary), closed world.
-RUNS_GPU = Hints(read_only=False, destructive=False, idempotent=False, open_world=False)
+RUNS_GPU = Hints(read_only=False, destructive=False, idempotent=False, open_world=False, runs_code=True)
 
 OPERATIONS = [
     Operation(
@@ -21,7 +21,7 @@ OPERATIONS = [
             "Needs a CUDA GPU with torch and triton (typed error otherwise). Runs GPU code for minutes."),
         request=MlaBenchRequest, result=MlaBenchResult,
         engine="mcp_server.kernels.engine:mla_bench", render="mcp_server.kernels.render:render_mla",
-        hints=RUNS_GPU, progress=True, aliases={"json_path": ("--json-out",)},
+        hints=RUNS_GPU, progress=True, aliases={"json_path": ("--json-out",)}, outputs={"json_path": "json"},
     ),
     Operation(
         tool="l2_sweep", verb="l2-sweep", title="Sweep weight bytes across the L2: where quantization starts to win",
@@ -35,5 +35,6 @@ OPERATIONS = [
         request=L2SweepRequest, result=L2SweepResult,
         engine="mcp_server.kernels.engine:l2_sweep", render="mcp_server.kernels.render:render_l2",
         hints=RUNS_GPU, progress=True, aliases={"json_path": ("--json-out",), "png_path": ("--png",)},
+        outputs={"json_path": "json", "png_path": "png"},
     ),
 ]

@@ -5,7 +5,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field, field_validator
 
-from mcp_server.faces import Request
+from mcp_server.faces import Request, WritesOutputs
 
 
 def _int_list(value, name: str, lo: int, hi: int):
@@ -24,7 +24,7 @@ def _int_list(value, name: str, lo: int, hi: int):
     return [int(v) for v in value]
 
 
-class MlaBenchRequest(Request):
+class MlaBenchRequest(WritesOutputs):
     model: Literal["deepseek-v3", "deepseek-v2"] = Field(default="deepseek-v3", description=(
         "Model whose absorbed-MLA reconstruction BMMs (W_UK, W_UV) are timed"))
     batch: Union[list[int], str] = Field(default=[1, 8, 64], description=(
@@ -51,7 +51,7 @@ class MlaBenchRequest(Request):
         return _int_list(v, "layers", 1, 60)
 
 
-class L2SweepRequest(Request):
+class L2SweepRequest(WritesOutputs):
     heads: Optional[Union[list[int], str]] = Field(default=None, description=(
         "BMM batch sizes (heads of the 128x512 W_UK matrix, 128 KiB BF16 each); default 32..4096 "
         "(4 MB..537 MB), dense around the L2 size"))

@@ -38,7 +38,7 @@ from mcp_server.ncu.models import (
     SpecValue,
 )
 from mcp_server.ncu.parse import _warn, parse_ncu
-from mcp_server.ncu.specs import GpuSpec, find_gpu, load_gpu_specs
+from mcp_server.gpu_specs import GpuSpec, find_gpu, load_gpu_specs
 
 ROOF = 80.0          # ncu: "at the roofline" at 80 % of a peak
 LOW = 60.0           # ncu: both under 60 % -> latency issues
@@ -330,7 +330,7 @@ def resolve_gpu(gpu: Optional[str], device: Optional[str],
     spec = find_gpu(name, specs) if name else None
     if spec is None:
         if gpu:
-            from mcp_server.ncu.specs import gpu_spec
+            from mcp_server.gpu_specs import gpu_spec
 
             gpu_spec(gpu)  # raises the typed error naming the known GPUs
         warnings.append(_warn("gpu_unknown", f"device {device!r} is not in gpu_specs.toml: no roofline ceilings"

@@ -529,7 +529,7 @@ def read_sidecar(path: Path) -> tuple[Optional[dict], Optional[Path]]:
 
 
 def _short(name: str) -> str:
-    from mcp_server.compare.matching import display_kernel_name
+    from mcp_server.kernel_names import display_kernel_name
 
     return display_kernel_name(name, 60)
 

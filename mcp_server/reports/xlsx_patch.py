@@ -409,9 +409,12 @@ def patch_workbook(src: str, dst: str, patch: WorkbookPatch, *, force: bool = Fa
                     data = _read_member(zin, info, src)
                     sheet = members.get(info.filename)
                     if sheet is not None:
-                        sx = SheetXml(data, sheet)
-                        for fn in patch.edits[sheet]:
-                            fn(sx)
+                        try:
+                            sx = SheetXml(data, sheet)
+                            for fn in patch.edits[sheet]:
+                                fn(sx)
+                        except ReportFormatError as exc:  # name the workbook, not only the sheet
+                            raise ReportFormatError(str(exc), path=src) from None
                         data = sx.to_bytes()
                     zi = zipfile.ZipInfo(info.filename, date_time=info.date_time)
                     zi.compress_type = info.compress_type

@@ -368,7 +368,7 @@ def _peak_tflops(device: str | None) -> tuple[float | None, str]:
     if not device:
         return None, ""
     try:
-        from mcp_server.ncu.specs import find_gpu
+        from mcp_server.gpu_specs import find_gpu
 
         spec = find_gpu(device)
     except Exception:  # noqa: BLE001 - a missing or malformed spec table only leaves the column empty

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from mcp_server.compare.matching import display_kernel_name
+from mcp_server.kernel_names import display_kernel_name
 from mcp_server.traces.models import TraceAnalysis
 
 

@@ -34,7 +34,7 @@ from mcp_server.validate.models import (
     ValidationResult,
 )
 from mcp_server.validate.spec import Spec, eval_expr, load_spec
-from mcp_server.vocab import ProgressFn
+from mcp_server.vocab import ProgressFn, WarningCode
 
 #: Checks whose failure means the spec (inputs, tolerance) is unusable, not that the candidate is wrong.
 SPEC_CHECKS = ("inputs_random", "baseline_within_tolerance")
@@ -221,7 +221,7 @@ def _timing(spec: Spec, t: dict, warnings: list[Warning_], graph_check: list | N
         ratio = sa.median / sb.median if sb.median > 0 else math.nan
         per_shape.append(ShapeTiming(shape=shape, baseline_us=sa, candidate_us=sb, speedup=ratio))
         if len(spec.shapes) > 1 and ratio < 0.98:
-            warnings.append(Warning_(code="slower_on_shape",
+            warnings.append(Warning_(code=WarningCode.slower_on_shape,
                                      message=f"the candidate is slower on shape {shape}: {ratio:.3f}x"))
     other = None
     o = t.get("other")
@@ -232,7 +232,7 @@ def _timing(spec: Spec, t: dict, warnings: list[Warning_], graph_check: list | N
                                              stats.N_BOOT_CHECK))
     if t["stop"] != "ci_narrow" and (speedup.half_width is None or speedup.half_width > spec.ci_half_width):
         hw = "unbounded" if speedup.half_width is None else f"±{speedup.half_width:.2%}"
-        warnings.append(Warning_(code="budget_exhausted",
+        warnings.append(Warning_(code=WarningCode.budget_exhausted,
                                  message=f"sampling stopped ({t['stop']}) after {t['rounds']} rounds with the "
                                          f"interval at {hw}, wider than ±{spec.ci_half_width:.2%}; raise "
                                          "time_budget_s for a sharper answer"))
@@ -249,7 +249,7 @@ def _timing(spec: Spec, t: dict, warnings: list[Warning_], graph_check: list | N
 def _peaks(name: str) -> tuple[dict[str, float], str] | None:
     """Peak values (max of datasheet and measured) for a device name from gpu_specs.toml."""
     try:
-        from mcp_server.ncu.specs import find_gpu, load_gpu_specs
+        from mcp_server.gpu_specs import find_gpu, load_gpu_specs
 
         spec = find_gpu(name, load_gpu_specs())
         if spec is None:
@@ -282,10 +282,10 @@ def _roofline(spec: Spec, raw: dict, timing: Timing, dev: dict, warnings: list[W
     try:
         found = _peaks(dev.get("name", ""))
     except Exception as exc:  # a malformed table must not hide the verdict
-        warnings.append(Warning_(code="roofline_unchecked", message=f"gpu_specs.toml unreadable: {exc}"))
+        warnings.append(Warning_(code=WarningCode.roofline_unchecked, message=f"gpu_specs.toml unreadable: {exc}"))
         return Roofline(checked=False, detail=f"gpu_specs.toml unreadable: {exc}")
     if found is None:
-        warnings.append(Warning_(code="roofline_unchecked",
+        warnings.append(Warning_(code=WarningCode.roofline_unchecked,
                                  message=f"no entry for {dev.get('name')!r} in gpu_specs.toml; speed-of-light "
                                          "check skipped"))
         return Roofline(checked=False, detail="device not in gpu_specs.toml")
@@ -317,7 +317,7 @@ def _roofline(spec: Spec, raw: dict, timing: Timing, dev: dict, warnings: list[W
     if flagged:
         detail = "faster than the roofline allows: " + "; ".join(flagged)
         if basis == "inferred":
-            warnings.append(Warning_(code="faster_than_roofline",
+            warnings.append(Warning_(code=WarningCode.faster_than_roofline,
                                      message=detail + " (bytes inferred from input+output sizes; give 'bytes' "
                                                       "and 'flops' in the spec to make this decide)"))
         return Roofline(checked=True, source=source, basis=basis, detail=detail, implausible=True)
