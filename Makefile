@@ -5,6 +5,7 @@ VENV    := .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 TORCH_WHEEL_SPEC ?= torch==2.13.0
+TRITON_SPEC      ?= triton==3.6.0
 
 .PHONY: demo test install clean bench
 
@@ -14,6 +15,8 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install -q -e '.[dev]'
 	# CPU torch (the wheel on disk where present) for the Triton-interpreter tests; optional.
 	$(VPY) -m pip install -q '$(TORCH_WHEEL_SPEC)' || echo "torch not installed: torch-dependent tests will skip"
+	# Triton for the CPU-interpreter checks of the MLA kernels (TRITON_INTERPRET=1); optional.
+	$(VPY) -m pip install -q '$(TRITON_SPEC)' || echo "triton not installed: the kernel interpreter tests will skip"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -25,7 +28,13 @@ demo: $(STAMP)
 browser-deps:
 	command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium) || true
 
+# lint (ruff), types (mypy), import layers (import-linter), the skills' frontmatter (Agent Skills
+# reference validator), then the whole suite (GPU tests skip without a GPU)
 test: $(STAMP) browser-deps
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	for s in skills/*/; do $(VENV)/bin/agentskills validate "$$s" || exit 1; done
 	$(VPY) -m pytest -q
 
 bench: $(STAMP)
@@ -33,4 +42,4 @@ bench: $(STAMP)
 	$(VPY) bench/bench_timeline.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -48,8 +48,8 @@ def step_analyze(console: Console) -> None:
 def step_compare(console: Console) -> None:
     """Compare the eager and sdpa prefills module by module (diff_modules)."""
     from mcp_server.compare.diff import diff_modules, replacements
-    from mcp_server.kernel_names import display_kernel_name
     from mcp_server.compare.render import render_diff
+    from mcp_server.kernel_names import display_kernel_name
 
     console.print(Rule("compare llama_prefill_eager vs llama_prefill_sdpa (diff_modules)"))
     res = diff_modules(demo_file("llama_prefill_eager.json.gz"), demo_file("llama_prefill_sdpa.json.gz"),
@@ -88,11 +88,38 @@ def step_timeline(console: Console) -> None:
     render_comparison(compare_timelines(before, after, names), console)
 
 
+def step_compass(console: Console) -> None:
+    """kernel-compass without a GPU: classify and select on H200 Nsight Compute reports, then the
+    experiment log of the worked example's loop (recorded on the H200)."""
+    from mcp_server.ledger.engine import ledger_show
+    from mcp_server.ledger.render import render_show
+    from mcp_server.ncu.classify import classify_bottleneck
+    from mcp_server.ncu.render import render_classification, render_selection
+    from mcp_server.ncu.select import select_candidate
+
+    for name, what in (("targets_none.ncu-rep.xz", "six targets of known bottleneck, warm"),
+                       ("mla_wuv_16layers_cold.ncu-rep.xz", "DeepSeek-V3 W_UV BMM, 16 stacked layers, cold"),
+                       ("mla_wuv_1layer_warm.ncu-rep.xz", "the same BMM, one layer, warm")):
+        console.print(Rule(f"classify {name}: {what}"))
+        render_classification(classify_bottleneck(str(demo_file(name))), console)
+    console.print(Rule("select targets_none.ncu-rep.xz"))
+    render_selection(select_candidate(str(demo_file("targets_none.ncu-rep.xz"))), console)
+    console.print(Rule("ledger show 1 and 2: the worked example's loop on the H200 (examples/mla_decode)"))
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:  # SQLite opens its WAL beside the file: read a copy
+        ledger = shutil.copy(demo_file("mla_example_ledger.db"), Path(tmp) / "ledger.db")
+        for exp in (1, 2):
+            render_show(ledger_show(exp, ledger=str(ledger)), console)
+
+
 STEPS: list[Callable[[Console], None]] = [
     step_analyze,
     step_compare,
     step_budget,
     step_timeline,
+    step_compass,
 ]
 
 

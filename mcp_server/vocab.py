@@ -113,8 +113,8 @@ class WarningCode(StrEnum):
     report_not_parsed = "report_not_parsed"  # run_ncu: the report was written but could not be parsed here
     # --- validate ---
     baseline_patched = "baseline_patched"  # the baseline replaced a timer/sync/check function (put back)
-    reference_native_precision = "reference_native_precision"  # the baseline failed in higher precision; reference is its own dtype
-    same_address_skipped = "same_address_skipped"  # inputs changed shape between seeds: the same-address check was skipped
+    reference_native_precision = "reference_native_precision"  # baseline failed in higher precision: own-dtype ref
+    same_address_skipped = "same_address_skipped"  # inputs changed shape between seeds: same-address check skipped
     cold_cache_partial = "cold_cache_partial"  # rotated input copies do not exceed the cache: 'cold' is partly warm
     graphs_unavailable = "graphs_unavailable"  # CUDA-graph capture failed; timed with a launch loop
     slower_on_shape = "slower_on_shape"  # the candidate is slower on one of several shapes
@@ -124,7 +124,7 @@ class WarningCode(StrEnum):
     # --- kernels ---
     # --- ledger ---
     # --- loop ---
-    stale_profile = "stale_profile"  # a change was accepted after the given ncu report: the selection reads the old profile
+    stale_profile = "stale_profile"  # a change was accepted after the given ncu report: selection reads the old one
     forced_proposal = "forced_proposal"  # a proposal was validated although the classification advises against its kind
 
 

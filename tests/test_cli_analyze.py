@@ -4,11 +4,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import TRACES
 
 from mcp_server.cli import main
 from mcp_server.traces import analyze_trace
-
-from conftest import TRACES
 
 
 def test_text_summary(capsys):

@@ -19,7 +19,8 @@ def _flat(text: str) -> str:
 
 
 def test_demo_runs_every_job():
-    assert demo.STEPS == [demo.step_analyze, demo.step_compare, demo.step_budget, demo.step_timeline]
+    assert demo.STEPS == [demo.step_analyze, demo.step_compare, demo.step_budget, demo.step_timeline,
+                          demo.step_compass]
 
 
 def test_demo_budget_rows_sorted_by_gap_with_the_fused_attention_kernel_on_sdpa():
@@ -41,3 +42,10 @@ def test_demo_timeline_names_the_planted_stragglers_and_the_fix():
     assert "[imbalance] compute" in text and "slowest blocks by mean: 5 (170" in text
     assert "Block 17 finishes last in every occurrence" in text
     assert re.search(r"compute .*3\.7\dx -> 1\.0\dx", text)
+
+
+def test_demo_shows_the_kernel_compass_path_on_committed_h200_data():
+    text = _flat(_run(demo.step_compass))
+    assert "memory_bound" in text and "dram" in text            # the 16-layer BMM, cold
+    assert "do not quantize" in text                              # the one-layer BMM, L2-resident
+    assert "1.736" in text and "accepted" in text and "reverted" in text  # the loop's two decisions

@@ -6,12 +6,12 @@ import math
 from pathlib import Path
 
 import pytest
+from upstream_layout import UDetail, UKernel, UpstreamSpec, build_upstream_report
 
 from mcp_server.compare.blocks import assign_blocks, load_blocks, parse_blocks
 from mcp_server.compare.diff import diff_modules
 from mcp_server.compare.inputs import load_side
 from mcp_server.errors import CategoriesError
-from upstream_layout import UDetail, UKernel, UpstreamSpec, build_upstream_report
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 EAGER = TRACES / "llama_prefill_eager.json.gz"

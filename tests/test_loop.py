@@ -7,7 +7,6 @@ it expects; they also check that the change is in place while it is validated.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from mcp_server.gpu_specs import GpuSpecError
 from mcp_server.ncu.classify import classify_bottleneck
 from mcp_server.ncu.select import select_candidate
-from mcp_server.gpu_specs import GpuSpecError
 
 NCU = Path(__file__).resolve().parent / "fixtures" / "ncu"
 

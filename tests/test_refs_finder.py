@@ -8,12 +8,12 @@ import time
 import anyio
 import httpx
 import pytest
+from test_refs_support import FakeJira, closed_port, make_repo, refs_env, write_registry  # noqa: F401
 
 from mcp_server.cli import main as cli_main
 from mcp_server.errors import InputError
 from mcp_server.refs import ReferenceResult, find_references
 from mcp_server.refs.registry import default_registry_path, load_registry, parse_registry
-from test_refs_support import FakeJira, closed_port, make_repo, refs_env, write_registry  # noqa: F401
 
 
 def test_shipped_registry_parses():

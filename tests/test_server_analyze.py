@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import anyio
+from conftest import TRACES
 from mcp import Client
 
 from mcp_server.server import mcp
-
-from conftest import TRACES
 
 
 def _run(coro_fn):

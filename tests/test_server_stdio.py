@@ -4,9 +4,8 @@ from __future__ import annotations
 import sys
 
 import anyio
-from mcp import Client, StdioServerParameters
-
 from conftest import TRACES
+from mcp import Client, StdioServerParameters
 
 EXPECTED_TOOLS = {
     "analyze_trace", "recategorize", "budget", "diff_modules", "find_references",

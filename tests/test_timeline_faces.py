@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 
 import anyio
+from conftest import FIXTURES
 from mcp import Client
 
-from conftest import FIXTURES
 from mcp_server.cli import main as cli_main
 from mcp_server.server import mcp
 

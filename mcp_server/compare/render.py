@@ -18,8 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from mcp_server.compare.matching import dims_key
-from mcp_server.kernel_names import display_kernel_name
 from mcp_server.compare.models import BlockDiff, BudgetResult, DiffResult, KernelMatch, side_reference
+from mcp_server.kernel_names import display_kernel_name
 
 MATCH_LABEL = {"same": "=", "renamed": "≈", "category": "→ cat", "time": "→ time", "gone": "gone", "new": "new"}
 NOTE_LETTER = {"FUSION": "F", "IMPROVE": "I", "MISSING": "M"}

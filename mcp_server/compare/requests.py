@@ -22,7 +22,7 @@ class RecategorizeRequest(SizedRequest, WritesOutputs):
     output_dir: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
         "Write updated copies here instead of editing in place"))
 
-    check_items = item_bounds("paths", chars=PATH_CHARS)
+    check_items = item_bounds("paths", chars=PATH_CHARS)  # type: ignore[pydantic-field]
 
 
 class BudgetRequest(SizedRequest):
@@ -35,7 +35,7 @@ class BudgetRequest(SizedRequest):
         "Divide each side by its step count (graph replays + eager forward calls); default: automatic when the "
         "counts differ and the kernels per step agree; false keeps whole totals"))
 
-    check_items = item_bounds("labels", chars=NAME_CHARS)
+    check_items = item_bounds("labels", chars=NAME_CHARS)  # type: ignore[pydantic-field]
 
 
 class DiffModulesRequest(SizedRequest, WritesOutputs):
@@ -60,4 +60,4 @@ class DiffModulesRequest(SizedRequest, WritesOutputs):
         "Divide each side by its step count (graph replays + eager forward calls); default: automatic when the "
         "counts differ and the kernels per step agree; false keeps whole totals"))
 
-    check_items = item_bounds("labels", chars=NAME_CHARS)
+    check_items = item_bounds("labels", chars=NAME_CHARS)  # type: ignore[pydantic-field]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from mcp_server.gpu_specs import GpuSpec, find_gpu, load_gpu_specs
 from mcp_server.models import Warning_
 from mcp_server.ncu.models import (
     Bottleneck,
@@ -38,7 +39,6 @@ from mcp_server.ncu.models import (
     SpecValue,
 )
 from mcp_server.ncu.parse import _warn, parse_ncu
-from mcp_server.gpu_specs import GpuSpec, find_gpu, load_gpu_specs
 
 ROOF = 80.0          # ncu: "at the roofline" at 80 % of a peak
 LOW = 60.0           # ncu: both under 60 % -> latency issues

@@ -23,4 +23,4 @@ class FindReferencesRequest(SizedRequest):
     registry: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
         "Reference-source registry file (default data-sources.md)"))
 
-    check_items = item_bounds("sources", chars=NAME_CHARS)
+    check_items = item_bounds("sources", chars=NAME_CHARS)  # type: ignore[pydantic-field]

@@ -25,7 +25,7 @@ class TimelineAnalyzeRequest(SizedRequest, WritesOutputs):
         "Write a Perfetto/Chrome trace JSON here"))
     png_path: Optional[str] = Field(default=None, max_length=PATH_CHARS, description="Write a Gantt chart PNG here")
 
-    check_items = item_bounds("event_names", chars=NAME_CHARS)
+    check_items = item_bounds("event_names", chars=NAME_CHARS)  # type: ignore[pydantic-field]
 
 
 class TimelineCompareRequest(SizedRequest, WritesOutputs):
@@ -45,4 +45,4 @@ class TimelineCompareRequest(SizedRequest, WritesOutputs):
     perfetto_path: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
         "Write one Perfetto/Chrome trace JSON here holding both runs"))
 
-    check_items = item_bounds("event_names", "after_event_names", chars=NAME_CHARS)
+    check_items = item_bounds("event_names", "after_event_names", chars=NAME_CHARS)  # type: ignore[pydantic-field]
