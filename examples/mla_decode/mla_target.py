@@ -20,7 +20,6 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=3)
     a = ap.parse_args()
     import torch
-
     from mla_fns import KV_LORA, V_HEAD, heads
 
     torch.manual_seed(0)
