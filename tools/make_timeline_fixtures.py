@@ -130,9 +130,9 @@ def triton_part(out: Path, reps: int, log: dict) -> dict:
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "tools"))
     import torch
+    from timeline_triton_kernel import rows_kernel
 
     from mcp_server.timeline.triton_probe import alloc_probe_buffer
-    from timeline_triton_kernel import rows_kernel
 
     dev = torch.device("cuda")
     nprog = 2 * torch.cuda.get_device_properties(0).multi_processor_count

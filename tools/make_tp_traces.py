@@ -29,9 +29,8 @@ import sys
 
 import torch
 import torch.distributed as dist
-from torch.profiler import ProfilerActivity, profile
-
 from make_sample_traces import save  # the same gzip writer and summary line as the other fixtures
+from torch.profiler import ProfilerActivity, profile
 
 LAYERS = 4
 
