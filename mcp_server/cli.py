@@ -107,6 +107,11 @@ def add_operation(sub: argparse._SubParsersAction, op: Operation, name: str) -> 
                    help="print the tool-identical JSON answer (a summary unless --detail)")
     p.add_argument("--width", type=int, default=None, dest="_width", metavar="COLUMNS",
                    help="text view only: render at this many columns (default: the terminal's, 80 when piped)")
+    p.add_argument("--max-memory", default=None, dest="_max_memory", metavar="SIZE",
+                   help="address-space limit of this run, e.g. 8G (default $KERNELSCOPE_WORKER_MEMORY or 8G, "
+                        "the MCP workers' limit; not applied to verbs that run GPU code); 0 for none")
+    p.add_argument("--time-limit", type=float, default=None, dest="_time_limit", metavar="SECONDS",
+                   help="stop this run after so many seconds (default $KERNELSCOPE_CALL_TIMEOUT or 900, as over MCP)")
     p.set_defaults(_op=op)
     return p
 
@@ -204,7 +209,33 @@ def run_operation(op: Operation, given: dict[str, Any], as_json: bool, width: in
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def apply_limits(op: Operation, args: argparse.Namespace) -> None:
+    """The MCP workers' limits for a console run (``entry``): memory and time (docs/ARCHITECTURE.md, "Isolation")."""
+    import os
+    import signal
+
+    from mcp_server.workers import WorkerLimitError, apply_memory_limit, executes_code, limits_for, parse_size
+
+    op.engine_fn()  # import the engine and renderer first: native libraries reserve their arenas unlimited
+    op.render_fn()
+    lim = limits_for(op, {})
+    text = args._max_memory
+    memory = lim.memory_bytes if text is None else (None if text.strip() in ("0", "none") else parse_size(text))
+    if not executes_code(op):
+        apply_memory_limit(memory)
+    seconds = args._time_limit if args._time_limit is not None else float(
+        os.environ.get("KERNELSCOPE_CALL_TIMEOUT", lim.timeout_s))
+    if seconds and seconds > 0 and hasattr(signal, "SIGALRM"):
+        def over(_sig: int, _frame: Any) -> None:
+            raise WorkerLimitError(f"{op.verb}: over its time limit of {seconds:.0f} s; stopped",
+                                   hint="pass --time-limit SECONDS for a longer run")
+
+        signal.signal(signal.SIGALRM, over)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+
+
+def main(argv: list[str] | None = None, limits: bool = False) -> int:
+    """Run one verb. ``limits``: apply the memory and time limits (the console script does)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     ops = operations()
     head, rest = _split_remainder(argv)
@@ -229,7 +260,13 @@ def main(argv: list[str] | None = None) -> int:
                 given = {k: v for k, v in vars(args).items() if k in op.request.model_fields}
             else:
                 given[op.remainder] = rest
+        if limits:
+            apply_limits(op, args)
         return run_operation(op, given, args._json, args._width)
+    except MemoryError:  # plain write: printing through rich could need memory (and imports) itself
+        sys.stderr.write(f"error: {args.verb}: out of memory under this run's limit (raise it with --max-memory, "
+                         "e.g. --max-memory 32G, or --max-memory 0 for none)\n")
+        return 2
     except KernelscopeError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False, soft_wrap=True)
         return 2
@@ -241,8 +278,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:  # pragma: no cover - console script shim
-    sys.exit(main())
+    sys.exit(main(limits=True))
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(main(limits=True))

@@ -80,7 +80,7 @@ def test_engine_takes_exactly_the_request_fields(op):
 @pytest.mark.parametrize("op", OPS, ids=IDS)
 def test_cli_options_are_the_request_fields(op):
     parser = _verb_parser(op)
-    actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "_json", "_width")}
+    actions = {a.dest: a for a in parser._actions if a.dest != "help" and not a.dest.startswith("_")}
     expected = set(op.field_names) - ({op.remainder} if op.remainder else set())
     assert set(actions) == expected
     for name, action in actions.items():
@@ -217,3 +217,24 @@ def test_width_is_a_text_face_option_of_every_verb(capsys):
     assert max(len(line) for line in capsys.readouterr().out.splitlines()) <= 100
     for op in OPS:
         assert "width" not in op.field_names
+
+
+def test_console_runs_get_the_workers_limits(tmp_path):
+    """`kernelscope VERB --max-memory / --time-limit` (the console script applies them; in-process calls do not)."""
+    import subprocess
+    import sys
+
+    clean = []
+    for limit in ("190M", "205M", "220M", "240M"):  # around what this analysis needs on top of the interpreter
+        run = subprocess.run([sys.executable, "-m", "mcp_server.cli", "analyze", str(TRACES / "dsv3_prefill.json.gz"),
+                              "--json", "--max-memory", limit], capture_output=True, text=True, timeout=120)
+        assert run.returncode in (0, 2) and "Traceback" not in run.stderr, (limit, run.stderr[-500:])
+        clean.append(run.returncode == 2 and "out of memory under this run's limit" in run.stderr)
+    assert any(clean)
+    slow = subprocess.run([sys.executable, "-m", "mcp_server.cli", "analyze", str(TRACES / "dsv3_prefill.json.gz"),
+                           "--time-limit", "0.001"], capture_output=True, text=True, timeout=120)
+    assert slow.returncode == 2 and "over its time limit" in slow.stderr and "Traceback" not in slow.stderr
+    ok = subprocess.run([sys.executable, "-m", "mcp_server.cli", "budget", str(TRACES / "llama_prefill_eager.json.gz"),
+                         str(TRACES / "llama_prefill_sdpa.json.gz"), "--json", "--max-memory", "4G",
+                         "--time-limit", "120"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
