@@ -107,3 +107,46 @@ def test_abort_in_an_engine_names_the_signal(server):
     dead, alive = anyio.run(go)
     assert dead.is_error and "SIGABRT" in dead.content[0].text
     assert not alive.is_error
+
+
+def test_every_reproducer_at_once_beside_good_calls(server, monkeypatch):
+    """Each committed reproducer (tests/fixtures/hostile) through the tool that reads it, all concurrently with
+    good calls: every good call answers correctly, every bad one is a one-line tool error, the server lives on."""
+    monkeypatch.setenv("KERNELSCOPE_MAX_XLSX_CELLS", "50000000")  # the default guard, not the lifted one
+    good_trace = str(TRACES / "llama_prefill_sdpa.json.gz")
+    bad = {}
+    for p in sorted(HOSTILE.iterdir()):
+        if p.name.startswith("xlsx_"):
+            bad[p.name] = ("budget", {"a": str(p), "b": str(p)})
+        elif p.name.startswith("trace_"):
+            bad[p.name] = ("analyze_trace", {"trace_path": str(p)})
+        elif p.name.startswith("categories_"):
+            bad[p.name] = ("analyze_trace", {"trace_path": good_trace, "categories": str(p)})
+    assert len(bad) >= 15
+    answers: dict = {}
+
+    async def go():
+        async with Client(server) as c:
+            async def call(key, tool, args):
+                answers[key] = await c.call_tool(tool, args)
+
+            async with anyio.create_task_group() as tg:
+                for name, (tool, args) in bad.items():
+                    tg.start_soon(call, name, tool, args)
+                for i in range(4):
+                    tg.start_soon(call, f"good{i}", "analyze_trace", {"trace_path": good_trace})
+            answers["alive"] = len((await c.list_tools()).tools)
+
+    anyio.run(go)
+    for i in range(4):
+        good = answers[f"good{i}"]
+        assert not good.is_error and good.structured_content["kernel_count"] == 110
+    readable = {"xlsx_sheet_paren.xlsx", "xlsx_sheetdata_junk.xlsx", "trace_nonfinite.json"}  # real data inside
+    for name in bad:
+        res = answers[name]
+        if name in readable:
+            continue
+        assert res.is_error, name
+        text = res.content[0].text
+        assert "\n" not in text and "Traceback" not in text and "internal error" not in text, (name, text)
+    assert answers["alive"] == len(operations()) + 1
