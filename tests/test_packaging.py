@@ -132,7 +132,8 @@ def test_one_copy_of_each_data_file():
     assert (ROOT / "mcp_server" / "data").is_symlink()
     assert (ROOT / "mcp_server" / "data").resolve() == (ROOT / "_shared").resolve()
     demo = list((ROOT / "mcp_server" / "demo_data").iterdir())
-    assert demo and all(p.is_symlink() and p.resolve().is_relative_to(ROOT / "tests" / "fixtures") for p in demo)
+    sources = (ROOT / "tests" / "fixtures", ROOT / "examples")  # real data: fixtures, the worked example's ledger
+    assert demo and all(p.is_symlink() and any(p.resolve().is_relative_to(s) for s in sources) for p in demo)
 
 
 def test_shared_path_override_order(tmp_path, monkeypatch):
