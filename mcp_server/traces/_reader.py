@@ -2,6 +2,12 @@
 
 Kept free of numpy/pandas/msgspec imports so ``analyze_trace`` can start
 decompressing on a helper thread before the heavy modules are imported.
+
+gzip is inflated by the fastest installed backend: ISA-L (``isal.igzip``), else zlib-ng
+(``zlib_ng.gzip_ng``), else the standard library; ``KERNELSCOPE_TRACE_GZIP=isal|zlib-ng|stdlib``
+picks one (tests compare them). All three release the GIL while inflating, so the read-ahead
+thread's inflation overlaps the caller's decoding. ``.json.zst`` (zstd magic) is read with
+``zstandard`` when installed. The same size and ratio guards apply to every backend.
 """
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import gzip
 import os
 import queue
 import threading
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +23,8 @@ from mcp_server.errors import FileMissingError, TraceFormatError
 from mcp_server.limits import human, limit, over
 
 BLOCK = 8 << 20
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+GZIP_BACKENDS = ("isal", "zlib-ng", "stdlib")
 AHEAD = 8  # blocks the reader may run ahead (bounded memory: AHEAD * BLOCK)
 RATIO_AFTER = 64 << 20  # the compression-ratio guard starts once this much text came out
 
@@ -36,23 +45,115 @@ def is_gzip(p: Path) -> bool:
         return f.read(2) == b"\x1f\x8b"
 
 
+def compression(p: Path) -> str:
+    """``"gzip"``, ``"zstd"`` or ``""`` (plain text), from the file's magic bytes."""
+    with open(p, "rb") as f:
+        head = f.read(4)
+    if head[:2] == b"\x1f\x8b":
+        return "gzip"
+    if head == ZSTD_MAGIC:
+        return "zstd"
+    return ""
+
+
+def gzip_backend(name: "str | None" = None) -> str:
+    """The gzip backend to use: ``name``, else ``KERNELSCOPE_TRACE_GZIP``, else the fastest installed."""
+    want = name or os.environ.get("KERNELSCOPE_TRACE_GZIP", "").strip().lower() or None
+    if want is not None and want not in GZIP_BACKENDS:
+        raise TraceFormatError(f"unknown gzip backend {want!r} in KERNELSCOPE_TRACE_GZIP",
+                               hint="use one of: " + ", ".join(GZIP_BACKENDS))
+    for b in GZIP_BACKENDS if want is None else (want,):
+        if b == "stdlib" or _gzip_module(b) is not None:
+            return b
+    pkg = "isal" if want == "isal" else "zlib-ng"
+    raise TraceFormatError(f"gzip backend {want!r} is not installed",
+                           hint=f"pip install {pkg}, or unset KERNELSCOPE_TRACE_GZIP")
+
+
+def _gzip_module(name: str) -> Any:
+    try:
+        if name == "isal":
+            from isal import igzip
+            return igzip
+        if name == "zlib-ng":
+            from zlib_ng import gzip_ng
+            return gzip_ng
+    except ImportError:
+        return None
+    return gzip
+
+
+def _gzip_file(raw: Any, backend: str) -> Any:
+    mod = _gzip_module(backend)
+    if backend == "isal":
+        return mod.IGzipFile(fileobj=raw, mode="rb")
+    return mod.GzipFile(fileobj=raw, mode="rb")
+
+
+def decompress_errors() -> tuple:
+    """Exception classes the installed decompressors raise on damaged data (besides EOFError/OSError)."""
+    errs: list = [zlib.error]
+    try:
+        from isal import isal_zlib
+        errs.append(isal_zlib.error)
+    except ImportError:
+        pass
+    try:
+        from zlib_ng import zlib_ng
+        errs.append(zlib_ng.error)
+    except ImportError:
+        pass
+    try:
+        import zstandard
+        errs.append(zstandard.ZstdError)
+    except ImportError:
+        pass
+    return tuple(errs)
+
+
 def open_trace(p: Path):
-    return gzip.open(p, "rb") if is_gzip(p) else open(p, "rb")
+    kind = compression(p)
+    raw = open(p, "rb")
+    if kind == "gzip":
+        return _gzip_file(raw, gzip_backend())
+    if kind == "zstd":
+        return _zstd_reader(p, raw)
+    return raw
+
+
+def _zstd_reader(p: Path, raw: Any) -> Any:
+    try:
+        import zstandard
+    except ImportError:
+        raw.close()
+        raise TraceFormatError("the trace is zstd-compressed and the zstandard package is not installed", path=p,
+                               hint="pip install zstandard, or decompress it first (zstd -d)") from None
+    return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=False)
 
 
 class GuardedReader:
     """Decompressed text of a trace, read in blocks with the size and ratio guards applied.
 
-    ``KERNELSCOPE_MAX_TRACE_BYTES`` bounds the text; for gzip files ``KERNELSCOPE_MAX_TRACE_RATIO`` bounds
+    ``KERNELSCOPE_MAX_TRACE_BYTES`` bounds the text; for gzip and zstd files ``KERNELSCOPE_MAX_TRACE_RATIO`` bounds
     text / compressed bytes consumed so far once ``RATIO_AFTER`` bytes came out (a gzip of zeros reaches
     1000:1; profiler JSON is 5-30:1). ``cap`` (optional) is a tighter bound on the text for one use.
     """
 
     def __init__(self, p: Path, cap: "tuple[str, int] | None" = None) -> None:
         self.p = p
+        kind = compression(p)
         self.raw = open(p, "rb")
-        self.gz = is_gzip(p)
-        self.f = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gz else self.raw
+        self.gz = bool(kind)  # compressed: the ratio guard applies
+        try:
+            if kind == "gzip":
+                self.f = _gzip_file(self.raw, gzip_backend())
+            elif kind == "zstd":
+                self.f = _zstd_reader(p, self.raw)
+            else:
+                self.f = self.raw
+        except BaseException:
+            self.raw.close()
+            raise
         self.out = 0
         self.max_bytes = limit("TRACE_BYTES")
         self.max_ratio = limit("TRACE_RATIO")

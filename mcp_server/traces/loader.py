@@ -1,6 +1,6 @@
 """Kineto (PyTorch profiler) trace loader.
 
-Reads ``.json`` or ``.json.gz`` (detected by the gzip magic, not the suffix)
+Reads ``.json``, ``.json.gz`` or ``.json.zst`` (detected by the magic bytes, not the suffix)
 and keeps only what the analyzer uses, in compact numpy columns:
 
 * GPU activities (``cat`` kernel / gpu_memcpy / gpu_memset),
@@ -31,7 +31,6 @@ import gzip
 import os
 import re
 import threading
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Union
@@ -41,7 +40,7 @@ import numpy as np
 
 from mcp_server.errors import FileMissingError, TraceFormatError
 from mcp_server.limits import limit
-from mcp_server.traces._reader import BlockReader, GuardedReader, check_path, is_gzip
+from mcp_server.traces._reader import BlockReader, GuardedReader, check_path, compression, decompress_errors
 from mcp_server.traces._reader import blocks as _read_blocks
 
 KERNEL_CATS = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}
@@ -361,11 +360,16 @@ def _ids(k: list, l: list) -> tuple[np.ndarray, np.ndarray]:
 # ----------------------------------------------------------------------------- reading
 
 
+_DECOMPRESS_ERRORS = decompress_errors()  # zlib.error and the fast backends' own error classes
+
+
 def _read_errors(p: Path, exc: BaseException) -> TraceFormatError:
     if isinstance(exc, EOFError):
         return TraceFormatError("gzip stream is truncated (file ended before the end-of-stream marker)", path=p,
                                 hint="the file was cut short; copy or export it again")
-    if isinstance(exc, (gzip.BadGzipFile, zlib.error)):
+    if compression(p) == "zstd" and isinstance(exc, _DECOMPRESS_ERRORS):
+        return TraceFormatError(f"corrupt zstd data: {exc}", path=p, hint="the file is damaged; export it again")
+    if isinstance(exc, (gzip.BadGzipFile, *_DECOMPRESS_ERRORS)):
         return TraceFormatError(f"corrupt gzip data: {exc}", path=p, hint="the file is damaged; export it again")
     return TraceFormatError(f"cannot read trace: {exc}", path=p)
 
@@ -614,7 +618,7 @@ def load_trace(path: str | os.PathLike, progress: Optional[Callable[[int, int], 
     except MemoryError:
         raise TraceFormatError("out of memory while decoding", path=p,
                                hint="the trace is larger than this process may hold") from None
-    except (EOFError, OSError, zlib.error) as exc:
+    except (EOFError, OSError, *_DECOMPRESS_ERRORS) as exc:
         if isinstance(exc, FileNotFoundError):
             raise FileMissingError("trace file not found", path=p) from None
         raise _read_errors(p, exc) from None
@@ -626,7 +630,10 @@ def load_trace(path: str | os.PathLike, progress: Optional[Callable[[int, int], 
 def _size_hint(p: Path) -> int:
     """Decompressed size estimate (gzip ISIZE field, mod 4 GiB) for progress."""
     size = p.stat().st_size
-    if not is_gzip(p):
+    kind = compression(p)
+    if kind == "zstd":
+        return size * 10  # no cheap trailer field; profiler JSON compresses about 10-30:1
+    if kind != "gzip":
         return size
     try:
         with open(p, "rb") as f:

@@ -1,0 +1,127 @@
+"""Every decompressor gives the same analysis of every committed trace fixture (issue 15).
+
+The digests below were made with the loader as it was before the fast decompressors (commit 17daa4d,
+stdlib gzip only): the same script, run on that checkout, printed them. A digest covers the whole
+``TraceAnalysis`` (``model_dump(mode="json")`` less the path) plus the per-kernel table as CSV, so a
+decoder that changes one kernel's duration or one module name fails here. If the analysis model is
+changed on purpose, regenerate them with ``digest()`` on the stdlib backend.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+
+import pytest
+from conftest import TRACES
+
+from mcp_server.errors import LimitError, TraceFormatError
+from mcp_server.traces import analyze_trace
+from mcp_server.traces._reader import GZIP_BACKENDS, compression, gzip_backend
+
+BEFORE = {
+    "dsv3_prefill": "58becd5af5501087",
+    "llama_decode_graph": "ce283d0dc3a003ad",
+    "llama_decode_mixed": "ec2aa08afe124171",
+    "llama_prefill_eager": "4e85856763787e68",
+    "llama_prefill_sdpa": "f92377923625dd4d",
+    "tp2_decode_mixed": "ce93b6a5591ea6b6",
+    "tp2_prefill": "037a992a9d1b3114",
+}
+_PKG = {"isal": "isal", "zlib-ng": "zlib_ng"}
+
+
+def digest(res) -> str:
+    d = res.model_dump(mode="json")
+    d.pop("trace", None)
+    h = hashlib.sha256(json.dumps(d, sort_keys=True).encode())
+    h.update(res.kernels.to_csv(index=False).encode())
+    return h.hexdigest()[:16]
+
+
+def test_every_fixture_has_a_digest():
+    assert sorted(p.name[: -len(".json.gz")] for p in TRACES.glob("*.json.gz")) == sorted(BEFORE)
+
+
+@pytest.mark.parametrize("backend", GZIP_BACKENDS)
+@pytest.mark.parametrize("name", sorted(BEFORE))
+def test_gzip_backends_match_the_analysis_made_before(name, backend, monkeypatch):
+    if backend in _PKG:
+        pytest.importorskip(_PKG[backend])
+    monkeypatch.setenv("KERNELSCOPE_TRACE_GZIP", backend)
+    assert gzip_backend() == backend
+    assert digest(analyze_trace(TRACES / f"{name}.json.gz")) == BEFORE[name]
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE))
+def test_plain_json_matches(name, tmp_path):
+    p = tmp_path / f"{name}.json"
+    p.write_bytes(gzip.decompress((TRACES / f"{name}.json.gz").read_bytes()))
+    assert compression(p) == ""
+    assert digest(analyze_trace(p)) == BEFORE[name]
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE))
+def test_zstd_matches(name, tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    text = gzip.decompress((TRACES / f"{name}.json.gz").read_bytes())
+    p = tmp_path / f"{name}.json.zst"
+    # two frames, as `zstd` writes when files are concatenated: both must be read
+    half = len(text) // 2
+    c = zstandard.ZstdCompressor(level=3)
+    p.write_bytes(c.compress(text[:half]) + c.compress(text[half:]))
+    assert compression(p) == "zstd"
+    assert digest(analyze_trace(p)) == BEFORE[name]
+
+
+def test_default_backend_is_the_fastest_installed(monkeypatch):
+    monkeypatch.delenv("KERNELSCOPE_TRACE_GZIP", raising=False)
+    pytest.importorskip("isal")
+    assert gzip_backend() == "isal"
+
+
+def test_unknown_backend_is_a_one_line_error(monkeypatch):
+    monkeypatch.setenv("KERNELSCOPE_TRACE_GZIP", "brotli")
+    with pytest.raises(TraceFormatError, match="unknown gzip backend 'brotli'"):
+        analyze_trace(TRACES / "llama_decode_graph.json.gz")
+
+
+@pytest.mark.parametrize("backend", GZIP_BACKENDS)
+def test_damaged_gzip_gives_the_same_typed_errors_on_every_backend(backend, tmp_path, monkeypatch):
+    if backend in _PKG:
+        pytest.importorskip(_PKG[backend])
+    monkeypatch.setenv("KERNELSCOPE_TRACE_GZIP", backend)
+    raw = (TRACES / "llama_prefill_sdpa.json.gz").read_bytes()
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(TraceFormatError, match="truncated"):
+        analyze_trace(cut)
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(raw[:-8] + bytes(8))  # CRC and size trailer zeroed
+    with pytest.raises(TraceFormatError, match="corrupt gzip data"):
+        analyze_trace(bad)
+
+
+def test_damaged_zstd_is_a_typed_error(tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    text = gzip.decompress((TRACES / "llama_prefill_sdpa.json.gz").read_bytes())
+    z = zstandard.ZstdCompressor(level=3).compress(text)
+    bad = tmp_path / "bad.json.zst"
+    bad.write_bytes(z[:2000] + bytes(4000) + z[6000:])
+    with pytest.raises(TraceFormatError, match="corrupt zstd data"):
+        analyze_trace(bad)
+    cut = tmp_path / "cut.json.zst"  # zstd streams end silently when cut: the JSON is then incomplete
+    cut.write_bytes(z[: len(z) // 2])
+    with pytest.raises(TraceFormatError):
+        analyze_trace(cut)
+
+
+def test_zstd_of_zeros_stops_at_the_ratio_guard(tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    p = tmp_path / "zeros.json.zst"
+    with open(p, "wb") as f, zstandard.ZstdCompressor(level=1).stream_writer(f) as w:
+        w.write(b'{"traceEvents": [')
+        for _ in range(64):
+            w.write(bytes(4 << 20))
+    with pytest.raises(LimitError, match="KERNELSCOPE_MAX_TRACE_RATIO"):
+        analyze_trace(p)
