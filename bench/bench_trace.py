@@ -7,12 +7,16 @@ timestamps, correlation / External ids, flow ids and module instance numbers
 (one event per line) into a temp dir, gzips it, then in the same run measures:
 
 * wall time of ``zcat trace.json.gz > /dev/null`` (best of --repeat),
-* wall time of ``kernelscope analyze trace.json.gz --json > /dev/null`` (best of --repeat),
-* the analyzer's peak RSS (``/usr/bin/time -v`` when present, else getrusage of the child).
+* wall time of ``kernelscope analyze trace.json.gz --json > /dev/null`` (best of --repeat) for each
+  gzip backend in --backends (``KERNELSCOPE_TRACE_GZIP``), and with --plain / --zst on the
+  uncompressed ``.json`` and a ``zstd -3`` ``.json.zst`` of the same text,
+* the analyzer's peak RSS (``/usr/bin/time -v`` when present, else getrusage of the child),
+* time and peak RSS per event; with several --mb sizes and --plot, the scaling curve as a PNG.
 
-Targets: analysis <= 3 x zcat, peak RSS <= 600 MB.
+Targets (issue 15): analysis <= 1.0 x zcat, peak RSS <= 300 MB at ~350 MB; time per event flat
+within 20 % from 90 MB to 1.4 GB.
 
-    .venv/bin/python bench/bench_trace.py [--source llama_decode_mixed] [--mb 350]
+    .venv/bin/python bench/bench_trace.py [--source llama_decode_mixed] [--mb 90 350 1400] [--plot P]
 """
 from __future__ import annotations
 
@@ -108,49 +112,148 @@ def peak_rss_mb(cmd: list[str]) -> float:
     return max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
 
 
+def _best(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    return min(runs)
+
+
+def measure(args: argparse.Namespace, tmp: Path, mb: float) -> dict:
+    """Grow one trace of ``mb`` MB and time zcat and the analyzer on it (gz per backend, plain, zst)."""
+    raw = tmp / f"{args.source}_{int(mb)}mb.json"
+    t0 = time.perf_counter()
+    info = grow(TRACES / f"{args.source}.json.gz", raw, mb)
+    gz = raw.with_suffix(".json.gz")
+    with open(raw, "rb") as fi, gzip.open(gz, "wb", compresslevel=6) as fo:
+        shutil.copyfileobj(fi, fo, 16 << 20)
+    zst = None
+    if args.zst:
+        import zstandard
+
+        zst = raw.with_suffix(".json.zst")
+        with open(raw, "rb") as fi, open(zst, "wb") as fo:
+            zstandard.ZstdCompressor(level=3).copy_stream(fi, fo)
+    made = time.perf_counter() - t0
+    ks = str(Path(sys.executable).with_name("kernelscope"))
+
+    def analyze(path: Path) -> list[str]:
+        return [ks, "analyze", str(path), "--json"]
+
+    backends = [b for b in args.backends.split(",") if b]
+    env0 = dict(os.environ)
+
+    def with_backend(b: str):
+        os.environ.clear()
+        os.environ.update(env0, KERNELSCOPE_TRACE_GZIP=b)
+
+    # alternate the commands so all see the same machine load; keep the best (min) of each
+    zc: list = []
+    an: dict[str, list] = {b: [] for b in backends}
+    plain: list = []
+    zs: list = []
+    try:
+        for _ in range(args.repeat):
+            zc.append(timed(["zcat", str(gz)]))
+            for b in backends:
+                with_backend(b)
+                an[b].append(timed(analyze(gz)))
+            with_backend(backends[0])
+            if args.plain:
+                plain.append(timed(analyze(raw)))
+            if zst is not None:
+                zs.append(timed(analyze(zst)))
+        with_backend(backends[0])
+        rss = peak_rss_mb(analyze(gz))
+        out = subprocess.run(analyze(gz), capture_output=True, text=True, check=True, timeout=900).stdout
+    finally:
+        os.environ.clear()
+        os.environ.update(env0)
+    res = json.loads(out)
+    zcat, zcpu = _best(zc)
+    main_b = backends[0]
+    ana, acpu = _best(an[main_b])
+    pair_ratios = sorted(a[0] / z[0] for a, z in zip(an[main_b], zc))
+    events = info["events"]
+    result = {
+        "source": args.source, **info, "json_mb": round(raw.stat().st_size / 1e6, 1),
+        "gz_mb": round(gz.stat().st_size / 1e6, 1), "generate_s": round(made, 1), "runs": args.repeat,
+        "statistic": "min over runs (alternated)", "backend": main_b,
+        "zcat_s": round(zcat, 3), "analyze_s": round(ana, 3), "ratio": round(ana / zcat, 2),
+        "median_pair_ratio": round(pair_ratios[len(pair_ratios) // 2], 2),
+        "analyze_by_backend_s": {b: round(_best(v)[0], 3) for b, v in an.items()},
+        "zcat_cpu_s": round(zcpu, 2), "analyze_cpu_s": round(acpu, 2),
+        "us_per_event": round(ana / events * 1e6, 3),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "peak_rss_mb": round(rss, 1), "rss_bytes_per_event": round(rss * (1 << 20) / events, 1),
+        "kernels": res["kernel_count"], "rss_bytes_per_kernel": round(rss * (1 << 20) / res["kernel_count"], 1),
+        "unattributed": res["unattributed_count"], "graph_kernels": res["graph"]["graph_kernel_count"],
+        "targets_met": {"ratio<=1": ana / zcat <= 1.0, "rss<=300MB": rss <= 300.0},
+        "cpu_count": os.cpu_count(),
+    }
+    if plain:
+        pl = _best(plain)[0]
+        result["plain_json_s"] = round(pl, 3)
+        result["plain_vs_gz_per_byte"] = round(pl / ana, 2)
+    if zs:
+        result["zst_mb"] = round(zst.stat().st_size / 1e6, 1)
+        result["zst_s"] = round(_best(zs)[0], 3)
+    for f in (raw, gz, zst):
+        if f is not None and not args.keep:
+            f.unlink(missing_ok=True)
+    return result
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ev = [r["events"] / 1e6 for r in results]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    a1.plot(ev, [r["us_per_event"] for r in results], "o-", label=f"analyze ({results[0]['backend']} gzip)")
+    a1.plot(ev, [r["zcat_s"] / r["events"] * 1e6 for r in results], "s--", label="zcat")
+    if "stdlib" in results[0]["analyze_by_backend_s"]:
+        a1.plot(ev, [r["analyze_by_backend_s"]["stdlib"] / r["events"] * 1e6 for r in results], "^:",
+                label="analyze (stdlib gzip)")
+    a1.set_xscale("log")
+    a1.set_xlabel("events (millions)")
+    a1.set_ylabel("wall time per event (us)")
+    a1.set_ylim(bottom=0)
+    a1.legend()
+    a1.set_title("time per event")
+    a2.plot(ev, [r["rss_bytes_per_event"] for r in results], "o-", label="peak RSS / event")
+    a2.set_xscale("log")
+    a2.set_xlabel("events (millions)")
+    a2.set_ylabel("bytes of peak RSS per event")
+    a2.set_ylim(bottom=0)
+    a2.set_title("peak RSS per event")
+    labels = ", ".join(f"{r['json_mb']:.0f} MB" for r in results)
+    fig.suptitle(f"kernelscope analyze on grown {results[0]['source']} traces ({labels}; "
+                 f"min of {results[0]['runs']} runs, {results[0]['cpu_count']} cores)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", default="llama_decode_mixed", help="fixture name under tests/fixtures/traces")
-    ap.add_argument("--mb", type=float, default=350.0, help="target JSON size in MB")
+    ap.add_argument("--mb", type=float, nargs="+", default=[350.0], help="target JSON size(s) in MB")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--keep", help="keep the grown trace in this directory")
+    ap.add_argument("--backends", default="isal,stdlib",
+                    help="gzip backends to time (KERNELSCOPE_TRACE_GZIP); the first is the headline figure")
+    ap.add_argument("--plain", action="store_true", help="also time the analyzer on the uncompressed .json")
+    ap.add_argument("--zst", action="store_true", help="also time the analyzer on a zstd -3 .json.zst")
+    ap.add_argument("--plot", help="write the scaling curve (PNG) here")
+    ap.add_argument("--keep", help="keep the grown traces in this directory")
     args = ap.parse_args()
     tmp = Path(args.keep or tempfile.mkdtemp(prefix="ks-bench-"))
     tmp.mkdir(parents=True, exist_ok=True)
     try:
-        raw = tmp / f"{args.source}_x.json"
-        t0 = time.perf_counter()
-        info = grow(TRACES / f"{args.source}.json.gz", raw, args.mb)
-        gz = raw.with_suffix(".json.gz")
-        with open(raw, "rb") as fi, gzip.open(gz, "wb", compresslevel=6) as fo:
-            shutil.copyfileobj(fi, fo, 16 << 20)
-        made = time.perf_counter() - t0
-        ks = str(Path(sys.executable).with_name("kernelscope"))
-        analyze = [ks, "analyze", str(gz), "--json"]
-        # alternate the two commands so both see the same machine load; keep the best of each
-        zc, an = [], []
-        for _ in range(args.repeat):
-            zc.append(timed(["zcat", str(gz)]))
-            an.append(timed(analyze))
-        zcat, zcpu = min(zc)
-        ana, acpu = min(an)
-        pair_ratios = sorted(a[0] / z[0] for a, z in zip(an, zc))
-        rss = peak_rss_mb(analyze)
-        out = subprocess.run(analyze, capture_output=True, text=True, check=True, timeout=900).stdout
-        res = json.loads(out)
-        result = {
-            "source": args.source, **info, "json_mb": round(raw.stat().st_size / 1e6, 1),
-            "gz_mb": round(gz.stat().st_size / 1e6, 1), "generate_s": round(made, 1),
-            "zcat_s": round(zcat, 2), "analyze_s": round(ana, 2), "ratio": round(ana / zcat, 2),
-            "median_pair_ratio": round(pair_ratios[len(pair_ratios) // 2], 2),
-            "zcat_cpu_s": round(zcpu, 2), "analyze_cpu_s": round(acpu, 2),
-            "load_avg_1m": round(os.getloadavg()[0], 2),
-            "peak_rss_mb": round(rss, 1), "kernels": res["kernel_count"],
-            "unattributed": res["unattributed_count"], "graph_kernels": res["graph"]["graph_kernel_count"],
-            "targets_met": {"ratio<=3": ana / zcat <= 3.0, "rss<=600MB": rss <= 600.0},
-            "cpu_count": os.cpu_count(),
-        }
-        print(json.dumps(result, indent=2))
+        results = []
+        for mb in args.mb:
+            results.append(measure(args, tmp, mb))
+            print(json.dumps(results[-1], indent=2), flush=True)
+        if args.plot:
+            plot(results, Path(args.plot))
         return 0
     finally:
         if not args.keep:
