@@ -21,6 +21,7 @@ place, never a truncated file.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import os
 import re
@@ -153,6 +154,19 @@ def sweep_stale_temps(target: PathLike, now: float | None = None) -> list[str]:
     return removed
 
 
+_FORCED: contextvars.ContextVar[bool] = contextvars.ContextVar("kernelscope_forced_writes", default=False)
+
+
+@contextlib.contextmanager
+def forced_writes(on: bool = True) -> Iterator[None]:
+    """Within this block every write may replace a read-only or foreign file (a call's ``overwrite=true``)."""
+    token = _FORCED.set(bool(on))
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)
+
+
 def _refuse_unwritable(target: Path, what: str, force: bool) -> None:
     try:
         st = os.stat(target)
@@ -163,11 +177,11 @@ def _refuse_unwritable(target: Path, what: str, force: bool) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise WriteError(f"{what} path exists and is not a regular file; choose another name", path=target)
     mode = stat.S_IMODE(st.st_mode)
-    if force:
+    if force or _FORCED.get():
         return
     if not mode & 0o222 or not os.access(target, os.W_OK):
         raise WriteError(f"{what} file is read-only (mode {mode:04o}); make it writable, or force the "
-                         f"overwrite", path=target)
+                         f"overwrite (overwrite=true, CLI --overwrite)", path=target)
 
 
 def _fsync_path(p: PathLike, directory: bool = False) -> None:

@@ -66,7 +66,8 @@ class WritesOutputs(Request):
     """A request naming output files (``Operation.outputs``): over MCP they are confined (confine.py)."""
 
     overwrite: bool = Field(default=False, description=(
-        "Replace an existing file at an output path even when it is not a file of the kind this tool writes"))
+        "Replace an existing file at an output path even when it is read-only or not a file of the kind "
+        "this tool writes"))
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,10 @@ class Operation:
         kwargs = {k: getattr(req, k) for k in self.field_names if k not in FACE_FIELDS or k in takes}
         if self.progress:
             kwargs["progress"] = progress
-        return self.engine_fn()(**kwargs)
+        from mcp_server.atomic import forced_writes
+
+        with forced_writes(bool(getattr(req, "overwrite", False))):  # the call may replace read-only outputs
+            return self.engine_fn()(**kwargs)
 
     def shape(self, result: BaseModel, req: Request) -> BaseModel:
         """The answer both faces give: redacted (no token reaches an answer), and a summary

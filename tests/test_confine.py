@@ -117,3 +117,17 @@ def test_client_roots_without_a_back_channel_fall_back_to_the_server_roots(root,
     bad, good = anyio.run(go)
     assert bad.is_error and "outside" in bad.content[0].text and not (client_dir / "r.xlsx").exists()
     assert not good.is_error and (root / "r.xlsx").exists()
+
+
+def test_overwrite_lets_a_call_replace_a_read_only_output(tmp_path, capsys):
+    """A read-only report is refused (atomic.py) unless the call says overwrite, on both faces."""
+    from mcp_server.cli import main
+
+    out = tmp_path / "r.xlsx"
+    assert main(["analyze", TRACE, "-o", str(out)]) == 0
+    out.chmod(0o444)
+    before = out.read_bytes()
+    assert main(["analyze", TRACE, "-o", str(out)]) == 2
+    assert "read-only" in capsys.readouterr().err and out.read_bytes() == before
+    assert main(["analyze", TRACE, "-o", str(out), "--overwrite"]) == 0
+    assert out.stat().st_mode & 0o777 == 0o444  # replaced, its mode kept
