@@ -214,14 +214,16 @@ def plot(results: list[dict], path: Path) -> None:
     if "stdlib" in results[0]["analyze_by_backend_s"]:
         a1.plot(ev, [r["analyze_by_backend_s"]["stdlib"] / r["events"] * 1e6 for r in results], "^:",
                 label="analyze (stdlib gzip)")
-    a1.set_xscale("log")
+    for a in (a1, a2):
+        a.set_xscale("log")
+        a.set_xticks(ev, [f"{e:.2f}" for e in ev])
+        a.minorticks_off()
     a1.set_xlabel("events (millions)")
     a1.set_ylabel("wall time per event (us)")
     a1.set_ylim(bottom=0)
     a1.legend()
     a1.set_title("time per event")
     a2.plot(ev, [r["rss_bytes_per_event"] for r in results], "o-", label="peak RSS / event")
-    a2.set_xscale("log")
     a2.set_xlabel("events (millions)")
     a2.set_ylabel("bytes of peak RSS per event")
     a2.set_ylim(bottom=0)
@@ -244,7 +246,15 @@ def main() -> int:
     ap.add_argument("--zst", action="store_true", help="also time the analyzer on a zstd -3 .json.zst")
     ap.add_argument("--plot", help="write the scaling curve (PNG) here")
     ap.add_argument("--keep", help="keep the grown traces in this directory")
+    ap.add_argument("--replot", help="only redraw --plot from this file of printed results (no runs)")
     args = ap.parse_args()
+    if args.replot:
+        text, dec, results, i = Path(args.replot).read_text(), json.JSONDecoder(), [], 0
+        while (i := text.find("{", i)) >= 0:
+            obj, i = dec.raw_decode(text, i)
+            results.append(obj)
+        plot(results, Path(args.plot))
+        return 0
     tmp = Path(args.keep or tempfile.mkdtemp(prefix="ks-bench-"))
     tmp.mkdir(parents=True, exist_ok=True)
     try:
