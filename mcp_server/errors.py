@@ -105,8 +105,48 @@ _SECRET_PATTERNS = [
     # bare schemes: Bearer xxx, Basic base64
     re.compile(r"(?i)(\b(?:bearer|basic|token)\s+)([A-Za-z0-9._~+/=-]{8,})"),
 ]
+assert len(_SECRET_PATTERNS) == 16  # _TRIGGERS below pairs with each, in order
+
 _SECRET_ENV = ("GITHUB_TOKEN", "GH_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN", "JIRA_API_TOKEN",
                "JIRA_PAT", "JIRA_PASSWORD")
+
+
+#: Every literal spelling ``_SECRET_KEYS`` matches (the quoted-key patterns need one exactly).
+_SECRET_KEY_NAMES = tuple(
+    k for base in ("api{}key", "private{}token", "access{}token", "refresh{}token", "id{}token", "auth{}token",
+                   "client{}secret") for k in (base.format("_"), base.format("-"), base.format(""))
+) + ("authorization", "proxy-authorization", "x-api-key", "apikey", "x-auth-token", "token", "password", "passwd",
+     "secret", "cookie", "set-cookie", "session", "signature", "sig")
+_KEY_WORDS = ("authorization", "api-key", "api_key", "apikey", "private", "token", "password", "passwd", "secret",
+              "cookie", "session", "sig", "key", "code", "auth")
+#: Per pattern (same order), lowercase substrings one of which any match must contain: a pattern whose
+#: triggers are all absent from the text cannot match and is not run (a 16 MB answer: ~5 s -> ~0.1 s).
+_TRIGGERS: tuple[tuple[str, ...], ...] = (
+    ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), ("github_pat_",), ("glpat-",), ("xox",), ("atatt",), ("akia",),
+    ("eyj",), ("://",), ("://",), tuple(w + "=" for w in _KEY_WORDS) + ("signature=",),
+    tuple(f'"{k}"' for k in _SECRET_KEY_NAMES), tuple(f"'{k}'" for k in _SECRET_KEY_NAMES),
+    ("authorization",), ("x-api-key", "private-token", "x-auth-token", "cookie"),
+    ("token", "password", "passwd", "api_key", "api-key", "apikey", "secret"), ("bearer", "basic", "token"),
+)
+
+
+_TRIGGER_SCAN: Any = None
+
+
+def _any_trigger(low: str) -> bool:
+    """Whether any trigger occurs in ``low``: one RE2 pass (linear, ~0.4 GB/s) when google-re2 is installed."""
+    global _TRIGGER_SCAN
+    if _TRIGGER_SCAN is None:
+        try:
+            import re2  # google-re2
+
+            alts = sorted({t for ts in _TRIGGERS for t in ts}, key=len, reverse=True)
+            _TRIGGER_SCAN = re2.compile("|".join(re.escape(t) for t in alts))
+        except Exception:  # no RE2: the per-pattern substring checks decide
+            _TRIGGER_SCAN = False
+    if _TRIGGER_SCAN is False:
+        return True
+    return _TRIGGER_SCAN.search(low) is not None
 
 
 def redact(text: str) -> str:
@@ -117,7 +157,12 @@ def redact(text: str) -> str:
         val = os.environ.get(var)
         if val and len(val) >= 4:
             text = text.replace(val, "***")
-    for pat in _SECRET_PATTERNS:
+    low = text.lower()
+    if len(low) > 65536 and not _any_trigger(low):  # a large answer with no trigger at all: one linear scan
+        return text
+    for pat, triggers in zip(_SECRET_PATTERNS, _TRIGGERS):
+        if not any(t in low for t in triggers):
+            continue
         if pat.groups == 1:
             text = pat.sub("***", text)
         else:
@@ -144,6 +189,11 @@ def redact_model(model: M) -> M:
     dump = getattr(model, "model_dump", None)
     if dump is None:
         return model
+    as_json = getattr(model, "model_dump_json", None)
+    if as_json is not None:  # one pass over the whole answer: most answers hold no secret at all
+        text = as_json()
+        if redact(text) == text:
+            return model
     data = dump(mode="python", by_alias=True)
     clean = redact_data(data)
     if clean == data:
