@@ -2,7 +2,8 @@
 
 The digests below were made with the loader as it was before the fast decompressors (commit 17daa4d,
 stdlib gzip only): the same script, run on that checkout, printed them. A digest covers the whole
-``TraceAnalysis`` (``model_dump(mode="json")`` less the path) plus the per-kernel table as CSV, so a
+``TraceAnalysis`` (``model_dump(mode="json")`` less the trace and categories paths, which differ between
+checkouts) plus the per-kernel table as CSV, so a
 decoder that changes one kernel's duration or one module name fails here. If the analysis model is
 changed on purpose, regenerate them with ``digest()`` on the stdlib backend.
 """
@@ -20,20 +21,21 @@ from mcp_server.traces import analyze_trace
 from mcp_server.traces._reader import GZIP_BACKENDS, compression, gzip_backend
 
 BEFORE = {
-    "dsv3_prefill": "58becd5af5501087",
-    "llama_decode_graph": "ce283d0dc3a003ad",
-    "llama_decode_mixed": "ec2aa08afe124171",
-    "llama_prefill_eager": "4e85856763787e68",
-    "llama_prefill_sdpa": "f92377923625dd4d",
-    "tp2_decode_mixed": "ce93b6a5591ea6b6",
-    "tp2_prefill": "037a992a9d1b3114",
+    "dsv3_prefill": "881ab47a1fe705c9",
+    "llama_decode_graph": "bf12164708d02ff8",
+    "llama_decode_mixed": "36e2082857981963",
+    "llama_prefill_eager": "9723d511afedcf11",
+    "llama_prefill_sdpa": "6c3662881e6a81ec",
+    "tp2_decode_mixed": "3f0bf2282c5217fe",
+    "tp2_prefill": "657b34e8e16b687b",
 }
 _PKG = {"isal": "isal", "zlib-ng": "zlib_ng"}
 
 
 def digest(res) -> str:
     d = res.model_dump(mode="json")
-    d.pop("trace", None)
+    d.pop("trace", None)  # paths differ between checkouts; the rest must not
+    d.pop("categories_source", None)
     h = hashlib.sha256(json.dumps(d, sort_keys=True).encode())
     h.update(res.kernels.to_csv(index=False).encode())
     return h.hexdigest()[:16]
