@@ -65,10 +65,12 @@ def executes_code(op: Any) -> bool:
 
 def limits_for(op: Any, args: dict[str, Any]) -> Limits:
     """The memory and time limits of one call of ``op``."""
-    mem_env = os.environ.get("KERNELSCOPE_WORKER_MEMORY")
-    memory: Optional[int] = parse_size(mem_env) if mem_env else DEFAULT_MEMORY
-    if executes_code(op) or (mem_env or "").lower() in ("0", "none", "off"):
+    mem_env = (os.environ.get("KERNELSCOPE_WORKER_MEMORY") or "").strip()
+    memory: Optional[int]
+    if executes_code(op) or mem_env.lower() in ("0", "none", "off"):
         memory = None
+    else:
+        memory = parse_size(mem_env) if mem_env else DEFAULT_MEMORY
     timeout = float(os.environ.get("KERNELSCOPE_CALL_TIMEOUT", DEFAULT_CALL_TIMEOUT_S))
     own = args.get("timeout_s")
     if isinstance(own, (int, float)) and own > 0:

@@ -23,7 +23,8 @@ class _Req:
 
 def _text(render, res, width, console_width=None) -> str:
     buf = io.StringIO()
-    con = Console(file=buf, width=console_width or 80, color_system=None, highlight=False)
+    # the CLI sets the console to --width; the renderers lay out for the console they are given
+    con = Console(file=buf, width=console_width or width or 80, color_system=None, highlight=False)
     render(res, con, _Req(width))
     return buf.getvalue()
 

@@ -4,7 +4,7 @@ Designed for 80 columns first (a pipe, a laptop terminal): warnings come before 
 block names are never cut (secondary columns are dropped instead: the role and the launch
 counts below 120 columns); block panels stack each matched pair on its own lines (kernel
 names folded, not cut, with launch counts and input dims) and go side by side only from 140
-columns. ``--width`` (the request's ``width``) sets the console width.
+columns. The CLI's ``--width`` sets the console width.
 """
 from __future__ import annotations
 
@@ -43,13 +43,6 @@ def _gap_style(g: float) -> str:
     return "red" if g > 0 else "green" if g < 0 else ""
 
 
-def apply_width(console: Console, request: Any) -> None:
-    """``--width`` / ``width``: render at that many columns (default: the terminal's, 80 when piped)."""
-    w = getattr(request, "width", None) if request is not None else None
-    if w:
-        console.width = int(w)
-
-
 def _side_line(res) -> str:
     parts = []
     for key, s in (("A", res.a), ("B", res.b)):
@@ -80,7 +73,6 @@ def _mismatches(console: Console, res) -> None:
 
 
 def render_budget(res: BudgetResult, console: Console, request: Any = None) -> None:
-    apply_width(console, request)
     console.print(_side_line(res))
     _warnings(console, res)
     t = Table(title="Budget by category (sorted by |gap|; A, B as above)", title_justify="left",
@@ -201,7 +193,6 @@ def blocks_table(res: DiffResult, width: int) -> Table:
 
 
 def render_diff(res: DiffResult, console: Console, request: Any = None, *, panels: int = 6) -> None:
-    apply_width(console, request)
     if request is not None:  # the CLI's --top-n / --panels
         panels = request.top_n
     console.print(_side_line(res))
@@ -219,7 +210,6 @@ def render_diff(res: DiffResult, console: Console, request: Any = None, *, panel
 
 def render_recategorize(res: Any, console: Console, request: Any = None) -> None:
     """Per report: kernels whose category changed, the first changes, warnings."""
-    apply_width(console, request)
     for f in res.files:
         for w in f.warnings:
             console.print(f"warning: {w.message}", markup=False, style="yellow")

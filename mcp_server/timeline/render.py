@@ -26,9 +26,7 @@ def _table(title: str, cols: list[str], rows: list[list], right_from: int = 1) -
 
 
 def _width(con: Console, request) -> bool:
-    w = getattr(request, "width", None) if request is not None else None
-    if w:
-        con.width = int(w)
+    """Wide layout? The console's width is the CLI's ``--width`` (or the terminal's, 80 when piped)."""
     return con.width >= WIDE
 
 
