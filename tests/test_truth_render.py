@@ -78,15 +78,17 @@ def test_compare_at_200_columns_and_width_option(eager_sdpa):
 def test_warnings_come_before_the_tables():
     r = diff_modules(str(GRAPH), str(MIXED), reference_a=str(TR / "llama_prefill_sdpa.json.gz"))
     out = _text(render_diff, r, 80)
-    assert out.index("is a prefill trace") < out.index("Blocks (sorted")
+    flat = "".join(out.split())  # wrapping at 80 columns depends on where the checkout's paths end
+    assert flat.index("isaprefilltrace") < flat.index("Blocks(sorted")
     # the reference and its confidence are shown with the side
-    head = out[: out.index("warning")]
-    assert "reference" in head and "llama_prefill_sdpa.json.gz" in head and "confidence 0.79" in head
+    head = flat[: flat.index("warning")]
+    assert "reference" in head and "llama_prefill_sdpa.json.gz" in head and "confidence0.79" in head
     assert "SUSPECT" in head
     assert max(len(x) for x in out.splitlines()) <= 80
     b = budget(str(GRAPH), str(MIXED), phase="decode")
     bo = _text(render_budget, b, 80)
-    assert bo.index("3 step(s) and") < bo.index("Budget by category")
+    bflat = "".join(bo.split())
+    assert bflat.index("3step(s)and") < bflat.index("Budgetbycategory")
     assert max(len(x) for x in bo.splitlines()) <= 80
 
 
