@@ -146,6 +146,50 @@ def build_parser(ops: list[Operation] | None = None) -> argparse.ArgumentParser:
     return p
 
 
+# --------------------------------------------------------------------------- verbs that take over
+
+
+class _Probe(argparse.ArgumentParser):
+    """A parser that reports instead of printing and exiting (used to look at arguments only)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise ValueError(message)
+
+
+def _names_several(value: Any) -> bool:
+    """A directory, or a glob pattern that is not itself a file: the argument names several traces."""
+    import os
+    from pathlib import Path
+
+    if not isinstance(value, str):
+        return False
+    p = Path(os.path.expanduser(value))
+    return p.is_dir() or (any(ch in value for ch in "*?[") and not p.exists())
+
+
+def route(argv: list[str], ops: list[Operation]) -> list[str]:
+    """``kernelscope analyze DIR`` -> ``kernelscope traceset analyze DIR`` (``Operation.takes_over``).
+
+    An operation taking over a verb gets that verb's command line when a positional argument of the
+    verb names several traces (a directory or glob) or more positional arguments are given than it takes."""
+    if not argv or any(a in ("-h", "--help") for a in argv[1:]):
+        return argv
+    for op in ops:
+        base = next((o for o in ops if o.verb == op.takes_over), None) if op.takes_over == argv[0] else None
+        if base is None:
+            continue
+        probe = _Probe(add_help=False)
+        add_operation(probe.add_subparsers(), base, argv[0])
+        try:
+            ns, extra = probe.parse_known_args(argv)
+        except (ValueError, SystemExit):
+            continue
+        values = [getattr(ns, f, None) for f in base.positional]
+        if any(_names_several(v) for v in values) or any(not e.startswith("-") for e in extra):
+            return op.verb.split() + argv[1:]
+    return argv
+
+
 # --------------------------------------------------------------------------- running
 
 
@@ -238,6 +282,7 @@ def main(argv: list[str] | None = None, limits: bool = False) -> int:
     """Run one verb. ``limits``: apply the memory and time limits (the console script does)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     ops = operations()
+    argv = route(argv, ops)
     head, rest = _split_remainder(argv)
     parser = build_parser(ops)
     args, extra = parser.parse_known_args(head if rest is not None else argv)

@@ -199,3 +199,7 @@ def redact_model(model: M) -> M:
     if clean == data:
         return model
     return type(model).model_validate(clean)  # type: ignore[attr-defined]
+
+
+class TraceSetError(InputError):
+    """A set of per-rank traces cannot be analysed together (duplicate ranks, mixed world sizes, no traces)."""

@@ -28,6 +28,7 @@ from mcp_server.vocab import ProgressFn
 #: Packages whose ``ops.py`` declares operations, in the order tools and verbs are listed.
 OPERATION_MODULES: tuple[str, ...] = (
     "mcp_server.traces.ops",
+    "mcp_server.tracesets.ops",
     "mcp_server.compare.ops",
     "mcp_server.refs.ops",
     "mcp_server.timeline.ops",
@@ -111,6 +112,9 @@ class Operation:
     aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # extra CLI flags per field
     progress: bool = False                  # the engine takes progress=(done, total, message)
     outputs: Mapping[str, str] = field(default_factory=dict)  # output path fields -> kind (xlsx, png, dir, ...)
+    # CLI only: ``kernelscope <takes_over> ARGS`` runs this operation instead when ARGS name several traces
+    # (a directory or glob where that verb takes a file, or more paths than it takes); see cli.route()
+    takes_over: str | None = None
 
     @property
     def annotations(self) -> Hints:

@@ -90,3 +90,35 @@ def over(name: str, what: str, found: str | None = None, *, path: str | os.PathL
     text = f"{what} is {found}, over the limit of {shown}" if found else f"{what} exceeds the limit of {shown}"
     return LimitError(text, path=path,
                       hint=f"if the input is genuine, raise it with {env_name(name)}=<larger value>")
+
+
+# --------------------------------------------------------------------------- process address space
+
+#: the address-space limit of a worker process (MCP calls, trace-set ranks) unless configured
+DEFAULT_MEMORY = 8 << 30
+
+
+def parse_size(text: str) -> int:
+    """``8G``, ``512M``, ``1024`` (bytes) -> bytes."""
+    t = text.strip().upper().removesuffix("B")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    num = t[:-1] if t[-1:] in "KMGT" and t[-1:] else t
+    try:
+        value = int(float(num) * mult)
+    except ValueError:
+        raise LimitError(f"memory limit {text!r} is not a size", hint="use e.g. 8G, 512M") from None
+    if value <= 0:
+        raise LimitError(f"memory limit {text!r} must be positive")
+    return value
+
+
+def apply_memory_limit(limit: "int | None") -> None:
+    """Cap this process's address space (Linux; a no-op where unsupported)."""
+    if not limit:
+        return
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    except (ImportError, ValueError, OSError):  # pragma: no cover - platform without RLIMIT_AS
+        pass

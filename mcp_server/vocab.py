@@ -126,6 +126,11 @@ class WarningCode(StrEnum):
     # --- loop ---
     stale_profile = "stale_profile"  # a change was accepted after the given ncu report: selection reads the old one
     forced_proposal = "forced_proposal"  # a proposal was validated although the classification advises against its kind
+    # --- tracesets ---
+    rank_from_filename = "rank_from_filename"  # a trace has no distributedInfo: its rank was read from the file name
+    ranks_missing = "ranks_missing"  # the set holds fewer traces than its world size
+    rank_failed = "rank_failed"  # one rank's trace could not be analysed; the others were
+    ranks_differ = "ranks_differ"  # compare: the two runs hold different ranks
 
 
 # ---------------------------------------------------------------------------

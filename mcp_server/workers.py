@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from mcp_server.errors import KernelscopeError, redact
+from mcp_server.limits import DEFAULT_MEMORY, apply_memory_limit, parse_size  # noqa: F401  (re-exported)
 
-DEFAULT_MEMORY = 8 << 30
 DEFAULT_CALL_TIMEOUT_S = 900.0
 #: extra seconds granted over a request's own ``timeout_s``, for start-up and teardown
 TIMEOUT_MARGIN_S = 30.0
@@ -42,20 +42,6 @@ class WorkerLimitError(KernelscopeError):
 class Limits:
     memory_bytes: Optional[int]
     timeout_s: float
-
-
-def parse_size(text: str) -> int:
-    """``8G``, ``512M``, ``1024`` (bytes) -> bytes."""
-    t = text.strip().upper().removesuffix("B")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
-    num = t[:-1] if t[-1:] in "KMGT" and t[-1:] else t
-    try:
-        value = int(float(num) * mult)
-    except ValueError:
-        raise KernelscopeError(f"memory limit {text!r} is not a size", hint="use e.g. 8G, 512M") from None
-    if value <= 0:
-        raise KernelscopeError(f"memory limit {text!r} must be positive")
-    return value
 
 
 def executes_code(op: Any) -> bool:
@@ -76,18 +62,6 @@ def limits_for(op: Any, args: dict[str, Any]) -> Limits:
     if isinstance(own, (int, float)) and own > 0:
         timeout = max(timeout, float(own) + TIMEOUT_MARGIN_S)
     return Limits(memory_bytes=memory, timeout_s=timeout)
-
-
-def apply_memory_limit(limit: Optional[int]) -> None:
-    """Cap this process's address space (Linux; a no-op where unsupported)."""
-    if not limit:
-        return
-    try:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    except (ImportError, ValueError, OSError):  # pragma: no cover - platform without RLIMIT_AS
-        pass
 
 
 def _worker_main(conn: Any, memory: Optional[int]) -> None:

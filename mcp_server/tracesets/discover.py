@@ -1,0 +1,161 @@
+"""Find the traces of a set and the rank of each (docs/ARCHITECTURE.md, "Trace sets").
+
+Inputs are trace files, directories (their ``*.json``, ``*.json.gz`` and
+``*.json.zst`` files, not recursive) and glob patterns. A trace's rank is
+``distributedInfo.rank``, which the torch profiler writes before
+``traceEvents``: only the head of the decompressed text is read. A trace without
+it takes the rank from its file name (``-TP-3``, ``rank3``, ``rank_3``) with a
+``rank_from_filename`` warning. Duplicate ranks, mixed world sizes and traces
+with no rank at all are refused before any analysis starts.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from mcp_server.errors import FileMissingError, KernelscopeError, TraceSetError
+from mcp_server.models import Warning_
+from mcp_server.traces._reader import GuardedReader, check_path
+from mcp_server.tracesets.models import RankRef
+from mcp_server.vocab import WarningCode
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
+#: decompressed bytes read looking for distributedInfo (it precedes traceEvents)
+HEAD_BYTES = 1 << 20
+_GLOB = re.compile(r"[*?\[]")
+_NAME_RANK = (re.compile(r"(?i)-TP-(\d+)(?!\d)"), re.compile(r"(?i)(?:^|[^a-z])rank[_-]?(\d+)(?!\d)"))
+_DIST = re.compile(rb'"distributedInfo"\s*:\s*')
+_EVENTS = re.compile(rb'"traceEvents"\s*:')
+
+
+def is_trace_name(name: str) -> bool:
+    return name.lower().endswith(TRACE_SUFFIXES)
+
+
+def looks_like_set(value: str) -> bool:
+    """A directory or a glob pattern (not an existing file): the argument names several traces."""
+    p = Path(os.path.expanduser(value))
+    if p.is_dir():
+        return True
+    return bool(_GLOB.search(value)) and not p.exists()
+
+
+def expand(inputs: list[str]) -> list[Path]:
+    """Every trace file named by ``inputs`` (files, directories, globs), each once, in a stable order."""
+    found: list[Path] = []
+    for item in inputs:
+        p = Path(os.path.expanduser(item))
+        if p.is_dir():
+            hits = sorted(q for q in p.iterdir() if q.is_file() and is_trace_name(q.name))
+            if not hits:
+                raise TraceSetError(f"no trace files (*.json, *.json.gz, *.json.zst) in directory {item}")
+            found += hits
+        elif _GLOB.search(item) and not p.exists():
+            hits = sorted(Path(h) for h in glob.glob(os.path.expanduser(item)) if Path(h).is_file())
+            if not hits:
+                raise TraceSetError(f"the pattern {item} matches no file")
+            found += hits
+        else:
+            found.append(check_path(p))
+    seen: set[Path] = set()
+    unique = []
+    for p in found:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(p)
+    return unique
+
+
+def distributed_info(p: Path) -> Optional[dict[str, Any]]:
+    """``distributedInfo`` from the head of the trace text, or None when the head has none."""
+    with GuardedReader(p) as r:
+        head = r.read(HEAD_BYTES)
+    m = _DIST.search(head)
+    if not m:
+        return None
+    ev = _EVENTS.search(head)
+    if ev and ev.start() < m.start():
+        return None  # inside the events: not the top-level key
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(head[m.end():].decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def rank_from_name(p: Path) -> Optional[int]:
+    for pat in _NAME_RANK:
+        m = pat.search(p.name)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def _as_int(v: Any) -> Optional[int]:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def resolve_ranks(inputs: list[str]) -> tuple[list[RankRef], Optional[int], list[Warning_]]:
+    """The set's traces with their ranks (sorted by rank), its world size, and warnings."""
+    paths = expand(inputs)
+    if not paths:
+        raise TraceSetError("no traces given")
+    refs: list[RankRef] = []
+    by_name: list[str] = []
+    for p in paths:
+        try:
+            info = distributed_info(p)
+        except KernelscopeError:
+            raise
+        except OSError as exc:
+            raise FileMissingError(f"cannot read the trace: {exc.strerror or exc}", path=p) from None
+        rank = _as_int((info or {}).get("rank"))
+        world = _as_int((info or {}).get("world_size"))
+        source: Literal["distributedInfo", "file name"] = "distributedInfo"
+        if rank is None:
+            rank = rank_from_name(p)
+            source = "file name"
+            if rank is None:
+                raise TraceSetError(
+                    "the trace has no distributedInfo.rank and its file name carries no rank", path=p,
+                    hint="name it like <run>-TP-<rank>.trace.json.gz or <run>.rank<N>.json.gz")
+            by_name.append(f"{p.name} -> {rank}")
+        refs.append(RankRef(rank=rank, path=str(p), world_size=world, rank_source=source))
+    _check_unique(refs)
+    worlds = sorted({r.world_size for r in refs if r.world_size is not None})
+    if len(worlds) > 1:
+        shown = "; ".join(f"{Path(r.path).name}: {r.world_size}" for r in refs if r.world_size is not None)
+        raise TraceSetError(f"the traces come from runs of different world sizes ({shown})",
+                            hint="give the traces of one run")
+    world = worlds[0] if worlds else None
+    warnings: list[Warning_] = []
+    if by_name:
+        warnings.append(Warning_(code=WarningCode.rank_from_filename, count=len(by_name), message=(
+            "no distributedInfo in the trace head; rank read from the file name: " + ", ".join(by_name))))
+    refs.sort(key=lambda r: r.rank)
+    if world is not None:
+        outside = [r for r in refs if r.rank >= world]
+        if outside:
+            raise TraceSetError(f"rank {outside[0].rank} is outside the world size {world}", path=outside[0].path)
+        if len(refs) < world:
+            have = {r.rank for r in refs}
+            missing = [k for k in range(world) if k not in have]
+            warnings.append(Warning_(code=WarningCode.ranks_missing, count=len(missing), message=(
+                f"{len(refs)} of {world} ranks present; missing: " + ", ".join(map(str, missing[:32]))
+                + (" ..." if len(missing) > 32 else ""))))
+    return refs, world, warnings
+
+
+def _check_unique(refs: list[RankRef]) -> None:
+    first: dict[int, RankRef] = {}
+    for r in refs:
+        if r.rank in first:
+            raise TraceSetError(
+                f"rank {r.rank} appears twice: {first[r.rank].path} and {r.path}",
+                hint="a set holds one trace per rank; give the traces of one run (or one step) only")
+        first[r.rank] = r

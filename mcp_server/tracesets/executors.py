@@ -1,0 +1,143 @@
+"""Where the per-rank work runs: a local process pool (default), Ray, or this process.
+
+Every executor takes the same ``RankTask`` list and yields, as ranks finish,
+``(task, summary_dict, None)`` or ``(task, None, error_message)``: one rank that
+fails (a bad trace, a worker killed by its memory limit, a Ray task error) is
+reported and the others go on (docs/ARCHITECTURE.md, "Trace sets").
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Iterator, Optional
+
+from mcp_server.errors import InputError, KernelscopeError, SourceError, ToolMissingError, redact
+from mcp_server.tracesets.worker import RankTask, summarize_rank
+
+Outcome = tuple[RankTask, Optional[dict[str, Any]], Optional[str]]
+#: a Ray instance started here gets this much object store (the answers are small dicts)
+RAY_OBJECT_STORE = 128 << 20
+
+
+def default_workers(n_tasks: int) -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(n_tasks, cpus))
+
+
+def worker_memory(text: Optional[str]) -> Optional[int]:
+    """Bytes of address space per worker: ``text`` (e.g. 4G; 0 = none), else the MCP workers' limit."""
+    from mcp_server.limits import DEFAULT_MEMORY, parse_size
+
+    raw = (text if text is not None else os.environ.get("KERNELSCOPE_WORKER_MEMORY") or "").strip()
+    if raw.lower() in ("0", "none", "off"):
+        return None
+    return parse_size(raw) if raw else DEFAULT_MEMORY
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, KernelscopeError):
+        return str(exc)
+    if isinstance(exc, MemoryError):
+        return "out of memory under the worker's limit (raise worker_memory)"
+    return redact(f"{type(exc).__name__}: {exc}")
+
+
+def _init(memory: Optional[int]) -> None:
+    from mcp_server.limits import apply_memory_limit
+
+    apply_memory_limit(memory)
+
+
+def _pool(workers: int, memory: Optional[int]) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                               initializer=_init, initargs=(memory,))
+
+
+def run_inline(tasks: list[RankTask]) -> Iterator[Outcome]:
+    """In this process, one rank after another (debugging; the CLI's --executor inline)."""
+    for t in tasks:
+        try:
+            yield t, summarize_rank(t.as_dict()), None
+        except (KernelscopeError, MemoryError, ValueError, OSError) as exc:
+            yield t, None, _message(exc)
+
+
+def run_pool(tasks: list[RankTask], workers: int, memory: Optional[int]) -> Iterator[Outcome]:
+    """A spawn process pool; a worker that dies takes only its own rank down.
+
+    When a worker dies (native crash, memory limit) the pool breaks and every unfinished rank is
+    re-run alone in a fresh one-worker pool, so the rank that kills its worker is the one reported."""
+    pending = list(tasks)
+    lone = False
+    while pending:
+        retry: list[RankTask] = []
+        width = 1 if lone else min(workers, len(pending))
+        batches = [[t] for t in pending] if lone else [pending]
+        for batch in batches:
+            with _pool(width, memory) as ex:
+                futs: dict[Future, RankTask] = {ex.submit(summarize_rank, t.as_dict()): t for t in batch}
+                todo = set(futs)
+                while todo:
+                    done, todo = wait(todo, return_when=FIRST_COMPLETED)
+                    for f in done:
+                        t = futs[f]
+                        try:
+                            yield t, f.result(), None
+                        except BrokenProcessPool:
+                            if lone:
+                                yield t, None, ("its worker process died (a native crash, or the memory limit "
+                                                "of the worker: raise worker_memory)")
+                            else:
+                                retry.append(t)
+                        except Exception as exc:  # the engine's typed error, pickled back
+                            yield t, None, _message(exc)
+        pending = sorted(retry, key=lambda t: t.rank)
+        lone = True
+
+
+def run_ray(tasks: list[RankTask], address: Optional[str], workers: int) -> Iterator[Outcome]:
+    """One Ray task per trace. ``address``: a running cluster (``ray://host:10001``, ``host:6379`` or ``auto``);
+    none starts a local instance with ``workers`` CPUs, shut down afterwards. Workers of a remote cluster need
+    kernelscope installed and the traces on storage they can read."""
+    try:
+        import ray
+    except ImportError:
+        raise ToolMissingError("the ray executor needs Ray, which is not installed",
+                               hint="pip install 'kernelscope[ray]', or use executor=process") from None
+    started = False
+    if not ray.is_initialized():
+        try:
+            if address:
+                ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+            else:
+                ray.init(num_cpus=workers, object_store_memory=RAY_OBJECT_STORE, include_dashboard=False,
+                         log_to_driver=False, logging_level="ERROR")
+        except ConnectionError as exc:
+            raise SourceError(f"cannot connect to the Ray cluster at {address}: {_message(exc)}",
+                              hint="check --ray-address (ray://HOST:10001 or HOST:6379)") from None
+        except (ValueError, RuntimeError) as exc:
+            raise InputError(f"cannot start Ray: {_message(exc)}") from None
+        started = True
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(summarize_rank)
+        refs = {remote.remote(t.as_dict()): t for t in tasks}
+        todo = list(refs)
+        while todo:
+            done, todo = ray.wait(todo, num_returns=1)
+            for ref in done:
+                t = refs[ref]
+                try:
+                    yield t, ray.get(ref), None
+                except ray.exceptions.RayTaskError as exc:
+                    cause = getattr(exc, "cause", None)
+                    yield t, None, _message(cause) if isinstance(cause, BaseException) else _message(exc)
+                except ray.exceptions.RayError as exc:  # a worker that died, an object lost
+                    yield t, None, f"its Ray task failed: {_message(exc).splitlines()[0][:300]}"
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,153 @@
+"""Result models of the trace-set engine (pydantic only; cheap to import)."""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from mcp_server.models import Model, Warning_
+
+
+class RankRef(Model):
+    """One trace of the set and where its rank came from."""
+
+    rank: int
+    path: str
+    world_size: Optional[int] = None
+    rank_source: Literal["distributedInfo", "file name"] = "distributedInfo"
+
+
+class LayerTime(Model):
+    index: int
+    name: str = Field(description="module instance of the layer (e.g. LlamaDecoderLayer_2) or 'layer N'")
+    us: float
+
+
+class RankSummary(Model):
+    """What one rank's worker sends back: the single-trace analysis cut to what the set needs."""
+
+    rank: int
+    path: str
+    device: Optional[str] = None
+    total_kernel_us: float
+    kernel_count: int
+    unattributed_us: float = 0.0
+    modules: dict[str, tuple[str, str, int, float]] = Field(
+        default_factory=dict, description="module path -> (instance name, type, depth, total us)")
+    layers: list[LayerTime] = Field(default_factory=list)
+    layer_source: str = ""
+    categories: dict[str, float] = Field(default_factory=dict, description="category -> us")
+    warnings: list[Warning_] = Field(default_factory=list)
+    output_xlsx: Optional[str] = None
+
+
+class RankTotal(Model):
+    rank: int
+    path: str
+    device: Optional[str] = None
+    total_kernel_us: float
+    kernel_count: int
+    vs_mean: float = Field(description="this rank's total / the mean total over ranks")
+    rank_source: str = "distributedInfo"
+    output_xlsx: Optional[str] = None
+
+
+class ModuleAcrossRanks(Model):
+    """One module instance (as named in the single-trace tree) on every rank."""
+
+    name: str
+    type: str
+    path: str
+    depth: int
+    per_rank_us: dict[int, float] = Field(description="rank -> kernel time of this instance (0 where absent)")
+    mean_us: float
+    slowest_rank: int
+    imbalance: float = Field(description="slowest / mean over ranks (1.0 = balanced)")
+    excess_us: float = Field(description="slowest - mean: what the other ranks wait for, at most")
+
+
+class LayerAcrossRanks(Model):
+    index: int
+    name: str
+    per_rank_us: dict[int, float]
+    mean_us: float
+    slowest_rank: int
+    imbalance: float
+    excess_us: float
+
+
+class CategoryAcrossRanks(Model):
+    category: str
+    per_rank_us: dict[int, float]
+    mean_us: float
+    slowest_rank: int
+    imbalance: float
+
+
+class Straggler(Model):
+    rank: Optional[int] = Field(default=None, description="the rank that is slowest throughout, or null")
+    kind: Optional[Literal["fixed", "moving"]] = Field(default=None, description=(
+        "fixed: the same rank is slowest in most layers (look at its GPU, clocks, placement); "
+        "moving: the slow rank changes from layer to layer (load or routing imbalance, e.g. MoE experts)"))
+    evidence: str = ""
+    slow_layers: dict[int, int] = Field(default_factory=dict, description=(
+        "layer index -> slowest rank, for the layers over the imbalance threshold"))
+
+
+class RankFailure(Model):
+    rank: int
+    path: str
+    error: str
+
+
+class TraceSetAnalysis(Model):
+    world_size: Optional[int] = None
+    rank_count: int
+    executor: str
+    workers: int
+    imbalance_threshold: float
+    total_kernel_us: float = Field(description="sum over ranks")
+    ranks: list[RankTotal] = Field(default_factory=list, description="slowest first")
+    straggler: Straggler = Field(default_factory=Straggler)
+    layers: list[LayerAcrossRanks] = Field(default_factory=list, description="in layer order")
+    layer_source: str = ""
+    modules: list[ModuleAcrossRanks] = Field(default_factory=list, description="largest excess_us first")
+    categories: list[CategoryAcrossRanks] = Field(default_factory=list, description="largest mean first")
+    failed: list[RankFailure] = Field(default_factory=list)
+    output_xlsx: Optional[str] = None
+    output_html: Optional[str] = None
+    warnings: list[Warning_] = Field(default_factory=list)
+
+
+class RankDelta(Model):
+    rank: int
+    a_us: Optional[float] = None
+    b_us: Optional[float] = None
+    delta_us: Optional[float] = None
+    ratio: Optional[float] = Field(default=None, description="b / a")
+
+
+class ModuleDelta(Model):
+    name: str
+    type: str
+    path: str
+    a_mean_us: float
+    b_mean_us: float
+    a_max_us: float
+    b_max_us: float
+    delta_mean_us: float
+    delta_max_us: float = Field(description="change of the slowest rank's time (what the step waits for)")
+    a_slowest_rank: Optional[int] = None
+    b_slowest_rank: Optional[int] = None
+    per_rank_delta_us: dict[int, float] = Field(default_factory=dict)
+
+
+class TraceSetComparison(Model):
+    labels: list[str]
+    a: TraceSetAnalysis
+    b: TraceSetAnalysis
+    ranks: list[RankDelta] = Field(default_factory=list, description="rank by rank, largest |delta| first")
+    modules: list[ModuleDelta] = Field(default_factory=list, description="largest |delta_max_us| first")
+    total_delta_us: float
+    slowest_rank_delta_us: float = Field(description="change of the slowest rank's total (the step time)")
+    warnings: list[Warning_] = Field(default_factory=list)

@@ -1,0 +1,50 @@
+"""Request models of the trace-set operations (docs/ARCHITECTURE.md, "Three faces")."""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from mcp_server.argbounds import LIST_ITEMS, NAME_CHARS, PATH_CHARS, item_bounds
+from mcp_server.faces import SizedRequest, WritesOutputs
+
+CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"
+EXECUTOR_HELP = ("Where each rank is analysed: process (a local pool of worker processes), ray (one Ray task per "
+                 "trace; needs kernelscope[ray]) or inline (this process, one after another)")
+WORKERS_HELP = "Parallel workers (default: the CPUs of this machine, at most one per trace)"
+MEMORY_HELP = "Address-space limit per worker process, e.g. 4G; 0 for none (default: KERNELSCOPE_WORKER_MEMORY or 8G)"
+RAY_HELP = ("Ray cluster to run on (ray://HOST:10001, HOST:6379 or auto); default: a local Ray instance started "
+            "and stopped for this call")
+THRESHOLD_HELP = "A layer counts as imbalanced when its slowest rank takes at least this times the mean over ranks"
+
+
+class _SetOptions(SizedRequest):
+    categories: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=CATEGORIES_HELP)
+    executor: Literal["process", "ray", "inline"] = Field(default="process", description=EXECUTOR_HELP)
+    workers: Optional[int] = Field(default=None, ge=1, le=4096, description=WORKERS_HELP)
+    worker_memory: Optional[str] = Field(default=None, max_length=16, description=MEMORY_HELP)
+    ray_address: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=RAY_HELP)
+    imbalance_threshold: float = Field(default=1.05, ge=1.0, le=10.0, description=THRESHOLD_HELP)
+
+
+class AnalyzeTraceSetRequest(_SetOptions, WritesOutputs):
+    paths: list[str] = Field(min_length=1, max_length=LIST_ITEMS, description=(
+        "The run's per-rank traces: files, directories (their *.json, *.json.gz, *.json.zst) or glob patterns"))
+    reference_trace: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
+        "Eager trace of the same model used to attribute CUDA-graph replays to modules (every rank)"))
+    output_xlsx: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
+        "Write the summary workbook here (Ranks, Straggler, Layers, Modules, Categories) and each rank's own "
+        "report beside it as <stem>.rank<N>.xlsx"))
+    output_html: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
+        "Write a self-contained HTML page with the rank x module heat map here"))
+
+    check_items = item_bounds("paths", chars=PATH_CHARS)  # type: ignore[pydantic-field]
+
+
+class CompareTraceSetsRequest(_SetOptions):
+    a: str = Field(max_length=PATH_CHARS, description="Run A: a directory of per-rank traces or a glob pattern")
+    b: str = Field(max_length=PATH_CHARS, description="Run B: a directory of per-rank traces or a glob pattern")
+    labels: Optional[list[str]] = Field(default=None, min_length=2, max_length=2, description=(
+        "Two labels for A and B (default: the directory names)"))
+
+    check_items = item_bounds("labels", chars=NAME_CHARS)  # type: ignore[pydantic-field]
