@@ -127,3 +127,78 @@ def test_zstd_of_zeros_stops_at_the_ratio_guard(tmp_path):
             w.write(bytes(4 << 20))
     with pytest.raises(LimitError, match="KERNELSCOPE_MAX_TRACE_RATIO"):
         analyze_trace(p)
+
+
+# --- the split decode (a helper process decodes the text after a split point; issue 15) -----------------
+
+
+def _force_split(monkeypatch) -> list:
+    """Split every streamable trace (small blocks, so a fixture spans several); returns the helper outcomes."""
+    from mcp_server.traces import loader
+
+    monkeypatch.setenv("KERNELSCOPE_TRACE_SPLIT", "force")
+    monkeypatch.setattr(loader, "_BLOCK", 64 << 10)
+    outcomes: list = []
+    orig = loader._Split.result
+
+    def result(self, cut):
+        got = orig(self, cut)
+        outcomes.append(got is not None)
+        return got
+
+    monkeypatch.setattr(loader._Split, "result", result)
+    return outcomes
+
+
+@pytest.mark.parametrize("plain", [False, True])
+@pytest.mark.parametrize("name", sorted(BEFORE))
+def test_split_decode_matches_the_analysis_made_before(name, plain, tmp_path, monkeypatch):
+    p = TRACES / f"{name}.json.gz"
+    if plain:
+        p = tmp_path / f"{name}.json"
+        p.write_bytes(gzip.decompress((TRACES / f"{name}.json.gz").read_bytes()))
+    from mcp_server.traces.analyze import analyze_trace as engine  # reads blocks of loader._BLOCK
+
+    outcomes = _force_split(monkeypatch)
+    assert digest(engine(p)) == BEFORE[name]
+    assert outcomes == [True]  # the helper decoded its part and it was used
+
+
+def test_split_decode_errors_are_the_same_and_leave_no_helper(tmp_path, monkeypatch):
+    from mcp_server.traces import loader
+    from mcp_server.traces.analyze import analyze_trace as engine
+
+    raw = (TRACES / "llama_prefill_sdpa.json.gz").read_bytes()
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(raw[: len(raw) * 3 // 4])  # the damage lies in the helper's part
+    with pytest.raises(TraceFormatError) as plain_err:
+        analyze_trace(cut)
+    outcomes = _force_split(monkeypatch)
+    helpers: list = []
+    orig = loader._Split.start.__func__
+
+    def start(cls, *a):
+        s = orig(cls, *a)
+        helpers.append(s)
+        return s
+
+    monkeypatch.setattr(loader._Split, "start", classmethod(start))
+    with pytest.raises(TraceFormatError) as split_err:
+        engine(cut)
+    assert str(split_err.value) == str(plain_err.value)
+    assert helpers and outcomes in ([], [False])  # (the cut file's size trailer is garbage: any split point)
+    assert all(h.proc.poll() is not None for h in helpers)  # reaped
+
+
+def test_no_split_on_one_core_or_when_turned_off(monkeypatch, tmp_path):
+    from mcp_server.traces import loader
+
+    p = tmp_path / "t.json"
+    p.write_bytes(b" " * (loader._SPLIT_MIN + 10))
+    monkeypatch.delenv("KERNELSCOPE_TRACE_SPLIT", raising=False)
+    assert loader._split_point(p, 100) is not None
+    monkeypatch.setattr(loader.os, "sched_getaffinity", lambda _pid: {0}, raising=False)
+    assert loader._split_point(p, 100) is None
+    monkeypatch.undo()
+    monkeypatch.setenv("KERNELSCOPE_TRACE_SPLIT", "off")
+    assert loader._split_point(p, 100) is None

@@ -174,6 +174,25 @@ class GuardedReader:
                            f"{human(self.out)} of text", path=self.p)
         return b
 
+    def skip(self, n: int) -> int:
+        """Move ``n`` bytes into the text (plain files seek; compressed ones inflate and discard, guarded).
+        Returns the bytes skipped (fewer at the end of the text)."""
+        if not self.gz:
+            size = os.fstat(self.raw.fileno()).st_size
+            n = max(0, min(n, size - self.raw.tell()))
+            self.raw.seek(n, os.SEEK_CUR)
+            self.out += n
+            if self.out > self.max_bytes:
+                raise over("TRACE_BYTES", "the decompressed trace text", path=self.p, unit="bytes")
+            return n
+        done = 0
+        while done < n:
+            b = self.read(min(BLOCK, n - done))
+            if not b:
+                break
+            done += len(b)
+        return done
+
     def close(self) -> None:
         try:
             if self.gz:
@@ -188,20 +207,34 @@ class GuardedReader:
         self.close()
 
 
-def blocks(p: Path, block: int = BLOCK) -> "BlockReader":
+def blocks(p: Path, block: int = BLOCK, start: int = 0) -> "BlockReader":
     """Decompressed blocks of the file, read ahead by a helper thread started now.
 
     zlib releases the GIL while inflating, so decompression overlaps the
     caller's imports and decoding. At most ``AHEAD`` blocks wait in the queue.
     The last block yielded is ``b""``. Close the iterator to stop the thread.
+    ``start``: the first block begins this many bytes into the text (``BlockReader.skipped`` says how many
+    were skipped; fewer when the text is shorter). ``BlockReader.pause_at(n)`` makes the thread wait once it
+    has read ``n`` bytes of text, until the consumer asks for a block the queue does not hold.
     """
     q: "queue.Queue[tuple[str, Any]]" = queue.Queue(maxsize=AHEAD)
     stop = threading.Event()
+    resume = threading.Event()
+    pause = [0]  # bytes of text after which the thread waits for ``resume`` (0: never)
+    paused = threading.Event()
+    skipped = [0]
 
     def work() -> None:
         try:
             with GuardedReader(p) as f:
+                if start:
+                    skipped[0] = f.skip(start)
                 while not stop.is_set():
+                    if pause[0] and f.out >= pause[0] and not resume.is_set():
+                        paused.set()
+                        while not resume.wait(0.05):
+                            if stop.is_set():
+                                return
                     b = f.read(block)
                     q.put(("data", b))
                     if not b:
@@ -210,8 +243,10 @@ def blocks(p: Path, block: int = BLOCK) -> "BlockReader":
             q.put(("error", exc))
 
     t = threading.Thread(target=work, name="kernelscope-trace-reader", daemon=True)
+    r = BlockReader(q, stop, t)
+    r._pause, r._paused, r._resume, r._skipped = pause, paused, resume, skipped
     t.start()
-    return BlockReader(q, stop, t)
+    return r
 
 
 class BlockReader:
@@ -220,6 +255,19 @@ class BlockReader:
     def __init__(self, q: "queue.Queue[tuple[str, Any]]", stop: threading.Event, thread: threading.Thread) -> None:
         self._q, self._stop, self._t = q, stop, thread
         self._done = False
+        self._pause: list[int] = [0]
+        self._paused = threading.Event()
+        self._resume = threading.Event()
+        self._skipped = [0]
+
+    @property
+    def skipped(self) -> int:
+        """Bytes of text skipped before the first block (``blocks(start=...)``); valid once a block was read."""
+        return self._skipped[0]
+
+    def pause_at(self, n: int) -> None:
+        """Let the thread read no more than about ``n`` bytes of text ahead unless a block is asked for."""
+        self._pause[0] = n
 
     def __iter__(self) -> "BlockReader":
         return self
@@ -227,7 +275,13 @@ class BlockReader:
     def __next__(self) -> bytes:
         if self._done:
             raise StopIteration
-        kind, item = self._q.get()
+        while True:
+            try:
+                kind, item = self._q.get(timeout=0.05) if self._pause[0] else self._q.get()
+                break
+            except queue.Empty:
+                if self._paused.is_set():
+                    self._resume.set()
         if kind == "error":
             self.close()
             raise item

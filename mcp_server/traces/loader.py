@@ -30,6 +30,8 @@ import gc
 import gzip
 import os
 import re
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,12 +155,17 @@ class _Collector:
         self.c: list[tuple] = []
         self.events = 0
         self.skipped = 0
-        self.examples: list[str] = []
+        # up to 5 examples per rank (-1: undecodable event, 0-3: python_function, cpu_op, kernel, runtime);
+        # ``finish`` keeps the first 5 in rank order, so the examples do not depend on where chunks are cut
+        self.examples: dict[int, list[str]] = {}
+        self.thread_fallback: set[str] = set()  # categories whose (pid, tid) took the per-event path
+        self.absorbed: list[dict[str, Any]] = []  # states of other collectors (a split decode), in text order
 
-    def skip(self, why: str, n: int = 1) -> None:
+    def skip(self, why: str, n: int = 1, rank: int = -1) -> None:
         self.skipped += n
-        if len(self.examples) < 5:
-            self.examples.append(why)
+        ex = self.examples.setdefault(rank, [])
+        if len(ex) < 5:
+            ex.append(why)
 
     def _intern(self, values: list, table: Optional[dict] = None) -> np.ndarray:
         """Global intern ids of ``values`` (one dict lookup per value, misses added after)."""
@@ -174,13 +181,14 @@ class _Collector:
             ids[i] = g
         return ids
 
-    def _thread(self, evs: list) -> np.ndarray:
+    def _thread(self, evs: list, cat: str) -> np.ndarray:
         """Thread ids of (pid, tid) pairs; integer pids/tids take a vectorised path."""
         th = self.threads
         try:
             pid = np.array([e.pid for e in evs], dtype=np.int64)
             tid = np.array([e.tid for e in evs], dtype=np.int64)
         except (TypeError, ValueError, OverflowError):
+            self.thread_fallback.add(cat)
             return np.array([th.setdefault((e.pid, e.tid), len(th)) for e in evs], dtype=np.int32)
         if not len(pid):
             return np.zeros(0, dtype=np.int32)
@@ -218,9 +226,10 @@ class _Collector:
         for evs, is_cpu in ((py, False), (cpu, True)):
             if not evs:
                 continue
+            rank = 1 if is_cpu else 0
             evs, bad = self._valid(evs, True)
             if bad:
-                self.skip(f"{'cpu_op' if is_cpu else 'python_function'} event without ts/dur/name", bad)
+                self.skip(f"{'cpu_op' if is_cpu else 'python_function'} event without ts/dur/name", bad, rank)
             if not evs:
                 continue
             if not is_cpu:
@@ -234,14 +243,14 @@ class _Collector:
             bad_t = _bad_times(ts, dur)
             if bad_t is not None:
                 self.skip(f"{'cpu_op' if is_cpu else 'python_function'} event with a non-finite, negative or "
-                          f"implausible ts/dur (e.g. dur={_first_bad(dur, ts, bad_t)})", int(bad_t.sum()))
+                          f"implausible ts/dur (e.g. dur={_first_bad(dur, ts, bad_t)})", int(bad_t.sum()), rank)
                 keep = ~bad_t
                 evs = [e for e, k in zip(evs, keep.tolist()) if k]
                 if not evs:
                     continue
                 ts, dur = ts[keep], dur[keep]
             end = ts + dur
-            cols = (ts, end, self._thread(evs), self._intern([e.name for e in evs]))
+            cols = (ts, end, self._thread(evs, "c" if is_cpu else "p"), self._intern([e.name for e in evs]))
             if is_cpu:
                 dims = [bytes(a.input_dims) if (a := e.args) is not None and a.input_dims is not None else b""
                         for e in evs]
@@ -252,14 +261,14 @@ class _Collector:
             good = [e for e in ker if e.ts is not None and e.dur is not None and e.name is not None
                     and e.args is not None and e.args.correlation is not None]
             if len(good) < len(ker):
-                self.skip("kernel/memcpy/memset event without ts/dur/name/args.correlation", len(ker) - len(good))
+                self.skip("kernel/memcpy/memset event without ts/dur/name/args.correlation", len(ker) - len(good), 2)
             if good:
                 kts = np.array([e.ts for e in good], dtype=f64)
                 kdur = np.array([e.dur for e in good], dtype=f64)
                 bad_t = _bad_times(kts, kdur)
                 if bad_t is not None:  # excluded from every sum, counted in the damaged-events warning
                     self.skip(f"kernel/memcpy/memset event with a non-finite, negative or implausible duration or "
-                              f"timestamp (e.g. dur={_first_bad(kdur, kts, bad_t)} us)", int(bad_t.sum()))
+                              f"timestamp (e.g. dur={_first_bad(kdur, kts, bad_t)} us)", int(bad_t.sum()), 2)
                     keep = ~bad_t
                     good = [e for e, k in zip(good, keep.tolist()) if k]
                     kts, kdur = kts[keep], kdur[keep]
@@ -277,47 +286,129 @@ class _Collector:
             lau = [e for e in lau if e.args is not None and e.args.correlation is not None]
             good = [e for e in lau if e.ts is not None and e.name is not None]
             if len(good) < len(lau):
-                self.skip("runtime event without ts/name", len(lau) - len(good))
+                self.skip("runtime event without ts/name", len(lau) - len(good), 3)
             if good:
                 lts = np.array([e.ts for e in good], dtype=f64)
                 bad_t = _bad_times(lts, None)
                 if bad_t is not None:
-                    self.skip("runtime event with a non-finite or implausible ts", int(bad_t.sum()))
+                    self.skip("runtime event with a non-finite or implausible ts", int(bad_t.sum()), 3)
                     keep = ~bad_t
                     good = [e for e, k in zip(good, keep.tolist()) if k]
                     lts = lts[keep]
             if good:
                 self.l.append(([e.args.correlation for e in good], lts,
-                               self._thread(good), self._intern([e.name for e in good])))
+                               self._thread(good, "l"), self._intern([e.name for e in good])))
+
+    def state(self) -> dict[str, Any]:
+        """This collector's columns and tables as plain data (what a split decode's helper hands back)."""
+        return {"names": list(self.names), "dims": list(self.dims), "threads": list(self.threads),
+                "thread_fallback": sorted(self.thread_fallback), "k": self.k, "l": self.l, "p": self.p,
+                "c": self.c, "events": self.events, "skipped": self.skipped, "examples": self.examples}
+
+    def absorb(self, state: dict[str, Any]) -> None:
+        """Append the events another collector decoded (the text after this one's)."""
+        self.absorbed.append(state)
 
     def finish(self, path: str, metadata: dict[str, Any]) -> RawTrace:
-        def cat(parts: list[tuple], i: int, dtype) -> np.ndarray:
-            arrs = [p[i] for p in parts]
+        """The columns of every part (this collector, then the absorbed ones) with canonical intern ids.
+
+        Ids do not depend on where the text was cut into chunks or parts: names are numbered by first
+        appearance among python_function spans, then cpu ops, then kernels, then launches; dims by first
+        appearance among cpu ops; threads per category (python_function, cpu_op, launches) in (pid, tid)
+        order, or first appearance where a category's ids are not all integers. For one chunk this is the
+        order the chunk decoder assigns.
+        """
+        parts = [self.state()] + self.absorbed
+        f64, i32 = np.float64, np.int32
+
+        def col(st: dict[str, Any], key: str, i: int) -> Optional[np.ndarray]:
+            arrs = [t[i] for t in st[key]]
+            return np.concatenate(arrs) if arrs else None
+
+        def firsts(c: Optional[np.ndarray]) -> list[int]:
+            """Distinct values of ``c`` in order of first appearance."""
+            if c is None or not len(c):
+                return []
+            u, first = np.unique(c, return_index=True)
+            return u[np.argsort(first, kind="stable")].tolist()
+
+        # names
+        gname: dict[str, int] = {"": 0}
+        for key, i in (("p", 3), ("c", 3), ("k", 0), ("l", 3)):
+            for st in parts:
+                loc = st["names"]
+                for j in firsts(col(st, key, i)):
+                    gname.setdefault(loc[j], len(gname))
+        # dims
+        gdims: dict[bytes, int] = {b"": 0}
+        for st in parts:
+            loc = st["dims"]
+            for j in firsts(col(st, "c", 4)):
+                gdims.setdefault(loc[j], len(gdims))
+        # threads
+        gth: dict[Any, int] = {}
+        for key in ("p", "c", "l"):
+            tcols = [(st, col(st, key, 2)) for st in parts]
+            if any(key in st["thread_fallback"] for st in parts):
+                for st, c in tcols:
+                    loc = st["threads"]
+                    for j in firsts(c):
+                        gth.setdefault(loc[j], len(gth))
+            else:
+                keys: set[Any] = set()
+                for st, c in tcols:
+                    if c is not None and len(c):
+                        loc = st["threads"]
+                        keys.update(loc[j] for j in np.unique(c).tolist())
+                for t in sorted(keys):
+                    gth.setdefault(t, len(gth))
+        maps = []
+        for st in parts:
+            nm = np.array([gname.setdefault(s, len(gname)) for s in st["names"]], dtype=i32)
+            dm = np.array([gdims.setdefault(s, len(gdims)) for s in st["dims"]], dtype=i32)
+            tm = np.array([gth.setdefault(t, len(gth)) for t in st["threads"]] or [0], dtype=i32)
+            maps.append((nm, dm, tm))
+        ident = len(parts) == 1 and all((m == np.arange(len(m))).all() for m in maps[0][:2]) and \
+            (maps[0][2] == np.arange(len(maps[0][2]))).all()
+
+        def cat(key: str, i: int, dtype, which: Optional[int] = None) -> np.ndarray:
+            arrs = []
+            for st, m in zip(parts, maps):
+                for t in st[key]:
+                    a = t[i]
+                    arrs.append(a if which is None or ident else m[which][a])
             return np.concatenate(arrs).astype(dtype, copy=False) if arrs else np.zeros(0, dtype=dtype)
 
-        f64, i32 = np.float64, np.int32
-        kcor = [c for p in self.k for c in p[6]] if any(p[6] for p in self.k) else []
-        lcor = [c for p in self.l for c in p[0]] if any(p[0] for p in self.l) else []
+        allk = [t for st in parts for t in st["k"]]
+        alll = [t for st in parts for t in st["l"]]
+        kcor = [c for t in allk for c in t[6]] if any(t[6] for t in allk) else []
+        lcor = [c for t in alll for c in t[0]] if any(t[0] for t in alll) else []
         k_corr, l_corr = _ids(kcor, lcor)
-        names = [""] * len(self.names)
-        for s, i in self.names.items():
+        names = [""] * len(gname)
+        for s, i in gname.items():
             names[i] = s
-        dims = [""] * len(self.dims)
-        for b, i in self.dims.items():
+        dims = [""] * len(gdims)
+        for b, i in gdims.items():
             dims[i] = b.decode("utf-8", "replace")
-        threads = [("", "")] * len(self.threads)
-        for t, i in self.threads.items():
+        threads = [("", "")] * len(gth)
+        for t, i in gth.items():
             threads[i] = t
-        k, l, p, c = self.k, self.l, self.p, self.c
+        ranked: dict[int, list[str]] = {}
+        for st in parts:
+            for r, ex in st["examples"].items():
+                ranked.setdefault(r, []).extend(ex)
+        examples = [e for r in sorted(ranked) for e in ranked[r]][:5]
+        N, D, T = 0, 1, 2
         return RawTrace(
             path=path, names=names, dims=dims, metadata=metadata, threads=threads,
-            k_name=cat(k, 0, i32), k_kind=cat(k, 1, np.int8), k_ts=cat(k, 2, f64), k_dur=cat(k, 3, f64),
-            k_device=cat(k, 4, np.int64), k_stream=cat(k, 5, np.int64), k_corr=k_corr,
-            l_corr=l_corr, l_ts=cat(l, 1, f64), l_thread=cat(l, 2, i32), l_name=cat(l, 3, i32),
-            p_ts=cat(p, 0, f64), p_end=cat(p, 1, f64), p_thread=cat(p, 2, i32), p_name=cat(p, 3, i32),
-            c_ts=cat(c, 0, f64), c_end=cat(c, 1, f64), c_thread=cat(c, 2, i32), c_name=cat(c, 3, i32),
-            c_dims=cat(c, 4, i32),
-            event_count=self.events, skipped=self.skipped, skipped_examples=list(self.examples),
+            k_name=cat("k", 0, i32, N), k_kind=cat("k", 1, np.int8), k_ts=cat("k", 2, f64), k_dur=cat("k", 3, f64),
+            k_device=cat("k", 4, np.int64), k_stream=cat("k", 5, np.int64), k_corr=k_corr,
+            l_corr=l_corr, l_ts=cat("l", 1, f64), l_thread=cat("l", 2, i32, T), l_name=cat("l", 3, i32, N),
+            p_ts=cat("p", 0, f64), p_end=cat("p", 1, f64), p_thread=cat("p", 2, i32, T), p_name=cat("p", 3, i32, N),
+            c_ts=cat("c", 0, f64), c_end=cat("c", 1, f64), c_thread=cat("c", 2, i32, T), c_name=cat("c", 3, i32, N),
+            c_dims=cat("c", 4, i32, D),
+            event_count=sum(st["events"] for st in parts), skipped=sum(st["skipped"] for st in parts),
+            skipped_examples=examples,
         )
 
 
@@ -389,7 +480,7 @@ def _decode_chunk(text: bytes | memoryview, coll: _Collector) -> bool:
                 events.append(_event_dec.decode(r))
             except msgspec.DecodeError as exc:
                 coll.events += 1
-                coll.skip(f"event with odd field types ({exc})")
+                coll.skip(f"event with odd field types ({exc})", rank=-1)
         coll.add(events)
         return True
     except msgspec.DecodeError:
@@ -420,8 +511,13 @@ def _drop_front(buf: bytearray, n: int) -> bytearray:
 
 def _stream(p: Path, coll: _Collector, progress: Optional[Callable[[int], None]],
             blocks: Optional[BlockReader] = None) -> dict[str, Any]:
-    """Streaming decode; raises _FallBack when the layout is not the usual ``{..."traceEvents": [...]...}``."""
+    """Streaming decode; raises _FallBack when the layout is not the usual ``{..."traceEvents": [...]...}``.
+
+    A large trace on a machine with two or more cores is decoded in two parts (``_Split``): a helper
+    process decodes the text after a split point while this one decodes the text before it.
+    """
     blocks = blocks if blocks is not None else _read_blocks(p, _BLOCK)
+    split: Optional[_Split] = None
     try:
         head = next(blocks)
         eof = not head
@@ -446,15 +542,24 @@ def _stream(p: Path, coll: _Collector, progress: Optional[Callable[[int], None]]
                 raise _FallBack()
             meta.pop("__ks", None)
             start = m.end()
+        at = None if eof else _split_point(p, len(head))
+        if at is not None:
+            split = _Split.start(p, at, bare)
+            if split is not None:
+                blocks.pause_at(at + 2 * _BLOCK)  # the rest is the helper's: read only past the split point
         # buf holds the not yet decoded events, preceded by one byte set to '['; a chunk is
         # decoded in place by writing ']' after its last event (no copies of the block).
         buf = bytearray(b"[")
         buf += head[start:]
+        off = start - 1  # offset of buf[0] in the text
         done_bytes = len(head)
         while True:
             block = next(blocks) if not eof else b""
             if not block:
                 eof = True
+                if split is not None:  # the text ended before the split point
+                    split.close()
+                    split = None
                 tail_meta = _finish_tail(bytes(buf[1:]), coll, bare)
                 if tail_meta is None:
                     raise _FallBack()
@@ -462,8 +567,33 @@ def _stream(p: Path, coll: _Collector, progress: Optional[Callable[[int], None]]
                 return meta
             done_bytes += len(block)
             if progress:
-                progress(done_bytes)
+                progress(done_bytes if split is None else int(done_bytes * split.scale))
             buf = _grow(buf, block)
+            if split is not None and off + len(buf) > split.at:
+                # cut at the first event boundary at or after the split point (the helper starts there)
+                sm = _BOUNDARY.search(buf, split.at - off)
+                if sm is None:
+                    if off + len(buf) - split.at > 8 * _BLOCK:
+                        split.close()
+                        split = None
+                    continue
+                cut = sm.start() + 1
+                ok, buf = _decode_at(buf, cut, coll)
+                if ok:
+                    got = split.result(off + sm.start())
+                    split.close()
+                    split = None
+                    if got is not None:  # the helper decoded the rest, tail included
+                        coll.absorb(got[1])
+                        meta.update(got[0])
+                        return meta
+                    nxt = buf.index(b"{", cut)
+                    buf[nxt - 1] = 0x5B  # '['
+                    buf = _drop_front(buf, nxt - 1)
+                    off += nxt - 1
+                    continue
+                split.close()  # the text before the boundary is not a list of events: decode alone
+                split = None
             cuts: list[int] = []
             q = len(buf)
             while len(cuts) < 3 and q > 0:
@@ -474,25 +604,251 @@ def _stream(p: Path, coll: _Collector, progress: Optional[Callable[[int], None]]
                     cuts.append(q + 1)
             ok = False
             for cut in cuts:
-                saved = buf[cut]
-                buf[cut] = 0x5D  # ']'
-                with memoryview(buf) as mv:
-                    sub = mv[: cut + 1]
-                    try:
-                        ok = _decode_chunk(sub, coll)
-                    finally:
-                        try:
-                            sub.release()
-                        except BufferError:  # a decoded object still points into buf: detach
-                            buf = bytearray(buf)
+                ok, buf = _decode_at(buf, cut, coll)
                 if ok:
                     nxt = buf.index(b"{", cut)
                     buf[nxt - 1] = 0x5B  # '['
                     buf = _drop_front(buf, nxt - 1)
+                    off += nxt - 1
                     break
-                buf[cut] = saved
             if not ok and len(buf) > 8 * _BLOCK:  # no event is this large: not a usual layout
                 raise _FallBack()
+    finally:
+        if split is not None:
+            split.close()
+        blocks.close()
+
+
+def _decode_at(buf: bytearray, cut: int, coll: _Collector) -> tuple[bool, bytearray]:
+    """Decode the events of ``buf[1:cut]`` in place (``buf[0]`` is '['); ``buf`` itself is unchanged."""
+    saved = buf[cut]
+    buf[cut] = 0x5D  # ']'
+    ok = False
+    with memoryview(buf) as mv:
+        sub = mv[: cut + 1]
+        try:
+            ok = _decode_chunk(sub, coll)
+        finally:
+            try:
+                sub.release()
+            except BufferError:  # a decoded object still points into buf: detach
+                buf = bytearray(buf)
+    buf[cut] = saved
+    return ok, buf
+
+
+# ----------------------------------------------------------------------------- split decode
+
+_SPLIT_MIN = 64 << 20  # a trace with less text is decoded in one process (a helper costs ~0.2 s to start)
+_SPLIT_SHARE = 0.58  # share of the text decoded here: the helper first starts Python and skips to its part
+_SPLIT_WAIT = 600.0  # seconds the helper may take after this process finished its part
+
+
+def _split_point(p: Path, head_len: int) -> Optional[int]:
+    """Text offset where the helper's part starts, or None to decode in this process alone.
+
+    ``KERNELSCOPE_TRACE_SPLIT``: ``off`` never splits, ``force`` splits any streamable trace (tests),
+    default: a trace of at least 64 MB of text when this process may run on two or more cores.
+    """
+    mode = os.environ.get("KERNELSCOPE_TRACE_SPLIT", "").strip().lower()
+    if mode in ("0", "off", "no", "false") or not sys.executable:
+        return None
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cpus = os.cpu_count() or 1
+    size = _text_size(p)
+    if size is None:
+        return None
+    if mode != "force" and (cpus < 2 or size < _SPLIT_MIN):
+        return None
+    at = int(size * _SPLIT_SHARE)
+    return at if at > head_len else None
+
+
+def _text_size(p: Path) -> Optional[int]:
+    """Size of the trace's text: the file size, gzip's ISIZE (mod 4 GiB, unwrapped by the plausible ratio
+    of profiler JSON), zstd's frame content size; None when unknown."""
+    size = p.stat().st_size
+    kind = compression(p)
+    if kind == "":
+        return size
+    try:
+        with open(p, "rb") as f:
+            if kind == "gzip":
+                f.seek(-4, os.SEEK_END)
+                isize = int.from_bytes(f.read(4), "little")
+                while isize < 3 * size:  # JSON compresses 5-30:1: ISIZE wrapped around 4 GiB
+                    isize += 1 << 32
+                return isize
+            import zstandard
+
+            n = zstandard.frame_content_size(f.read(18))
+            return n if n > 0 else None
+    except (OSError, ImportError, ValueError):
+        return None
+    except Exception:  # zstandard.ZstdError on a damaged header
+        return None
+
+
+# The helper imports only the loader: no site (its sys.path is this process's), and a bare
+# ``mcp_server.traces`` package so the package's __init__ (pydantic models) is not run; ~0.1 s to start.
+_CHILD = """import os, sys, types
+sys.path[:0] = [p for p in os.environ.pop("KERNELSCOPE_SPLIT_SYSPATH", "").split(os.pathsep) if p]
+import mcp_server
+pkg = types.ModuleType("mcp_server.traces")
+pkg.__path__ = [os.path.join(mcp_server.__path__[0], "traces")]
+sys.modules["mcp_server.traces"] = pkg
+from mcp_server.traces.loader import _split_child
+_split_child()
+"""
+
+
+class _Split:
+    """The helper process that decodes the text from ``at`` on (``_split_child``).
+
+    It starts at the first event boundary at or after ``at`` (the same one ``_stream`` cuts at), decodes
+    to the end with the same chunk decoder and size/ratio guards, and hands back its collector's state
+    and the trailing metadata (pickled, on its stdout). Anything unusual there (damaged data, another
+    layout, a crash) makes it answer "no": this process then decodes the rest itself, so every error is
+    raised here, as without a split. The helper inherits this process's limits (RLIMIT_AS), dies with it
+    (PR_SET_PDEATHSIG) and is killed on every exit from ``_stream``.
+    """
+
+    def __init__(self, proc: subprocess.Popen, at: int, total: int) -> None:
+        self.proc, self.at = proc, at
+        self.scale = total / max(at, 1)
+
+    @classmethod
+    def start(cls, p: Path, at: int, bare: bool) -> Optional["_Split"]:
+        import mcp_server
+
+        env = dict(os.environ)
+        root = str(Path(mcp_server.__file__).resolve().parent.parent)
+        env["KERNELSCOPE_SPLIT_SYSPATH"] = os.pathsep.join([root] + [x for x in sys.path if x])
+        env["KERNELSCOPE_TRACE_SPLIT"] = "off"
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = "1"  # the helper does no linear algebra: no BLAS thread pool to start
+        try:
+            proc = subprocess.Popen([sys.executable, "-S", "-c", _CHILD, str(p), str(at), "1" if bare else "0"],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    env=env, close_fds=True)
+        except OSError:
+            return None
+        return cls(proc, at, _text_size(p) or at)
+
+    def result(self, cut: int) -> Optional[tuple[dict[str, Any], dict[str, Any]]]:
+        """(tail metadata, collector state) when the helper decoded the rest from boundary ``cut``, else None."""
+        import pickle
+
+        assert self.proc.stdout is not None
+        try:
+            data = self.proc.stdout.read()
+            rc = self.proc.wait(_SPLIT_WAIT)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if rc != 0 or not data:
+            return None
+        try:
+            got = pickle.loads(data)  # written by _split_child of this package, never by trace content
+        except Exception:
+            return None
+        if not (isinstance(got, tuple) and len(got) == 4 and got[0] == "ok" and got[1] == cut):
+            return None
+        return got[2], got[3]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.kill()
+            except OSError:  # pragma: no cover - already gone
+                pass
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a killed process is reaped at once
+            pass
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when the parent dies (a killed analyzer leaves no helper behind)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except Exception:  # pragma: no cover - not Linux: close() still kills it on every normal exit
+        pass
+
+
+def _split_child() -> None:
+    """The helper's main: ``argv = [-c, path, at, bare]``; one pickled answer on stdout, then exit."""
+    import pickle
+
+    ppid = os.getppid()
+    _die_with_parent()
+    if os.getppid() != ppid:  # pragma: no cover - the parent died before the death signal was armed
+        os._exit(1)
+    try:
+        with gc_paused():
+            res: tuple = _decode_rest(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1")
+    except BaseException:  # damaged data, limits, a layout it cannot stream: the parent decodes it itself
+        res = ("no",)
+    out = sys.stdout.buffer
+    out.write(pickle.dumps(res, protocol=pickle.HIGHEST_PROTOCOL))
+    out.flush()
+    os._exit(0)  # no teardown of millions of objects
+
+
+def _decode_rest(p: Path, at: int, bare: bool) -> tuple:
+    """``("ok", boundary, tail metadata, collector state)`` for the events after the first boundary at or
+    after text offset ``at``; ``("no",)`` when there is none."""
+    blocks = _read_blocks(p, _BLOCK, start=at)
+    try:
+        buf = bytearray()
+        while True:
+            b = next(blocks)
+            if not b:
+                return ("no",)
+            buf += b
+            m = _BOUNDARY.search(buf)
+            if m is not None:
+                break
+            if len(buf) > 8 * _BLOCK:
+                return ("no",)
+        if blocks.skipped != at:
+            return ("no",)
+        coll = _Collector()
+        body = bytearray(b"[")
+        body += memoryview(buf)[m.end() - 1:]
+        del buf
+        while True:
+            block = next(blocks)
+            if not block:
+                tail = _finish_tail(bytes(body[1:]), coll, bare)
+                if tail is None:
+                    return ("no",)
+                return ("ok", at + m.start(), tail, coll.state())
+            body = _grow(body, block)
+            cuts: list[int] = []
+            q = len(body)
+            while len(cuts) < 3 and q > 0:
+                q = body.rfind(b"}", 0, q)
+                if q < 0:
+                    break
+                if _BOUNDARY.match(body, q):
+                    cuts.append(q + 1)
+            ok = False
+            for cut in cuts:
+                ok, body = _decode_at(body, cut, coll)
+                if ok:
+                    nxt = body.index(b"{", cut)
+                    body[nxt - 1] = 0x5B  # '['
+                    body = _drop_front(body, nxt - 1)
+                    break
+            if not ok and len(body) > 8 * _BLOCK:
+                return ("no",)
     finally:
         blocks.close()
 
