@@ -91,13 +91,21 @@ def learn_layers(ref: Reference, names: Sequence[str], paths: Sequence[str]) -> 
     which is the same in every layer because the profiler numbers instances per
     type in call order.
     """
+    split = _splitter()
     uniq = sorted(set(p for p in paths if p))
-    children: dict[tuple[str, str], set[int]] = defaultdict(set)
+    parts_of = {p: p.split("/") for p in uniq}
+    # every (parent path, child type) edge of the paths and their ancestors, each node visited once
+    nodes: set[str] = set()
     for p in uniq:
-        parts = p.split("/")
-        for d in range(1, len(parts)):
-            t, k = split_instance(parts[d])
-            children[("/".join(parts[:d]), t)].add(k)
+        q = p
+        while "/" in q and q not in nodes:
+            nodes.add(q)
+            q = q.rpartition("/")[0]
+    children: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for q in nodes:
+        parent, _, leaf = q.rpartition("/")
+        t, k = split(leaf)
+        children[(parent, t)].add(k)
     repeated = [(parent.count("/") + 1, t) for (parent, t), ks in children.items() if len(ks) >= 2]
     if not repeated:
         return
@@ -105,38 +113,57 @@ def learn_layers(ref: Reference, names: Sequence[str], paths: Sequence[str]) -> 
     blocks: dict[str, int] = {}
     mins: dict[tuple[str, str], int] = {}
     rel_of: dict[str, tuple[str, str]] = {}
-    for p in uniq:
-        parts = p.split("/")
-        if len(parts) <= depth or split_instance(parts[depth])[0] != btype:
-            continue
+    inside = [p for p in uniq if len(parts_of[p]) > depth and split(parts_of[p][depth])[0] == btype]
+    for p in inside:
+        parts = parts_of[p]
         bpath = "/".join(parts[: depth + 1])
-        blocks.setdefault(bpath, split_instance(parts[depth])[1])
+        blocks.setdefault(bpath, split(parts[depth])[1])
         for x in parts[depth + 1:]:
-            t, k = split_instance(x)
+            t, k = split(x)
             key = (bpath, t)
             mins[key] = min(mins.get(key, k), k)
-    for p in uniq:
-        parts = p.split("/")
-        if len(parts) <= depth or split_instance(parts[depth])[0] != btype:
-            continue
+    for p in inside:
+        parts = parts_of[p]
         bpath = "/".join(parts[: depth + 1])
         rel = []
         for x in parts[depth + 1:]:
-            t, k = split_instance(x)
+            t, k = split(x)
             rel.append(f"{t}_{k - mins[(bpath, t)]}")
         rel_of[p] = (bpath, "/".join(rel))
     order = sorted(blocks, key=lambda b: blocks[b])
     bidx = {b: i for i, b in enumerate(order)}
-    votes: dict[str, Counter] = defaultdict(Counter)
-    for n, p in zip(names, paths):
-        r = rel_of.get(p)
-        if r is not None:
-            votes[n][r[1]] += 1
-            ref.members[(bidx[r[0]], r[1])] = p
-    for n, c in votes.items():
-        rel, k = c.most_common(1)[0]
-        ref.layer_vote[n] = (rel, k / sum(c.values()))
+    for p, (bpath, rel_path) in rel_of.items():  # (block, relative path) <-> path is one to one
+        ref.members[(bidx[bpath], rel_path)] = p
+    # per name the relative path it has most often (ties: the one seen first) and that path's share
+    rel_id: dict[str, int] = {}
+    path_rel = {p: rel_id.setdefault(r[1], len(rel_id)) for p, r in rel_of.items()}
+    name_id: dict[str, int] = {}
+    nid = np.fromiter((name_id.setdefault(n, len(name_id)) for n in names), dtype=np.int64, count=len(names))
+    rid = np.fromiter((path_rel.get(p, -1) for p in paths), dtype=np.int64, count=len(paths))
+    m = rid >= 0
+    if m.any():
+        rels, nl, R = list(rel_id), list(name_id), len(rel_id)
+        uk, first, cnt = np.unique(nid[m] * R + rid[m], return_index=True, return_counts=True)
+        kn, kr = uk // R, uk % R
+        tot = np.bincount(kn, weights=cnt)
+        o = np.lexsort((first, -cnt, kn))
+        lead = o[np.r_[True, kn[o][1:] != kn[o][:-1]]]
+        for j in lead.tolist():
+            ref.layer_vote[nl[kn[j]]] = (rels[kr[j]], int(cnt[j]) / int(tot[kn[j]]))
     ref.blocks = order
+
+
+def _splitter():
+    """``split_instance`` memoised for one call (a model has few distinct instance names per level)."""
+    memo: dict[str, tuple[str, int]] = {}
+
+    def split(x: str) -> tuple[str, int]:
+        r = memo.get(x)
+        if r is None:
+            r = memo[x] = split_instance(x)
+        return r
+
+    return split
 
 
 def _lca(paths: Sequence[str]) -> str:
