@@ -10,7 +10,8 @@ timestamps, correlation / External ids, flow ids and module instance numbers
 * wall time of ``kernelscope analyze trace.json.gz --json > /dev/null`` (best of --repeat) for each
   gzip backend in --backends (``KERNELSCOPE_TRACE_GZIP``), and with --plain / --zst on the
   uncompressed ``.json`` and a ``zstd -3`` ``.json.zst`` of the same text,
-* the analyzer's peak RSS (``/usr/bin/time -v`` when present, else getrusage of the child),
+* the analyzer's peak RSS (``/usr/bin/time -v`` when present, else getrusage of the child: the largest single
+  process) and the peak of the summed RSS of the analyzer and its split-decode helper (sampled from /proc),
 * time and peak RSS per event; with several --mb sizes and --plot, the scaling curve as a PNG.
 
 Targets (issue 15): analysis <= 1.0 x zcat, peak RSS <= 300 MB at ~350 MB; time per event flat
@@ -112,6 +113,44 @@ def peak_rss_mb(cmd: list[str]) -> float:
     return max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
 
 
+def _tree_pids(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        q = todo.pop()
+        out.append(q)
+        try:
+            for t in os.listdir(f"/proc/{q}/task"):
+                todo.extend(int(c) for c in Path(f"/proc/{q}/task/{t}/children").read_text().split())
+        except OSError:
+            pass
+    return out
+
+
+def peak_tree_rss_mb(cmd: list[str], every: float = 0.005) -> tuple[float, float]:
+    """Peaks of the summed RSS and PSS of the command and its helper processes (the split decode's helper),
+    sampled from /proc every ``every`` s (Linux; 0 elsewhere). RSS counts shared pages (libraries) in every
+    process, an upper bound; PSS splits them between the processes."""
+    if not Path("/proc/self/task").exists():
+        return 0.0, 0.0
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak = {"Rss:": 0, "Pss:": 0}
+    while proc.poll() is None:
+        total = dict.fromkeys(peak, 0)
+        for q in _tree_pids(proc.pid):
+            try:
+                for line in Path(f"/proc/{q}/smaps_rollup").read_text().splitlines():
+                    key = line.split(" ", 1)[0]
+                    if key in total:
+                        total[key] += int(line.split()[1])
+            except OSError:
+                pass
+        for k in peak:
+            peak[k] = max(peak[k], total[k])
+        time.sleep(every)
+    proc.wait(timeout=900)
+    return peak["Rss:"] / 1024, peak["Pss:"] / 1024
+
+
 def _best(runs: list[tuple[float, float]]) -> tuple[float, float]:
     return min(runs)
 
@@ -162,6 +201,7 @@ def measure(args: argparse.Namespace, tmp: Path, mb: float) -> dict:
                 zs.append(timed(analyze(zst)))
         with_backend(backends[0])
         rss = peak_rss_mb(analyze(gz))
+        tree_rss, tree_pss = peak_tree_rss_mb(analyze(gz))
         out = subprocess.run(analyze(gz), capture_output=True, text=True, check=True, timeout=900).stdout
     finally:
         os.environ.clear()
@@ -182,10 +222,11 @@ def measure(args: argparse.Namespace, tmp: Path, mb: float) -> dict:
         "zcat_cpu_s": round(zcpu, 2), "analyze_cpu_s": round(acpu, 2),
         "us_per_event": round(ana / events * 1e6, 3),
         "load_avg_1m": round(os.getloadavg()[0], 2),
-        "peak_rss_mb": round(rss, 1), "rss_bytes_per_event": round(rss * (1 << 20) / events, 1),
+        "peak_rss_mb": round(rss, 1), "peak_rss_with_helper_mb": round(tree_rss, 1),
+        "peak_pss_with_helper_mb": round(tree_pss, 1), "rss_bytes_per_event": round(rss * (1 << 20) / events, 1),
         "kernels": res["kernel_count"], "rss_bytes_per_kernel": round(rss * (1 << 20) / res["kernel_count"], 1),
         "unattributed": res["unattributed_count"], "graph_kernels": res["graph"]["graph_kernel_count"],
-        "targets_met": {"ratio<=1": ana / zcat <= 1.0, "rss<=300MB": rss <= 300.0},
+        "targets_met": {"ratio<=1": ana / zcat <= 1.0, "rss<=300MB": max(rss, tree_rss) <= 300.0},
         "cpu_count": os.cpu_count(),
     }
     if plain:

@@ -207,17 +207,17 @@ class GuardedReader:
         self.close()
 
 
-def blocks(p: Path, block: int = BLOCK, start: int = 0) -> "BlockReader":
+def blocks(p: Path, block: int = BLOCK, start: int = 0, ahead: int = AHEAD) -> "BlockReader":
     """Decompressed blocks of the file, read ahead by a helper thread started now.
 
     zlib releases the GIL while inflating, so decompression overlaps the
-    caller's imports and decoding. At most ``AHEAD`` blocks wait in the queue.
+    caller's imports and decoding. At most ``ahead`` blocks wait in the queue.
     The last block yielded is ``b""``. Close the iterator to stop the thread.
     ``start``: the first block begins this many bytes into the text (``BlockReader.skipped`` says how many
     were skipped; fewer when the text is shorter). ``BlockReader.pause_at(n)`` makes the thread wait once it
     has read ``n`` bytes of text, until the consumer asks for a block the queue does not hold.
     """
-    q: "queue.Queue[tuple[str, Any]]" = queue.Queue(maxsize=AHEAD)
+    q: "queue.Queue[tuple[str, Any]]" = queue.Queue(maxsize=ahead)
     stop = threading.Event()
     resume = threading.Event()
     pause = [0]  # bytes of text after which the thread waits for ``resume`` (0: never)

@@ -42,6 +42,7 @@ import numpy as np
 
 from mcp_server.errors import FileMissingError, TraceFormatError
 from mcp_server.limits import limit
+from mcp_server.traces._reader import AHEAD as _AHEAD
 from mcp_server.traces._reader import BlockReader, GuardedReader, check_path, compression, decompress_errors
 from mcp_server.traces._reader import blocks as _read_blocks
 
@@ -516,7 +517,8 @@ def _stream(p: Path, coll: _Collector, progress: Optional[Callable[[int], None]]
     A large trace on a machine with two or more cores is decoded in two parts (``_Split``): a helper
     process decodes the text after a split point while this one decodes the text before it.
     """
-    blocks = blocks if blocks is not None else _read_blocks(p, _BLOCK)
+    if blocks is None:  # a split decode needs little read-ahead (the helper reads its part itself)
+        blocks = _read_blocks(p, _BLOCK, ahead=3 if _split_point(p, 0) is not None else _AHEAD)
     split: Optional[_Split] = None
     try:
         head = next(blocks)
@@ -804,7 +806,7 @@ def _split_child() -> None:
 def _decode_rest(p: Path, at: int, bare: bool) -> tuple:
     """``("ok", boundary, tail metadata, collector state)`` for the events after the first boundary at or
     after text offset ``at``; ``("no",)`` when there is none."""
-    blocks = _read_blocks(p, _BLOCK, start=at)
+    blocks = _read_blocks(p, _BLOCK, start=at, ahead=2)  # little text waiting: both processes share the RSS
     try:
         buf = bytearray()
         while True:
