@@ -188,6 +188,7 @@ def measure(args: argparse.Namespace, tmp: Path, mb: float) -> dict:
     an: dict[str, list] = {b: [] for b in backends}
     plain: list = []
     zs: list = []
+    one: list = []
     try:
         for _ in range(args.repeat):
             zc.append(timed(["zcat", str(gz)]))
@@ -199,6 +200,10 @@ def measure(args: argparse.Namespace, tmp: Path, mb: float) -> dict:
                 plain.append(timed(analyze(raw)))
             if zst is not None:
                 zs.append(timed(analyze(zst)))
+            if args.one_process:
+                os.environ["KERNELSCOPE_TRACE_SPLIT"] = "off"
+                one.append(timed(analyze(gz)))
+                with_backend(backends[0])
         with_backend(backends[0])
         rss = peak_rss_mb(analyze(gz))
         tree_rss, tree_pss = peak_tree_rss_mb(analyze(gz))
@@ -229,6 +234,9 @@ def measure(args: argparse.Namespace, tmp: Path, mb: float) -> dict:
         "targets_met": {"ratio<=1": ana / zcat <= 1.0, "rss<=300MB": max(rss, tree_rss) <= 300.0},
         "cpu_count": os.cpu_count(),
     }
+    if one:
+        result["analyze_one_process_s"] = round(_best(one)[0], 3)
+        result["one_process_ratio"] = round(_best(one)[0] / zcat, 2)
     if plain:
         pl = _best(plain)[0]
         result["plain_json_s"] = round(pl, 3)
@@ -284,6 +292,8 @@ def main() -> int:
     ap.add_argument("--backends", default="isal,stdlib",
                     help="gzip backends to time (KERNELSCOPE_TRACE_GZIP); the first is the headline figure")
     ap.add_argument("--plain", action="store_true", help="also time the analyzer on the uncompressed .json")
+    ap.add_argument("--one-process", action="store_true",
+                    help="also time the analyzer with the split decode off (KERNELSCOPE_TRACE_SPLIT=off)")
     ap.add_argument("--zst", action="store_true", help="also time the analyzer on a zstd -3 .json.zst")
     ap.add_argument("--plot", help="write the scaling curve (PNG) here")
     ap.add_argument("--keep", help="keep the grown traces in this directory")

@@ -159,6 +159,7 @@ class _Collector:
         # up to 5 examples per rank (-1: undecodable event, 0-3: python_function, cpu_op, kernel, runtime);
         # ``finish`` keeps the first 5 in rank order, so the examples do not depend on where chunks are cut
         self.examples: dict[int, list[str]] = {}
+        self.py_keep: dict[str, bool] = {}
         self.thread_fallback: set[str] = set()  # categories whose (pid, tid) took the per-event path
         self.absorbed: list[dict[str, Any]] = []  # states of other collectors (a split decode), in text order
 
@@ -181,6 +182,26 @@ class _Collector:
                 g = names[v] = len(names)
             ids[i] = g
         return ids
+
+    def _intern_names(self, evs: list) -> np.ndarray:
+        """``_intern`` of the events' names, read straight off the events."""
+        names = self.names
+        get = names.get
+        ids = np.array([get(e.name, -1) for e in evs], dtype=np.int32)
+        miss = np.flatnonzero(ids < 0)
+        for i in miss.tolist():
+            v = evs[i].name
+            g = get(v)
+            if g is None:
+                g = names[v] = len(names)
+            ids[i] = g
+        return ids
+
+    def _py_keep_miss(self, n: str) -> bool:
+        """Whether the analyzer uses python_function frames named ``n`` (module spans, phase markers,
+        user-code frames; not builtins or frames inside torch/); remembered per name."""
+        k = self.py_keep[n] = n.startswith("nn.Module: ") or not (n.startswith(("<", "torch/")) or "/torch/" in n)
+        return k
 
     def _thread(self, evs: list, cat: str) -> np.ndarray:
         """Thread ids of (pid, tid) pairs; integer pids/tids take a vectorised path."""
@@ -235,8 +256,8 @@ class _Collector:
                 continue
             if not is_cpu:
                 # keep only frames the analyzer uses: module spans, phase markers, user-code frames
-                evs = [e for e in evs if (n := e.name).startswith("nn.Module: ")
-                       or not (n.startswith(("<", "torch/")) or "/torch/" in n)]
+                kg, miss = self.py_keep.get, self._py_keep_miss
+                evs = [e for e in evs if (k := kg(e.name)) or (k is None and miss(e.name))]
                 if not evs:
                     continue
             ts = np.array([e.ts for e in evs], dtype=f64)
@@ -251,7 +272,7 @@ class _Collector:
                     continue
                 ts, dur = ts[keep], dur[keep]
             end = ts + dur
-            cols = (ts, end, self._thread(evs, "c" if is_cpu else "p"), self._intern([e.name for e in evs]))
+            cols = (ts, end, self._thread(evs, "c" if is_cpu else "p"), self._intern_names(evs))
             if is_cpu:
                 dims = [bytes(a.input_dims) if (a := e.args) is not None and a.input_dims is not None else b""
                         for e in evs]
@@ -275,14 +296,16 @@ class _Collector:
                     kts, kdur = kts[keep], kdur[keep]
             if good:
                 kind = np.array([KERNEL_CATS[e.cat] for e in good], dtype=np.int8)
-                self.k.append((
-                    self._intern([e.name for e in good]), kind, kts, kdur,
-                    _int_col([e.args.device if e.args.device is not None else (e.pid if isinstance(e.pid, int) else -1)
-                              for e in good]),
-                    _int_col([e.args.stream if e.args.stream is not None else (e.tid if isinstance(e.tid, int) else -1)
-                              for e in good]),
-                    [e.args.correlation for e in good],
-                ))
+                args = [e.args for e in good]
+                dev = [a.device for a in args]
+                if None in dev:  # no args.device: the pid (an integer) stands in, else -1
+                    dev = [d if d is not None else (e.pid if isinstance(e.pid, int) else -1) for d, e in zip(dev, good)]
+                stream = [a.stream for a in args]
+                if None in stream:
+                    stream = [s if s is not None else (e.tid if isinstance(e.tid, int) else -1)
+                              for s, e in zip(stream, good)]
+                self.k.append((self._intern_names(good), kind, kts, kdur, _int_col(dev), _int_col(stream),
+                               [a.correlation for a in args]))
         if lau:
             lau = [e for e in lau if e.args is not None and e.args.correlation is not None]
             good = [e for e in lau if e.ts is not None and e.name is not None]
@@ -298,7 +321,7 @@ class _Collector:
                     lts = lts[keep]
             if good:
                 self.l.append(([e.args.correlation for e in good], lts,
-                               self._thread(good, "l"), self._intern([e.name for e in good])))
+                               self._thread(good, "l"), self._intern_names(good)))
 
     def state(self) -> dict[str, Any]:
         """This collector's columns and tables as plain data (what a split decode's helper hands back)."""
