@@ -113,23 +113,25 @@ def learn_layers(ref: Reference, names: Sequence[str], paths: Sequence[str]) -> 
     blocks: dict[str, int] = {}
     mins: dict[tuple[str, str], int] = {}
     rel_of: dict[str, tuple[str, str]] = {}
-    inside = [p for p in uniq if len(parts_of[p]) > depth and split(parts_of[p][depth])[0] == btype]
-    for p in inside:
+    inside = []  # (path, its block's path, (type, index) of each part below the block)
+    for p in uniq:
         parts = parts_of[p]
+        if len(parts) <= depth:
+            continue
+        bt, bk = split(parts[depth])
+        if bt != btype:
+            continue
         bpath = "/".join(parts[: depth + 1])
-        blocks.setdefault(bpath, split(parts[depth])[1])
-        for x in parts[depth + 1:]:
-            t, k = split(x)
+        blocks.setdefault(bpath, bk)
+        below = [split(x) for x in parts[depth + 1:]]
+        for t, k in below:
             key = (bpath, t)
-            mins[key] = min(mins.get(key, k), k)
-    for p in inside:
-        parts = parts_of[p]
-        bpath = "/".join(parts[: depth + 1])
-        rel = []
-        for x in parts[depth + 1:]:
-            t, k = split(x)
-            rel.append(f"{t}_{k - mins[(bpath, t)]}")
-        rel_of[p] = (bpath, "/".join(rel))
+            m = mins.get(key)
+            if m is None or k < m:
+                mins[key] = k
+        inside.append((p, bpath, below))
+    for p, bpath, below in inside:
+        rel_of[p] = (bpath, "/".join([f"{t}_{k - mins[(bpath, t)]}" for t, k in below]))
     order = sorted(blocks, key=lambda b: blocks[b])
     bidx = {b: i for i, b in enumerate(order)}
     for p, (bpath, rel_path) in rel_of.items():  # (block, relative path) <-> path is one to one
