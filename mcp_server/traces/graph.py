@@ -142,10 +142,10 @@ def learn_layers(ref: Reference, names: Sequence[str], paths: Sequence[str]) -> 
     name_id: dict[str, int] = {}
     nid = np.fromiter((name_id.setdefault(n, len(name_id)) for n in names), dtype=np.int64, count=len(names))
     rid = np.fromiter((path_rel.get(p, -1) for p in paths), dtype=np.int64, count=len(paths))
-    m = rid >= 0
-    if m.any():
+    voted = rid >= 0
+    if voted.any():
         rels, nl, R = list(rel_id), list(name_id), len(rel_id)
-        uk, first, cnt = np.unique(nid[m] * R + rid[m], return_index=True, return_counts=True)
+        uk, first, cnt = np.unique(nid[voted] * R + rid[voted], return_index=True, return_counts=True)
         kn, kr = uk // R, uk % R
         tot = np.bincount(kn, weights=cnt)
         o = np.lexsort((first, -cnt, kn))
