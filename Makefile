@@ -12,7 +12,7 @@ TRITON_SPEC      ?= triton==3.6.0
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[dev]'
+	$(VPY) -m pip install -q -e '.[dev,ray]'  # ray: the trace-set Ray executor and its CI test
 	# CPU torch (the wheel on disk where present) for the Triton-interpreter tests; optional.
 	$(VPY) -m pip install -q '$(TORCH_WHEEL_SPEC)' || echo "torch not installed: torch-dependent tests will skip"
 	# Triton for the CPU-interpreter checks of the MLA kernels (TRITON_INTERPRET=1); optional.

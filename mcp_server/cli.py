@@ -171,7 +171,9 @@ def route(argv: list[str], ops: list[Operation]) -> list[str]:
     """``kernelscope analyze DIR`` -> ``kernelscope traceset analyze DIR`` (``Operation.takes_over``).
 
     An operation taking over a verb gets that verb's command line when a positional argument of the
-    verb names several traces (a directory or glob) or more positional arguments are given than it takes."""
+    verb names several traces (a directory or glob) or more existing files are given than it takes."""
+    import os
+
     if not argv or any(a in ("-h", "--help") for a in argv[1:]):
         return argv
     for op in ops:
@@ -185,7 +187,8 @@ def route(argv: list[str], ops: list[Operation]) -> list[str]:
         except (ValueError, SystemExit):
             continue
         values = [getattr(ns, f, None) for f in base.positional]
-        if any(_names_several(v) for v in values) or any(not e.startswith("-") for e in extra):
+        more_files = [e for e in extra if not e.startswith("-") and os.path.isfile(os.path.expanduser(e))]
+        if any(_names_several(v) for v in values) or more_files:
             return op.verb.split() + argv[1:]
     return argv
 

@@ -122,3 +122,25 @@ def apply_memory_limit(limit: "int | None") -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     except (ImportError, ValueError, OSError):  # pragma: no cover - platform without RLIMIT_AS
         pass
+
+
+def die_with_parent(parent_pid: "int | None" = None) -> None:
+    """Have the kernel kill this process when its parent dies (Linux ``PR_SET_PDEATHSIG``; a no-op elsewhere).
+
+    A trace-set rank worker calls it first, so a supervised call that is killed (time limit, cancel)
+    takes its rank workers with it. ``parent_pid``: the pid that started this process; when it is no
+    longer the parent (it died before this call), exit at once."""
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # pragma: no cover - no prctl
+        return
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)  # the parent died before the signal was armed

@@ -114,7 +114,9 @@ class _Worker:
     def __init__(self, ctx: Any, memory: Optional[int]):
         self.memory = memory
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, memory), daemon=True)
+        # not daemonic: a call may start processes of its own (the trace-set ranks); the pool kills its
+        # workers at exit (atexit, before multiprocessing joins its children)
+        self.proc = ctx.Process(target=_worker_main, args=(child, memory), daemon=False)
         self.proc.start()
         child.close()
 
@@ -154,6 +156,11 @@ class WorkerPool:
         self._idle: dict[Optional[int], list[_Worker]] = {}
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.size)
+        import atexit
+        import multiprocessing.util  # noqa: F401  (registers its own exit hook, which joins live children, first:
+        # hooks run last-registered first, so this pool's kill runs before that join)
+
+        atexit.register(self.close)
 
     def _take(self, memory: Optional[int]) -> _Worker:
         with self._lock:

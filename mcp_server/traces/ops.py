@@ -12,7 +12,8 @@ OPERATIONS = [
         description=(
             "Attribute every GPU kernel of a PyTorch-profiler (Kineto) trace (.json/.json.gz, NVIDIA or AMD, "
             "eager or CUDA-graph) to its nn.Module, category and phase; return module and category totals. "
-            "Optionally write the report workbook (upstream trace_module_analyzer layout plus full kernel table)."),
+            "Optionally write the report workbook (upstream trace_module_analyzer layout plus full kernel table). "
+            "For one trace per rank of a multi-rank run use analyze_trace_set (the CLI's `analyze DIR|GLOB` does)."),
         request=AnalyzeTraceRequest, result=TraceAnalysis,
         engine="mcp_server.traces.analyze:analyze_trace", render="mcp_server.traces.render:render_analysis",
         hints=WRITES_FILES, positional=("trace_path",), aliases={"output_xlsx": ("-o", "--output")},

@@ -222,7 +222,10 @@ def compare_trace_sets(
             "ranks")))
     slow_a = sa.ranks[0].total_kernel_us if sa.ranks else 0.0
     slow_b = sb.ranks[0].total_kernel_us if sb.ranks else 0.0
+    modules = _module_deltas(sa, sb)
+    # each run's own reading without its module and category lists: ``modules`` holds both runs' figures
+    sa, sb = (s.model_copy(update={"modules": [], "categories": []}) for s in (sa, sb))
     return TraceSetComparison(
-        labels=[la, lb], a=sa, b=sb, ranks=ranks, modules=_module_deltas(sa, sb),
+        labels=[la, lb], a=sa, b=sb, ranks=ranks, modules=modules,
         total_delta_us=sb.total_kernel_us - sa.total_kernel_us, slowest_rank_delta_us=slow_b - slow_a,
         warnings=warnings)

@@ -136,7 +136,8 @@ def resolve_ranks(inputs: list[str]) -> tuple[list[RankRef], Optional[int], list
     warnings: list[Warning_] = []
     if by_name:
         warnings.append(Warning_(code=WarningCode.rank_from_filename, count=len(by_name), message=(
-            "no distributedInfo in the trace head; rank read from the file name: " + ", ".join(by_name))))
+            "no distributedInfo in the trace head; rank read from the file name: " + ", ".join(by_name[:16])
+            + (f" and {len(by_name) - 16} more" if len(by_name) > 16 else ""))))
     refs.sort(key=lambda r: r.rank)
     if world is not None:
         outside = [r for r in refs if r.rank >= world]

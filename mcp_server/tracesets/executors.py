@@ -7,6 +7,7 @@ reported and the others go on (docs/ARCHITECTURE.md, "Trace sets").
 """
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import os
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -39,23 +40,34 @@ def worker_memory(text: Optional[str]) -> Optional[int]:
     return parse_size(raw) if raw else DEFAULT_MEMORY
 
 
+_OUT_OF_MEMORY = ("out of memory under the worker's address-space limit (raise worker_memory, e.g. 16G, or 0 for "
+                  "none)")
+#: how an import or mmap refused by the address-space limit reads
+_MAP_FAILED = ("failed to map segment", "Cannot allocate memory", "cannot allocate memory")
+
+
 def _message(exc: BaseException) -> str:
+    """One line for a rank that failed: the typed error as is, anything else by its first line."""
     if isinstance(exc, KernelscopeError):
         return str(exc)
-    if isinstance(exc, MemoryError):
-        return "out of memory under the worker's limit (raise worker_memory)"
-    return redact(f"{type(exc).__name__}: {exc}")
+    text = str(exc)
+    refused_map = isinstance(exc, (ImportError, OSError)) and any(m in text for m in _MAP_FAILED)
+    if isinstance(exc, MemoryError) or refused_map:
+        return _OUT_OF_MEMORY
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return redact(f"{type(exc).__name__}: {first[:300]}")
 
 
-def _init(memory: Optional[int]) -> None:
-    from mcp_server.limits import apply_memory_limit
+def _init(memory: Optional[int], parent: int) -> None:
+    from mcp_server.limits import apply_memory_limit, die_with_parent
 
+    die_with_parent(parent)
     apply_memory_limit(memory)
 
 
 def _pool(workers: int, memory: Optional[int]) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                               initializer=_init, initargs=(memory,))
+                               initializer=_init, initargs=(memory, os.getpid()))
 
 
 def run_inline(tasks: list[RankTask]) -> Iterator[Outcome]:
@@ -100,6 +112,28 @@ def run_pool(tasks: list[RankTask], workers: int, memory: Optional[int]) -> Iter
         lone = True
 
 
+#: seconds to wait for a TCP connection to a given Ray address before calling it unreachable
+RAY_CONNECT_S = 5.0
+
+
+def check_reachable(address: str) -> None:
+    """Fail fast on a Ray address nothing listens on (``ray.init`` itself retries for minutes)."""
+    import socket
+
+    if address == "auto":
+        return
+    hostport = address.split("://", 1)[-1].rsplit("/", 1)[0]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"Ray address {address!r} is not HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_S):
+            pass
+    except OSError as exc:
+        raise SourceError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}",
+                          hint="check --ray-address (ray://HOST:10001 for a client, HOST:6379 for the head)") from None
+
+
 def run_ray(tasks: list[RankTask], address: Optional[str], workers: int) -> Iterator[Outcome]:
     """One Ray task per trace. ``address``: a running cluster (``ray://host:10001``, ``host:6379`` or ``auto``);
     none starts a local instance with ``workers`` CPUs, shut down afterwards. Workers of a remote cluster need
@@ -113,10 +147,11 @@ def run_ray(tasks: list[RankTask], address: Optional[str], workers: int) -> Iter
     if not ray.is_initialized():
         try:
             if address:
-                ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+                check_reachable(address)
+                ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
             else:
                 ray.init(num_cpus=workers, object_store_memory=RAY_OBJECT_STORE, include_dashboard=False,
-                         log_to_driver=False, logging_level="ERROR")
+                         log_to_driver=False, logging_level=logging.ERROR)
         except ConnectionError as exc:
             raise SourceError(f"cannot connect to the Ray cluster at {address}: {_message(exc)}",
                               hint="check --ray-address (ray://HOST:10001 or HOST:6379)") from None

@@ -144,8 +144,9 @@ class ModuleDelta(Model):
 
 class TraceSetComparison(Model):
     labels: list[str]
-    a: TraceSetAnalysis
-    b: TraceSetAnalysis
+    a: TraceSetAnalysis = Field(description="run A read across its ranks (its module and category lists are in "
+                                            "``modules`` here, side by side with B's)")
+    b: TraceSetAnalysis = Field(description="run B read across its ranks")
     ranks: list[RankDelta] = Field(default_factory=list, description="rank by rank, largest |delta| first")
     modules: list[ModuleDelta] = Field(default_factory=list, description="largest |delta_max_us| first")
     total_delta_us: float

@@ -1,0 +1,14 @@
+#!/usr/bin/env python3
+"""Analyze the per-rank traces of a multi-rank run (files, a directory or a glob) across ranks.
+
+Same as ``kernelscope traceset analyze PATH... [-o set.xlsx] [--html set.html] [--executor ray] [--json]``.
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mcp_server.cli import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main(["traceset", "analyze", *sys.argv[1:]]))

@@ -1,0 +1,377 @@
+"""Multi-rank trace sets on the committed four-rank H200 sets (tests/fixtures/tracesets, made with gloo).
+
+Planted by tools/make_rank_traces.py: `straggler` (rank 1 does extra work in every decoder layer's MLP),
+`moving` (layer L's extra work on rank L % 4), `tokens` (rank 3 has 8x the tokens), `balanced`.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+from mcp_server.errors import TraceSetError
+from mcp_server.traces import analyze_trace
+from mcp_server.tracesets.analyze import analyze_trace_set, compare_trace_sets, rank_report_path
+from mcp_server.tracesets.discover import resolve_ranks
+
+SETS = FIXTURES / "tracesets"
+
+
+def _set(name: str) -> list[str]:
+    return [str(SETS / name)]
+
+
+@pytest.fixture(scope="module")
+def results():
+    return {name: analyze_trace_set(_set(name)) for name in ("balanced", "straggler", "moving", "tokens")}
+
+
+def _rewrite(src: Path, dst: Path, edit) -> Path:
+    data = json.loads(gzip.decompress(src.read_bytes()))
+    edit(data)
+    dst.write_bytes(gzip.compress(json.dumps(data).encode(), compresslevel=1))
+    return dst
+
+
+# --------------------------------------------------------------------------- finding ranks
+
+
+def test_ranks_from_distributed_info():
+    refs, world, warnings = resolve_ranks(_set("balanced"))
+    assert [r.rank for r in refs] == [0, 1, 2, 3]
+    assert world == 4 and warnings == []
+    assert all(r.rank_source == "distributedInfo" and Path(r.path).name == f"llama-TP-{r.rank}.trace.json.gz"
+               for r in refs)
+
+
+def test_glob_and_files_give_the_same_set():
+    by_glob, _, _ = resolve_ranks([str(SETS / "tokens" / "llama-TP-*.trace.json.gz")])
+    by_files, _, _ = resolve_ranks([str(p) for p in sorted((SETS / "tokens").iterdir()) if p.name.endswith(".gz")])
+    assert [r.path for r in by_glob] == [r.path for r in by_files]
+    assert len(by_glob) == 4
+
+
+def test_rank_from_file_name_with_a_warning(tmp_path):
+    for rank in (0, 2):
+        _rewrite(SETS / "balanced" / f"llama-TP-{rank}.trace.json.gz", tmp_path / f"run-TP-{rank}.trace.json.gz",
+                 lambda d: d.pop("distributedInfo"))
+    refs, world, warnings = resolve_ranks([str(tmp_path)])
+    assert [(r.rank, r.rank_source) for r in refs] == [(0, "file name"), (2, "file name")]
+    assert world is None
+    assert [w.code for w in warnings] == ["rank_from_filename"]
+    assert "run-TP-2.trace.json.gz -> 2" in warnings[0].message
+
+
+def test_partial_set_warns_which_ranks_are_missing(tmp_path):
+    for rank in (0, 3):
+        shutil.copy(SETS / "moving" / f"llama-TP-{rank}.trace.json.gz", tmp_path)
+    refs, world, warnings = resolve_ranks([str(tmp_path)])
+    assert world == 4 and [r.rank for r in refs] == [0, 3]
+    assert [w.code for w in warnings] == ["ranks_missing"]
+    assert warnings[0].message.endswith("missing: 1, 2")
+
+
+def test_duplicate_rank_refused(tmp_path):
+    shutil.copy(SETS / "balanced" / "llama-TP-1.trace.json.gz", tmp_path / "a.json.gz")
+    shutil.copy(SETS / "straggler" / "llama-TP-1.trace.json.gz", tmp_path / "b.json.gz")
+    with pytest.raises(TraceSetError, match="rank 1 appears twice"):
+        resolve_ranks([str(tmp_path)])
+
+
+def test_mixed_world_sizes_refused(tmp_path):
+    shutil.copy(SETS / "balanced" / "llama-TP-0.trace.json.gz", tmp_path)
+
+    def eight(d):
+        d["distributedInfo"]["world_size"] = 8
+
+    _rewrite(SETS / "balanced" / "llama-TP-1.trace.json.gz", tmp_path / "llama-TP-1.trace.json.gz", eight)
+    with pytest.raises(TraceSetError, match="different world sizes"):
+        resolve_ranks([str(tmp_path)])
+
+
+def test_no_rank_anywhere_refused(tmp_path):
+    _rewrite(SETS / "balanced" / "llama-TP-0.trace.json.gz", tmp_path / "trace.json.gz",
+             lambda d: d.pop("distributedInfo"))
+    with pytest.raises(TraceSetError, match="no distributedInfo.rank and its file name carries no rank"):
+        resolve_ranks([str(tmp_path)])
+
+
+def test_empty_directory_and_unmatched_glob_refused(tmp_path):
+    with pytest.raises(TraceSetError, match="no trace files"):
+        resolve_ranks([str(tmp_path)])
+    with pytest.raises(TraceSetError, match="matches no file"):
+        resolve_ranks([str(tmp_path / "*.json.gz")])
+
+
+# --------------------------------------------------------------------------- the planted cases
+
+
+def test_fixed_straggler_named(results):
+    st = results["straggler"].straggler
+    assert (st.rank, st.kind) == (1, "fixed")
+    assert st.slow_layers == {0: 1, 1: 1, 2: 1, 3: 1}
+    mlps = [m for m in results["straggler"].modules if m.type == "LlamaMLP"]
+    assert len(mlps) == 4 and all(m.slowest_rank == 1 and m.imbalance > 1.8 for m in mlps)
+
+
+def test_more_tokens_is_a_fixed_straggler_too(results):
+    st = results["tokens"].straggler
+    assert (st.rank, st.kind) == (3, "fixed")
+    assert results["tokens"].ranks[0].rank == 3  # slowest first
+
+
+def test_moving_slow_rank_named(results):
+    res = results["moving"]
+    assert (res.straggler.rank, res.straggler.kind) == (None, "moving")
+    assert res.straggler.slow_layers == {0: 0, 1: 1, 2: 2, 3: 3}
+    for layer in res.layers:
+        assert layer.slowest_rank == layer.index and layer.imbalance > 1.2
+    # the rank totals barely differ: only the per-layer view shows it
+    assert max(r.vs_mean for r in res.ranks) < 1.01
+
+
+def test_balanced_set_has_no_straggler(results):
+    st = results["balanced"].straggler
+    assert (st.rank, st.kind) == (None, None)
+    assert max(x.imbalance for x in results["balanced"].layers) < 1.05
+    assert "no layer over the 1.05x threshold" in st.evidence
+
+
+def test_per_rank_figures_are_the_single_trace_analysis(results):
+    res = results["straggler"]
+    for row in res.ranks:
+        one = analyze_trace(row.path)
+        assert row.total_kernel_us == one.total_kernel_us and row.kernel_count == one.kernel_count
+        layer_nodes = [n for n in one.tree if n.type == "LlamaDecoderLayer"]
+        assert [x.per_rank_us[row.rank] for x in res.layers] == [n.total_us for n in layer_nodes]
+        by_cat = {c.category: c.per_rank_us[row.rank] for c in res.categories}
+        assert by_cat == {c.category: c.total_us for c in one.categories}
+    assert res.total_kernel_us == pytest.approx(sum(r.total_kernel_us for r in res.ranks))
+    assert res.layer_source == "module type LlamaDecoderLayer"
+
+
+def test_executors_agree(results):
+    inline = analyze_trace_set(_set("moving"), executor="inline")
+    one_worker = analyze_trace_set(_set("moving"), workers=1)
+    drop = {"executor", "workers"}
+    assert inline.model_dump(exclude=drop) == results["moving"].model_dump(exclude=drop)
+    assert one_worker.model_dump(exclude=drop) == results["moving"].model_dump(exclude=drop)
+    assert (inline.executor, inline.workers, one_worker.workers) == ("inline", 1, 1)
+
+
+def test_progress_per_rank():
+    seen = []
+    analyze_trace_set(_set("tokens"), progress=lambda d, t, m=None: seen.append((d, t, m)))
+    assert seen[0][0] == 0 and seen[-1][:2] == (4, 4)
+    assert sorted(m for d, _t, m in seen if d) == [f"rank {r} done" for r in range(4)]
+
+
+# --------------------------------------------------------------------------- failures stay per rank
+
+
+def test_one_bad_rank_is_reported_and_the_others_analysed(tmp_path):
+    for rank in (0, 1, 3):
+        shutil.copy(SETS / "straggler" / f"llama-TP-{rank}.trace.json.gz", tmp_path)
+    whole = gzip.decompress((SETS / "straggler" / "llama-TP-2.trace.json.gz").read_bytes())
+    (tmp_path / "llama-TP-2.trace.json.gz").write_bytes(gzip.compress(whole[: len(whole) // 2]))  # cut mid-events
+    res = analyze_trace_set([str(tmp_path)])
+    assert [f.rank for f in res.failed] == [2]
+    assert "trace" in res.failed[0].error.lower()
+    assert sorted(r.rank for r in res.ranks) == [0, 1, 3]
+    assert "rank_failed" in [w.code for w in res.warnings]
+    assert (res.straggler.rank, res.straggler.kind) == (1, "fixed")
+
+
+def test_worker_memory_limit_bounds_each_rank():
+    with pytest.raises(TraceSetError, match="no rank could be analysed; rank 0: out of memory under the worker's "
+                                            "address-space limit"):
+        analyze_trace_set(_set("balanced"), worker_memory="64M", workers=2)
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def test_summary_workbook_rank_reports_and_heat_map(tmp_path):
+    from openpyxl import load_workbook
+
+    out = tmp_path / "set.xlsx"
+    res = analyze_trace_set(_set("straggler"), output_xlsx=str(out), output_html=str(tmp_path / "set.html"))
+    wb = load_workbook(out, read_only=True)
+    assert wb.sheetnames == ["Ranks", "Straggler", "Layers", "Modules", "Categories"]
+    rows = list(wb["Layers"].iter_rows(values_only=True))
+    assert rows[0][:6] == ("Layer", "Name", "rank 0 (us)", "rank 1 (us)", "rank 2 (us)", "rank 3 (us)")
+    assert [r[7] for r in rows[1:]] == [1, 1, 1, 1]  # slowest rank of every layer
+    for rank in range(4):
+        p = Path(rank_report_path(out, rank))
+        assert p.name == f"set.rank{rank}.xlsx" and p.stat().st_size > 0
+        assert "Module Tree" in load_workbook(p, read_only=True).sheetnames
+    assert {r.output_xlsx for r in res.ranks} == {rank_report_path(out, r) for r in range(4)}
+    page = (tmp_path / "set.html").read_text()
+    assert page.count("<th>rank ") == 8  # the layer and module heat maps, 4 rank columns each
+    assert "straggler: rank 1 (fixed)" in page
+
+
+# --------------------------------------------------------------------------- two runs
+
+
+def test_compare_runs_rank_by_rank():
+    cmp = compare_trace_sets(str(SETS / "balanced"), str(SETS / "straggler"))
+    assert cmp.labels == ["balanced", "straggler"]
+    assert cmp.ranks[0].rank == 1  # the largest change first
+    a = {r.rank: r.total_kernel_us for r in cmp.a.ranks}
+    b = {r.rank: r.total_kernel_us for r in cmp.b.ranks}
+    assert {r.rank: r.delta_us for r in cmp.ranks} == {k: b[k] - a[k] for k in a}
+    top_mlp = next(m for m in cmp.modules if m.type == "LlamaMLP")
+    assert top_mlp.b_slowest_rank == 1 and top_mlp.delta_max_us > 25
+    assert cmp.slowest_rank_delta_us == pytest.approx(max(b.values()) - max(a.values()))
+    assert (cmp.a.straggler.kind, cmp.b.straggler.rank) == (None, 1)
+
+
+def test_compare_refuses_the_same_run_twice():
+    with pytest.raises(TraceSetError, match="share trace files"):
+        compare_trace_sets(str(SETS / "moving"), str(SETS / "moving" / "*.gz"))
+
+
+# --------------------------------------------------------------------------- Ray
+
+
+def test_ray_executor_equals_the_process_pool(results):
+    """A local Ray instance (two CPUs) gives the process pool's result, with progress as tasks finish."""
+    pytest.importorskip("ray")
+    seen = []
+    res = analyze_trace_set(_set("straggler"), executor="ray", workers=2,
+                            progress=lambda d, t, m=None: seen.append(m))
+    drop = {"executor", "workers"}
+    assert res.model_dump(exclude=drop) == results["straggler"].model_dump(exclude=drop)
+    assert (res.executor, res.workers) == ("ray", 2)
+    assert sorted(m for m in seen if m and m.endswith("done")) == [f"rank {r} done" for r in range(4)]
+
+
+def test_ray_task_failure_keeps_the_others(tmp_path):
+    pytest.importorskip("ray")
+    for rank in (0, 2, 3):
+        shutil.copy(SETS / "tokens" / f"llama-TP-{rank}.trace.json.gz", tmp_path)
+    whole = gzip.decompress((SETS / "tokens" / "llama-TP-1.trace.json.gz").read_bytes())
+    (tmp_path / "llama-TP-1.trace.json.gz").write_bytes(gzip.compress(whole[: len(whole) // 3]))
+    res = analyze_trace_set([str(tmp_path)], executor="ray", workers=2)
+    assert [f.rank for f in res.failed] == [1]
+    assert "\n" not in res.failed[0].error and "trace" in res.failed[0].error.lower()
+    assert (res.straggler.rank, res.straggler.kind) == (3, "fixed")
+
+
+def test_ray_address_nothing_listens_on_fails_fast():
+    pytest.importorskip("ray")
+    from mcp_server.errors import SourceError
+
+    with pytest.raises(SourceError, match="cannot reach the Ray cluster at 127.0.0.1:1"):
+        analyze_trace_set(_set("balanced"), executor="ray", ray_address="127.0.0.1:1")
+
+
+# --------------------------------------------------------------------------- over MCP
+
+
+def test_tools_answer_a_summary_under_16_kb():
+    import anyio
+    from mcp import Client
+
+    from mcp_server.server import mcp
+
+    async def go():
+        async with Client(mcp) as c:
+            one = await c.call_tool("analyze_trace_set", {"paths": [str(SETS / "moving")]})
+            two = await c.call_tool("compare_trace_sets", {"a": str(SETS / "balanced"), "b": str(SETS / "tokens")})
+            bad = await c.call_tool("analyze_trace_set", {"paths": [str(SETS / "nope")]})
+            return one, two, bad
+
+    one, two, bad = anyio.run(go)
+    assert not one.is_error and not two.is_error
+    for answer in (one, two):
+        assert len(json.dumps(answer.structured_content)) < 16 * 1024
+    assert one.structured_content["straggler"]["kind"] == "moving"
+    assert one.structured_content["modules"][0]["per_rank_us"].keys() == {"0", "1", "2", "3"}
+    assert two.structured_content["b"]["straggler"]["rank"] == 3
+    assert bad.is_error and "trace file not found" in bad.content[0].text
+
+
+# --------------------------------------------------------------------------- the CLI routes sets to these verbs
+
+
+def test_cli_analyze_and_compare_route_sets(capsys):
+    from mcp_server.cli import main
+
+    assert main(["analyze", str(SETS / "tokens"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["straggler"]["rank"] == 3
+    two = [str(SETS / "moving" / f"llama-TP-{r}.trace.json.gz") for r in (0, 1)]
+    assert main(["analyze", *two, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rank_count"] == 2
+    # one file and an option that takes a file: still the single-trace verb
+    assert main(["analyze", two[0], "--reference-trace", two[1], "--json"]) == 0
+    assert "tree" in json.loads(capsys.readouterr().out)
+    assert main(["compare", str(SETS / "balanced"), str(SETS / "moving"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["labels"] == ["balanced", "moving"] and out["b"]["straggler"]["kind"] == "moving"
+    assert main(["compare", two[0], two[1], "--json"]) == 0  # two files: the module diff
+    assert "blocks" in json.loads(capsys.readouterr().out)
+
+
+# --------------------------------------------------------------------------- a stopped call takes its ranks along
+
+
+def _children(pid: int) -> set[int]:
+    out = set()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.add(int(d.name))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
+def test_a_stopped_call_takes_its_rank_workers_along(tmp_path):
+    """The server stops a call (cancel or time limit: both kill its worker); the rank workers it started die too."""
+    import os
+    import threading
+    import time
+
+    from mcp_server.faces import operations
+    from mcp_server.workers import WorkerLimitError, WorkerPool
+
+    src = SETS / "balanced" / "llama-TP-0.trace.json.gz"
+    stripped = _rewrite(src, tmp_path / "one.json.gz", lambda d: d.pop("distributedInfo"))
+    for r in range(160):
+        shutil.copy(stripped, tmp_path / f"run-TP-{r}.trace.json.gz")
+    stripped.unlink()
+    op = next(o for o in operations() if o.tool == "analyze_trace_set")
+    pool = WorkerPool(size=1)
+    seen: set[int] = set()
+    errors: list[BaseException] = []
+
+    def call():
+        try:
+            pool.call(op, {"paths": [str(tmp_path)], "workers": 2}, cancelled=lambda: bool(seen))
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            errors.append(exc)
+
+    t = threading.Thread(target=call)
+    t.start()
+    while t.is_alive():
+        for worker in _children(os.getpid()):
+            seen |= _children(worker)  # the rank workers (and the pool's resource tracker)
+        time.sleep(0.05)
+    t.join()
+    pool.close()
+    assert errors and isinstance(errors[0], WorkerLimitError) and "its worker was stopped" in str(errors[0])
+    assert seen, "the rank workers were never seen"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in seen):
+        time.sleep(0.1)
+    alive = [p for p in seen if Path(f"/proc/{p}").exists()
+             and "Z" not in (Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[:1])]
+    assert alive == []
