@@ -114,10 +114,25 @@ def step_compass(console: Console) -> None:
             render_show(ledger_show(exp, ledger=str(ledger)), console)
 
 
+def step_tracesets(console: Console) -> None:
+    """Multi-rank runs: four gloo ranks on one H200, a fixed straggler, a moving slow rank, two runs compared."""
+    from mcp_server.tracesets.analyze import analyze_trace_set, compare_trace_sets
+    from mcp_server.tracesets.render import render_compare, render_set
+
+    sets = demo_file("tracesets")
+    for name, what in (("straggler", "rank 1 does extra work in every layer"),
+                       ("moving", "layer L's extra work runs on rank L % 4")):
+        console.print(Rule(f"analyze tracesets/{name}/ (4 ranks: {what})"))
+        render_set(analyze_trace_set([str(sets / name)]), console)
+    console.print(Rule("compare tracesets/balanced/ tracesets/tokens/ (rank 3 given 8x the tokens)"))
+    render_compare(compare_trace_sets(str(sets / "balanced"), str(sets / "tokens")), console)
+
+
 STEPS: list[Callable[[Console], None]] = [
     step_analyze,
     step_compare,
     step_budget,
+    step_tracesets,
     step_timeline,
     step_compass,
 ]

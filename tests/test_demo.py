@@ -19,8 +19,15 @@ def _flat(text: str) -> str:
 
 
 def test_demo_runs_every_job():
-    assert demo.STEPS == [demo.step_analyze, demo.step_compare, demo.step_budget, demo.step_timeline,
-                          demo.step_compass]
+    assert demo.STEPS == [demo.step_analyze, demo.step_compare, demo.step_budget, demo.step_tracesets,
+                          demo.step_timeline, demo.step_compass]
+
+
+def test_demo_trace_sets_name_the_straggler_and_the_moving_rank():
+    text = _flat(_run(demo.step_tracesets))
+    assert "straggler: rank 1 (fixed): rank 1 is the slowest in 4 of 4 layers" in text
+    assert "the slow rank moves: 4 different ranks are slowest in the 4 imbalanced layers" in text
+    assert "balanced: no straggler; tokens: straggler: rank 3 (fixed)" in text
 
 
 def test_demo_budget_rows_sorted_by_gap_with_the_fused_attention_kernel_on_sdpa():

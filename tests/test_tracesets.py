@@ -375,3 +375,19 @@ def test_a_stopped_call_takes_its_rank_workers_along(tmp_path):
     alive = [p for p in seen if Path(f"/proc/{p}").exists()
              and "Z" not in (Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[:1])]
     assert alive == []
+
+
+def test_cuda_graph_decode_ranks_use_the_layer_cut(tmp_path):
+    """Graph replays carry no module spans: layers come from the analyzer's layer cut (graph.layers_found)."""
+    from conftest import TRACES
+
+    for rank in (0, 1):
+        shutil.copy(TRACES / "llama_decode_graph.json.gz", tmp_path / f"decode-TP-{rank}.trace.json.gz")
+    res = analyze_trace_set([str(tmp_path)])
+    one = analyze_trace(TRACES / "llama_decode_graph.json.gz")
+    assert res.layer_source == "CUDA-graph layer cut (period)"
+    assert len(res.layers) == one.graph.layers_found == 2
+    per_layer = one.kernels[one.kernels["layer"] >= 0].groupby("layer")["dur_us"].sum()
+    assert [x.per_rank_us[1] for x in res.layers] == [float(v) for v in per_layer]
+    assert (res.straggler.rank, res.straggler.kind) == (None, None)  # the same trace twice: balanced
+    assert [w.code for w in res.warnings][:1] == ["rank_from_filename"]
