@@ -12,6 +12,7 @@ import multiprocessing as mp
 import os
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import replace
 from typing import Any, Iterator, Optional
 
 from mcp_server.errors import InputError, KernelscopeError, SourceError, ToolMissingError, redact
@@ -84,7 +85,7 @@ def run_pool(tasks: list[RankTask], workers: int, memory: Optional[int]) -> Iter
 
     When a worker dies (native crash, memory limit) the pool breaks and every unfinished rank is
     re-run alone in a fresh one-worker pool, so the rank that kills its worker is the one reported."""
-    pending = list(tasks)
+    pending = [replace(t, trace_split="off") for t in tasks] if workers > 1 else list(tasks)
     lone = False
     while pending:
         retry: list[RankTask] = []
@@ -160,7 +161,7 @@ def run_ray(tasks: list[RankTask], address: Optional[str], workers: int) -> Iter
         started = True
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(summarize_rank)
-        refs = {remote.remote(t.as_dict()): t for t in tasks}
+        refs = {remote.remote(replace(t, trace_split="off").as_dict()): t for t in tasks}  # a task per CPU
         todo = list(refs)
         while todo:
             done, todo = ray.wait(todo, num_returns=1)

@@ -25,6 +25,9 @@ class RankTask:
     reference_trace: Optional[str] = None
     output_xlsx: Optional[str] = None
     overwrite: bool = False
+    #: ``KERNELSCOPE_TRACE_SPLIT`` for this rank: "off" where the ranks already fill the cores (a large
+    #: trace would otherwise start a second decode process per rank); None leaves it as it is
+    trace_split: Optional[str] = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,6 +73,10 @@ def summarize_rank(task: dict[str, Any]) -> dict[str, Any]:
     from mcp_server.traces.analyze import analyze_trace
 
     t = RankTask(**task)
+    if t.trace_split is not None:
+        import os
+
+        os.environ["KERNELSCOPE_TRACE_SPLIT"] = t.trace_split  # a worker process of its own
     with forced_writes(t.overwrite):
         res = analyze_trace(t.path, output_xlsx=t.output_xlsx, categories=t.categories,
                             reference_trace=t.reference_trace)
