@@ -59,6 +59,10 @@ def _cases(tmp: Path, grown: Path | None) -> dict[str, list[tuple[str, dict[str,
                                                          "after_path": str(TL / "balanced_probe.bin"),
                                                          "event_names": str(TL / "phases.events")})],
     }
+    sets = FIX / "tracesets"
+    cases["analyze_trace_set"] = [("4 ranks, straggler", {"paths": [str(sets / "straggler")]}),
+                                  ("4 ranks, moving", {"paths": [str(sets / "moving")]})]
+    cases["compare_trace_sets"] = [("balanced vs tokens", {"a": str(sets / "balanced"), "b": str(sets / "tokens")})]
     if grown is not None:
         cases["analyze_trace"].append((f"grown {grown.stat().st_size >> 20} MB gz", {"trace_path": str(grown)}))
     ledger = ROOT / "examples" / "mla_decode" / "h200" / "ledger.db"
