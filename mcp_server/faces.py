@@ -47,7 +47,7 @@ FACE_FIELDS = frozenset({"top_n", "detail", "overwrite"})
 class Request(BaseModel):
     """Base of every operation's request model: unknown fields are refused."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 def top_n_field(default: int = 10, rows: str = "Rows kept in each list of the answer (largest first)") -> Any:

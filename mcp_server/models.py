@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 class Model(BaseModel):
     """Base for every result model: plain data, stable field names."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
 
 class Warning_(Model):
