@@ -7,7 +7,9 @@ that matter), rounds floats to 6 significant digits, shortens names longer
 than ``MAX_TEXT`` characters inside list rows (templated C++ kernel names run
 to 800; messages and paths are never cut), and appends one
 ``summary_truncated`` warning that names each trimmed list with how many rows
-it held. Lists an agent needs whole to read the rest (warnings, labels,
+it held. A result model may define ``summary_view(top_n) -> (model, note | None)``, applied first, for
+a cut the generic rule cannot make (a trace set's per-rank maps keep only the ranks the summary shows);
+its note joins the warning. Lists an agent needs whole to read the rest (warnings, labels,
 advice) are never trimmed. The full result is one ``detail=true`` away, and
 the files an operation writes always hold every row. See
 docs/ARCHITECTURE.md, "Result size".
@@ -47,6 +49,9 @@ def trim(result: M, top_n: int) -> M:
         return trimmed
     parts = []
     for path, sizes in cut.items():
+        if path.startswith("<note>"):
+            parts.append(path.removeprefix("<note>"))
+            continue
         if path == "<text>":
             parts.append(f"{len(sizes)} strings shortened to {MAX_TEXT} characters")
             continue
@@ -70,6 +75,11 @@ def _is_name(path: str) -> bool:
 
 
 def _trim_model(model: M, top_n: int, path: str, cut: dict[str, list[int]]) -> M:
+    hook = getattr(model, "summary_view", None)
+    if callable(hook):  # a result that knows a narrower summary of its own (e.g. rank maps of a trace set)
+        model, note = hook(top_n)
+        if note:
+            cut.setdefault(f"<note>{path or 'result'}: {note}", []).append(0)
     update: dict[str, Any] = {}
     for name in type(model).model_fields:
         value = getattr(model, name)

@@ -134,6 +134,13 @@ def test_moving_slow_rank_named(results):
     assert max(r.vs_mean for r in res.ranks) < 1.01
 
 
+def test_lists_are_largest_first(results):
+    res = results["tokens"]
+    for rows in (res.layers, res.modules):
+        assert [r.excess_us for r in rows] == sorted((r.excess_us for r in rows), reverse=True)
+    assert [c.mean_us for c in res.categories] == sorted((c.mean_us for c in res.categories), reverse=True)
+
+
 def test_balanced_set_has_no_straggler(results):
     st = results["balanced"].straggler
     assert (st.rank, st.kind) == (None, None)
@@ -147,7 +154,8 @@ def test_per_rank_figures_are_the_single_trace_analysis(results):
         one = analyze_trace(row.path)
         assert row.total_kernel_us == one.total_kernel_us and row.kernel_count == one.kernel_count
         layer_nodes = [n for n in one.tree if n.type == "LlamaDecoderLayer"]
-        assert [x.per_rank_us[row.rank] for x in res.layers] == [n.total_us for n in layer_nodes]
+        in_order = sorted(res.layers, key=lambda x: x.index)
+        assert [x.per_rank_us[row.rank] for x in in_order] == [n.total_us for n in layer_nodes]
         by_cat = {c.category: c.per_rank_us[row.rank] for c in res.categories}
         assert by_cat == {c.category: c.total_us for c in one.categories}
     assert res.total_kernel_us == pytest.approx(sum(r.total_kernel_us for r in res.ranks))
@@ -261,6 +269,31 @@ def test_ray_task_failure_keeps_the_others(tmp_path):
     assert [f.rank for f in res.failed] == [1]
     assert "\n" not in res.failed[0].error and "trace" in res.failed[0].error.lower()
     assert (res.straggler.rank, res.straggler.kind) == (3, "fixed")
+
+
+def test_summary_of_many_ranks_keeps_the_slowest_in_the_rank_maps(tmp_path):
+    """40 ranks: the default answer keeps per-rank figures for the 10 slowest ranks and the fastest only."""
+    from mcp_server.faces import operations
+
+    for r in range(40):
+        src = SETS / ("tokens" if r == 0 else "balanced") / f"llama-TP-{3 if r == 0 else r % 4}.trace.json.gz"
+
+        def renumber(d, r=r):
+            d["distributedInfo"].update(rank=r, world_size=40)
+
+        _rewrite(src, tmp_path / f"big-TP-{r}.trace.json.gz", renumber)
+    op = next(o for o in operations() if o.tool == "analyze_trace_set")
+    req = op.make_request({"paths": [str(tmp_path / "*.trace.json.gz")]})
+    full = op.call(req)
+    assert full.rank_count == 40 and all(len(m.per_rank_us) == 40 for m in full.modules)
+    answer = op.shape(full, req)
+    assert len(answer.model_dump_json()) < 16 * 1024
+    shown = {r.rank for r in full.ranks[:10]} | {full.ranks[-1].rank}
+    assert 0 in shown and all(set(m.per_rank_us) == shown for m in answer.modules)
+    assert answer.modules[0].imbalance == pytest.approx(full.modules[0].imbalance, rel=1e-5)  # over all ranks
+    note = answer.warnings[-1]
+    assert note.code == "summary_truncated" and "per_rank_us maps keep 11 of 40 ranks" in note.message
+    assert answer.straggler.rank == 0 and answer.straggler.kind == "fixed"
 
 
 def test_ray_address_nothing_listens_on_fails_fast():
@@ -388,6 +421,6 @@ def test_cuda_graph_decode_ranks_use_the_layer_cut(tmp_path):
     assert res.layer_source == "CUDA-graph layer cut (period)"
     assert len(res.layers) == one.graph.layers_found == 2
     per_layer = one.kernels[one.kernels["layer"] >= 0].groupby("layer")["dur_us"].sum()
-    assert [x.per_rank_us[1] for x in res.layers] == [float(v) for v in per_layer]
+    assert [x.per_rank_us[1] for x in sorted(res.layers, key=lambda x: x.index)] == [float(v) for v in per_layer]
     assert (res.straggler.rank, res.straggler.kind) == (None, None)  # the same trace twice: balanced
     assert [w.code for w in res.warnings][:1] == ["rank_from_filename"]

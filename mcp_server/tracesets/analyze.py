@@ -115,7 +115,8 @@ def _assemble(refs: list[RankRef], world: Optional[int], found_warnings: list[Wa
     return TraceSetAnalysis(
         world_size=world, rank_count=len(summaries), executor=executor, workers=run.used_workers,
         imbalance_threshold=threshold, total_kernel_us=sum(s.total_kernel_us for s in summaries), ranks=totals,
-        straggler=combine.straggler(layer_rows, totals, threshold), layers=layer_rows, layer_source=layer_source,
+        straggler=combine.straggler(layer_rows, totals, threshold),
+        layers=sorted(layer_rows, key=lambda x: (-x.excess_us, x.index)), layer_source=layer_source,
         modules=combine.modules(summaries), categories=combine.categories(summaries), failed=failed,
         warnings=warnings)
 

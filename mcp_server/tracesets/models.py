@@ -1,11 +1,17 @@
 """Result models of the trace-set engine (pydantic only; cheap to import)."""
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal, Optional, TypeVar
 
 from pydantic import Field
 
 from mcp_server.models import Model, Warning_
+
+_R = TypeVar("_R", bound=Model)
+
+
+def _keep_ranks(rows: list[_R], field: str, ranks: set[int]) -> list[_R]:
+    return [r.model_copy(update={field: {k: v for k, v in getattr(r, field).items() if k in ranks}}) for r in rows]
 
 
 class RankRef(Model):
@@ -109,7 +115,7 @@ class TraceSetAnalysis(Model):
     total_kernel_us: float = Field(description="sum over ranks")
     ranks: list[RankTotal] = Field(default_factory=list, description="slowest first")
     straggler: Straggler = Field(default_factory=Straggler)
-    layers: list[LayerAcrossRanks] = Field(default_factory=list, description="in layer order")
+    layers: list[LayerAcrossRanks] = Field(default_factory=list, description="largest excess_us first")
     layer_source: str = ""
     modules: list[ModuleAcrossRanks] = Field(default_factory=list, description="largest excess_us first")
     categories: list[CategoryAcrossRanks] = Field(default_factory=list, description="largest mean first")
@@ -117,6 +123,22 @@ class TraceSetAnalysis(Model):
     output_xlsx: Optional[str] = None
     output_html: Optional[str] = None
     warnings: list[Warning_] = Field(default_factory=list)
+
+    def shown_ranks(self, top_n: int) -> set[int]:
+        """The ranks a summary keeps in its per-rank maps: the ``top_n`` slowest and the fastest."""
+        return {r.rank for r in self.ranks[:top_n]} | ({self.ranks[-1].rank} if self.ranks else set())
+
+    def summary_view(self, top_n: int) -> tuple["TraceSetAnalysis", Optional[str]]:
+        if len(self.ranks) <= top_n:
+            return self, None
+        keep = self.shown_ranks(top_n)
+        view = self.model_copy(update={
+            "layers": _keep_ranks(self.layers, "per_rank_us", keep),
+            "modules": _keep_ranks(self.modules, "per_rank_us", keep),
+            "categories": _keep_ranks(self.categories, "per_rank_us", keep)})
+        return view, (f"per_rank_us maps keep {len(keep)} of {len(self.ranks)} ranks (the {top_n} slowest and "
+                      f"the fastest: {', '.join(map(str, sorted(keep)))}); mean_us, slowest_rank and imbalance "
+                      "are over every rank")
 
 
 class RankDelta(Model):
@@ -152,3 +174,11 @@ class TraceSetComparison(Model):
     total_delta_us: float
     slowest_rank_delta_us: float = Field(description="change of the slowest rank's total (the step time)")
     warnings: list[Warning_] = Field(default_factory=list)
+
+    def summary_view(self, top_n: int) -> tuple["TraceSetComparison", Optional[str]]:
+        if len(self.ranks) <= top_n:
+            return self, None
+        keep = {r.rank for r in self.ranks[:top_n]}
+        view = self.model_copy(update={"modules": _keep_ranks(self.modules, "per_rank_delta_us", keep)})
+        return view, (f"per_rank_delta_us maps keep the {top_n} ranks of the largest change "
+                      f"({', '.join(map(str, sorted(keep)))}) of {len(self.ranks)}")

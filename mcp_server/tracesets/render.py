@@ -51,7 +51,7 @@ def render_set(res: TraceSetAnalysis, console: Console, request: object = None) 
     if res.layers:
         t = _table(f"Layers ({res.layer_source}), us per rank", ["Layer", *map(str, ranks), "Slowest", "Imbalance"],
                    [x.name for x in res.layers[:MAX_ROWS * 4]])
-        for x in res.layers[:MAX_ROWS * 4]:
+        for x in sorted(res.layers, key=lambda x: x.index)[:MAX_ROWS * 4]:
             t.add_row(escape(x.name), *(f"{x.per_rank_us.get(r, 0.0):,.1f}" for r in ranks), str(x.slowest_rank),
                       f"{x.imbalance:.3f}x")
         c.print(t)

@@ -48,6 +48,7 @@ def write_set_xlsx(res: TraceSetAnalysis, path: str | os.PathLike) -> Path:
             ws.append(row)
 
     per = [f"rank {r} (us)" for r in ranks]
+    in_order = sorted(res.layers, key=lambda x: x.index)
     sheet("Ranks", ["Rank", "Total kernel (us)", "Kernels", "Vs mean", "Rank from", "Trace", "Rank report"],
           ([r.rank, round(r.total_kernel_us, 3), r.kernel_count, round(r.vs_mean, 4), r.rank_source, r.path,
             r.output_xlsx or ""] for r in sorted(res.ranks, key=lambda r: r.rank)))
@@ -57,7 +58,7 @@ def write_set_xlsx(res: TraceSetAnalysis, path: str | os.PathLike) -> Path:
                                            *([f"layer {k} slowest rank", v] for k, v in st.slow_layers.items())])
     sheet("Layers", ["Layer", "Name", *per, "Mean (us)", "Slowest rank", "Imbalance", "Excess (us)"],
           ([x.index, x.name, *(round(x.per_rank_us.get(r, 0.0), 3) for r in ranks), round(x.mean_us, 3),
-            x.slowest_rank, round(x.imbalance, 4), round(x.excess_us, 3)] for x in res.layers))
+            x.slowest_rank, round(x.imbalance, 4), round(x.excess_us, 3)] for x in in_order))
     sheet("Modules", ["Module", "Type", "Depth", *per, "Mean (us)", "Slowest rank", "Imbalance", "Excess (us)", "Path"],
           ([m.name, m.type, m.depth, *(round(m.per_rank_us.get(r, 0.0), 3) for r in ranks), round(m.mean_us, 3),
             m.slowest_rank, round(m.imbalance, 4), round(m.excess_us, 3), m.path] for m in res.modules))
@@ -112,7 +113,8 @@ def render_set_html(res: TraceSetAnalysis) -> str:
     rank_rows = "".join(f"<tr><td>{r.rank}</td><td class='num'>{r.total_kernel_us:,.1f}</td>"
                         f"<td class='num'>{r.vs_mean:.3f}x</td><td>{_e(r.path)}</td></tr>"
                         for r in sorted(res.ranks, key=lambda r: r.rank))
-    layers = [(x.name, x.per_rank_us, x.mean_us, x.slowest_rank, x.imbalance) for x in res.layers]
+    layers = [(x.name, x.per_rank_us, x.mean_us, x.slowest_rank, x.imbalance)
+              for x in sorted(res.layers, key=lambda x: x.index)]
     top = sorted(res.modules, key=lambda m: (-m.mean_us, m.path))[:HEAT_ROWS]
     top.sort(key=lambda m: m.path)  # tree order: a layer's modules together
     mods = [("  " * m.depth + m.name, m.per_rank_us, m.mean_us, m.slowest_rank, m.imbalance) for m in top]
