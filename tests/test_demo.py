@@ -28,6 +28,7 @@ def test_demo_trace_sets_name_the_straggler_and_the_moving_rank():
     assert "straggler: rank 1 (fixed): rank 1 is the slowest in 4 of 4 layers" in text
     assert "the slow rank moves: 4 different ranks are slowest in the 4 imbalanced layers" in text
     assert "balanced: no straggler; tokens: straggler: rank 3 (fixed)" in text
+    assert "rank 2 arrives late: rank 2 arrives last, by at least 834.8 us, in 4 of 4 layers" in text
 
 
 def test_demo_budget_rows_sorted_by_gap_with_the_fused_attention_kernel_on_sdpa():

@@ -424,3 +424,60 @@ def test_cuda_graph_decode_ranks_use_the_layer_cut(tmp_path):
     assert [x.per_rank_us[1] for x in sorted(res.layers, key=lambda x: x.index)] == [float(v) for v in per_layer]
     assert (res.straggler.rank, res.straggler.kind) == (None, None)  # the same trace twice: balanced
     assert [w.code for w in res.warnings][:1] == ["rank_from_filename"]
+
+
+# --------------------------------------------------------------------------- collectives (tp4_gloo sets: host-side gloo all-reduces)
+
+
+def test_collectives_name_the_late_rank_and_the_others_wait_after_its_slow_layers():
+    """Rank 2 does ~3 ms of host work at the start of every layer: it arrives last at each layer's first
+    all-reduce, and the other ranks wait there."""
+    res = analyze_trace_set(_set("tp4_gloo_straggler"))
+    c = res.collectives
+    assert c is not None and c.source == "host c10d ops (gloo)"
+    assert (c.matched, c.unmatched, c.ranks) == (8, 0, 4)  # 2 all-reduces x 4 layers on every rank
+    assert c.straggler_rank == 2 and "in 4 of 4 layers" in c.evidence
+    for layer in c.layers:
+        assert layer.late_rank == 2
+        assert all(layer.per_rank_wait_us[r] > 2000 for r in (0, 1, 3))  # microseconds
+        assert layer.per_rank_wait_us[2] < 1000
+    firsts = [i for i in c.instances if i.index % 2 == 0]  # o_proj's all-reduce opens each layer
+    assert len(firsts) == 4 and all(i.last_rank == 2 and i.lateness_us > 2000 for i in firsts)
+    rank2 = next(r for r in c.per_rank if r.rank == 2)
+    assert rank2.last_count >= 4 and rank2.transfer_us is None and rank2.overlap is None
+    # the module-time reading sees nothing: the extra work is on the host, the kernels are the same
+    assert res.straggler.kind is None
+
+
+def test_collectives_without_a_planted_straggler():
+    c = analyze_trace_set(_set("tp4_gloo")).collectives
+    assert c is not None and c.straggler_rank is None
+    # rank 3 started its step late (the profiler's start on it), seen at the first layer only
+    late = [x for x in c.layers if x.late_rank is not None]
+    assert [(x.index, x.late_rank) for x in late] == [(0, 3)]
+    assert "a local delay, not a straggler rank" in c.evidence
+
+
+def test_collectives_of_communication_kernels_match_across_ranks(tmp_path):
+    """The NCCL path on the one NCCL trace there is (rank 0 of a TP=2 run) given twice: 32 all-reduce
+    kernels per rank matched in order, none late, transfer = kernel time."""
+    from conftest import TRACES
+
+    for rank in (0, 1):
+        _rewrite(TRACES / "tp2_decode_mixed.json.gz", tmp_path / f"tp-TP-{rank}.trace.json.gz",
+                 lambda d: d.pop("distributedInfo", None))
+    c = analyze_trace_set([str(tmp_path)]).collectives
+    one = analyze_trace(TRACES / "tp2_decode_mixed.json.gz").kernels
+    comm = one[one["category"] == "communication"]
+    assert c is not None and c.source == "communication kernels"
+    assert c.matched == len(comm) == 32 and c.unmatched == 0
+    assert {i.kind for i in c.instances} == {"AllReduce"}
+    assert c.straggler_rank is None and all(i.max_wait_us == 0 for i in c.instances)
+    for r in c.per_rank:
+        assert r.transfer_us == pytest.approx(float(comm["dur_us"].sum()), abs=0.01)  # us; ts at 5e12 us
+        assert r.overlap is not None and 0 <= r.overlap <= 1
+    assert sorted(x.index for x in c.layers) == [0, 1, 2, 3]
+
+
+def test_sets_without_collectives_have_none(results):
+    assert results["straggler"].collectives is None

@@ -208,6 +208,7 @@ def analyze_trace(
     res.warnings = warnings + res.warnings
     # the DataFrame is built on first access of ``res.kernels`` (pandas is not imported otherwise)
     res.with_kernels(lambda: _kernel_frame(rt, lk, table, arrays, path_code, phase, confidence, layer, rules))
+    res._raw = rt  # already held by the kernel-table builder above
     report(5, "summary ready")
     if output_xlsx:
         report(6, "writing the xlsx report")

@@ -91,6 +91,13 @@ class TraceAnalysis(Model):
     metadata: dict[str, Any] = Field(default_factory=dict, description="trace metadata (device properties, versions)")
 
     _kernels: Any = PrivateAttr(default=None)
+    _raw: Any = PrivateAttr(default=None)
+
+    @property
+    def raw(self) -> Any:
+        """The loaded trace's columns (``traces.loader.RawTrace``) when the analyzer attached them, else None
+        (the trace-set engine reads collectives and module spans from them without a second read)."""
+        return self._raw
 
     @property
     def kernels(self):

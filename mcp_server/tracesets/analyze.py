@@ -112,13 +112,16 @@ def _assemble(refs: list[RankRef], world: Optional[int], found_warnings: list[Wa
     sources = {r.rank: r.rank_source for r in refs}
     totals = combine.rank_totals(summaries, sources)
     layer_rows, layer_source = combine.layers(summaries)
+    from mcp_server.tracesets.collectives import analyze_collectives
+
+    comm = analyze_collectives(summaries, {x.index: x.name for x in layer_rows})
     return TraceSetAnalysis(
         world_size=world, rank_count=len(summaries), executor=executor, workers=run.used_workers,
         imbalance_threshold=threshold, total_kernel_us=sum(s.total_kernel_us for s in summaries), ranks=totals,
         straggler=combine.straggler(layer_rows, totals, threshold),
         layers=sorted(layer_rows, key=lambda x: (-x.excess_us, x.index)), layer_source=layer_source,
         modules=combine.modules(summaries), categories=combine.categories(summaries), failed=failed,
-        warnings=warnings)
+        collectives=comm, warnings=warnings)
 
 
 def analyze_trace_set(
@@ -224,8 +227,10 @@ def compare_trace_sets(
     slow_a = sa.ranks[0].total_kernel_us if sa.ranks else 0.0
     slow_b = sb.ranks[0].total_kernel_us if sb.ranks else 0.0
     modules = _module_deltas(sa, sb)
-    # each run's own reading without its module and category lists: ``modules`` holds both runs' figures
-    sa, sb = (s.model_copy(update={"modules": [], "categories": []}) for s in (sa, sb))
+    # each run's own reading without its module and category lists (``modules`` holds both runs' figures)
+    # and without the list of single collectives (its per-layer and per-rank waits stay)
+    sa, sb = (s.model_copy(update={"modules": [], "categories": [], "collectives": s.collectives and
+                                   s.collectives.model_copy(update={"instances": []})}) for s in (sa, sb))
     return TraceSetComparison(
         labels=[la, lb], a=sa, b=sb, ranks=ranks, modules=modules,
         total_delta_us=sb.total_kernel_us - sa.total_kernel_us, slowest_rank_delta_us=slow_b - slow_a,

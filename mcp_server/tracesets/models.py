@@ -45,6 +45,10 @@ class RankSummary(Model):
     categories: dict[str, float] = Field(default_factory=dict, description="category -> us")
     warnings: list[Warning_] = Field(default_factory=list)
     output_xlsx: Optional[str] = None
+    collective_source: str = ""
+    collectives: list[tuple[str, float, Optional[float], int]] = Field(default_factory=list, description=(
+        "(kind, arrival us, end us or null, layer index or -1) in time order"))
+    collective_overlap: Optional[float] = None
 
 
 class RankTotal(Model):
@@ -100,6 +104,54 @@ class Straggler(Model):
         "layer index -> slowest rank, for the layers over the imbalance threshold"))
 
 
+class CollectiveInstance(Model):
+    """One collective matched across ranks (the ``index``-th of its ``kind`` on every rank)."""
+
+    kind: str = Field(description="AllReduce, AllGather, ... (kernels) or allreduce, allgather, ... (c10d ops)")
+    index: int
+    layer: int = Field(description="layer index (as in ``layers``), -1 outside every layer")
+    last_rank: int = Field(description="the rank that arrived last: it set the start")
+    start_us: float = Field(description="the last arrival (trace clock)")
+    lateness_us: float = Field(description="how long after the second-to-last rank the last one arrived")
+    max_wait_us: float
+    per_rank_wait_us: dict[int, float] = Field(description="start (last arrival) - this rank's arrival")
+
+
+class CollectiveRank(Model):
+    rank: int
+    wait_us: float = Field(description="time spent waiting for the last rank, over every matched collective")
+    transfer_us: Optional[float] = Field(default=None, description=(
+        "time inside the collective after the last rank arrived (kernels only; null for host-side ops)"))
+    last_count: int = Field(description="collectives at which this rank arrived last")
+    overlap: Optional[float] = Field(default=None, description=(
+        "share of this rank's collective-kernel time that runs while compute kernels run on other streams"))
+
+
+class CollectiveLayer(Model):
+    index: int
+    name: str
+    per_rank_wait_us: dict[int, float]
+    late_rank: Optional[int] = Field(default=None, description=(
+        "the rank that arrived last, by at least a quarter of the median interval between collectives, at this "
+        "layer's latest collective (null: no late arrival here)"))
+    lateness_us: float = Field(description="the largest gap between the last and the second-to-last arrival here")
+    last_counts: dict[int, int] = Field(default_factory=dict, description="rank -> collectives it arrived last at")
+
+
+class CollectiveAnalysis(Model):
+    source: str = Field(description="communication kernels (NCCL/RCCL) or host c10d ops (gloo)")
+    ranks: int
+    matched: int = Field(description="collectives found on every rank and matched by kind and order")
+    unmatched: int = Field(description="collective events of some ranks with no counterpart on every other")
+    median_interval_us: float = Field(default=0.0, description="median time between consecutive collectives")
+    straggler_rank: Optional[int] = Field(default=None, description=(
+        "the rank that arrives late (by a quarter of the median interval) in at least half of the layers"))
+    evidence: str = ""
+    per_rank: list[CollectiveRank] = Field(default_factory=list, description="most often last first")
+    layers: list[CollectiveLayer] = Field(default_factory=list, description="largest lateness first")
+    instances: list[CollectiveInstance] = Field(default_factory=list, description="largest lateness first")
+
+
 class RankFailure(Model):
     rank: int
     path: str
@@ -120,6 +172,8 @@ class TraceSetAnalysis(Model):
     modules: list[ModuleAcrossRanks] = Field(default_factory=list, description="largest excess_us first")
     categories: list[CategoryAcrossRanks] = Field(default_factory=list, description="largest mean first")
     failed: list[RankFailure] = Field(default_factory=list)
+    collectives: Optional[CollectiveAnalysis] = Field(default=None, description=(
+        "collectives matched across ranks: waits, transfers, the last-arriving rank per layer (null: none found)"))
     output_xlsx: Optional[str] = None
     output_html: Optional[str] = None
     warnings: list[Warning_] = Field(default_factory=list)
@@ -132,10 +186,15 @@ class TraceSetAnalysis(Model):
         if len(self.ranks) <= top_n:
             return self, None
         keep = self.shown_ranks(top_n)
-        view = self.model_copy(update={
-            "layers": _keep_ranks(self.layers, "per_rank_us", keep),
-            "modules": _keep_ranks(self.modules, "per_rank_us", keep),
-            "categories": _keep_ranks(self.categories, "per_rank_us", keep)})
+        update: dict = {"layers": _keep_ranks(self.layers, "per_rank_us", keep),
+                        "modules": _keep_ranks(self.modules, "per_rank_us", keep),
+                        "categories": _keep_ranks(self.categories, "per_rank_us", keep)}
+        if self.collectives is not None:
+            c = self.collectives
+            update["collectives"] = c.model_copy(update={
+                "layers": _keep_ranks(c.layers, "per_rank_wait_us", keep),
+                "instances": _keep_ranks(c.instances, "per_rank_wait_us", keep)})
+        view = self.model_copy(update=update)
         return view, (f"per_rank_us maps keep {len(keep)} of {len(self.ranks)} ranks (the {top_n} slowest and "
                       f"the fastest: {', '.join(map(str, sorted(keep)))}); mean_us, slowest_rank and imbalance "
                       "are over every rank")
@@ -167,7 +226,8 @@ class ModuleDelta(Model):
 class TraceSetComparison(Model):
     labels: list[str]
     a: TraceSetAnalysis = Field(description="run A read across its ranks (its module and category lists are in "
-                                            "``modules`` here, side by side with B's)")
+                                            "``modules`` here, side by side with B's; its collectives without the "
+                                            "single instances)")
     b: TraceSetAnalysis = Field(description="run B read across its ranks")
     ranks: list[RankDelta] = Field(default_factory=list, description="rank by rank, largest |delta| first")
     modules: list[ModuleDelta] = Field(default_factory=list, description="largest |delta_max_us| first")

@@ -61,6 +61,7 @@ def render_set(res: TraceSetAnalysis, console: Console, request: object = None) 
         t.add_row(escape(m.name), *(f"{m.per_rank_us.get(r, 0.0):,.1f}" for r in ranks), str(m.slowest_rank),
                   f"{m.imbalance:.3f}x")
     c.print(t)
+    _collectives(res, c, ranks)
     for f in res.failed:
         c.print(f"[red]rank {f.rank} not analysed:[/] {escape(f.error)}")
     for w in res.warnings:
@@ -68,6 +69,21 @@ def render_set(res: TraceSetAnalysis, console: Console, request: object = None) 
     for label, path in (("summary workbook", res.output_xlsx), ("heat map", res.output_html)):
         if path:
             c.print(f"{label}: {escape(path)}")
+
+
+def _collectives(res: TraceSetAnalysis, c: Console, ranks: list[int]) -> None:
+    col = res.collectives
+    if col is None:
+        return
+    who = f"[bold red]rank {col.straggler_rank} arrives late[/]" if col.straggler_rank is not None else "no late rank"
+    c.print(f"collectives ({escape(col.source)}): {col.matched} matched on every rank, {col.unmatched} unmatched; "
+            f"{who}: {escape(col.evidence)}")
+    t = _table("Collective wait per layer, us per rank (the late rank sets the start)",
+               ["Layer", *map(str, ranks), "Late", "By"], [x.name for x in col.layers])
+    for x in sorted(col.layers, key=lambda x: x.index)[:MAX_ROWS * 4]:
+        t.add_row(escape(x.name), *(f"{x.per_rank_wait_us.get(r, 0.0):,.0f}" for r in ranks),
+                  "-" if x.late_rank is None else str(x.late_rank), f"{x.lateness_us:,.0f}")
+    c.print(t)
 
 
 def render_compare(res: TraceSetComparison, console: Console, request: object = None) -> None:

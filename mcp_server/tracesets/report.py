@@ -1,7 +1,7 @@
 """Files of a trace-set analysis: the summary workbook and the rank x module heat map (HTML).
 
 The workbook holds one sheet per view across ranks (Ranks, Straggler, Layers,
-Modules, Categories); each rank's own report is written beside it by that rank's
+Modules, Categories, and Collectives when the ranks ran any); each rank's own report is written beside it by that rank's
 worker (``<stem>.rank<N>.xlsx``, the single-trace report layout). The HTML page is
 self-contained: a rank x module table whose cells are coloured by the ratio to
 the module's mean over ranks. Both written atomically.
@@ -65,6 +65,11 @@ def write_set_xlsx(res: TraceSetAnalysis, path: str | os.PathLike) -> Path:
     sheet("Categories", ["Category", *per, "Mean (us)", "Slowest rank", "Imbalance"],
           ([c.category, *(round(c.per_rank_us.get(r, 0.0), 3) for r in ranks), round(c.mean_us, 3), c.slowest_rank,
             round(c.imbalance, 4)] for c in res.categories))
+    col = res.collectives
+    if col is not None:
+        sheet("Collectives", ["Layer", "Name", *(f"rank {r} wait (us)" for r in ranks), "Late rank", "Lateness (us)"],
+              ([x.index, x.name, *(round(x.per_rank_wait_us.get(r, 0.0), 3) for r in ranks),
+                x.late_rank, round(x.lateness_us, 3)] for x in sorted(col.layers, key=lambda x: x.index)))
     atomic_save(wb, out)
     return out
 
@@ -127,6 +132,12 @@ def render_set_html(res: TraceSetAnalysis) -> str:
     if layers:
         parts.append(_heat(f"Layers ({res.layer_source})", layers, ranks))
     parts.append(_heat(f"Modules (the {len(top)} largest by mean time, in tree order)", mods, ranks))
+    col = res.collectives
+    if col is not None:
+        waits = [(x.name, x.per_rank_wait_us, sum(x.per_rank_wait_us.values()) / max(len(x.per_rank_wait_us), 1),
+                  -1 if x.late_rank is None else x.late_rank, 0.0) for x in sorted(col.layers, key=lambda x: x.index)]
+        parts.append(f"<p><b>Collectives</b> ({_e(col.source)}): {_e(col.evidence)}</p>")
+        parts.append(_heat("Collective wait per layer (us; 'slowest' column: the late rank, -1 none)", waits, ranks))
     parts.append("<p class='muted'>Cells: kernel time (us); red above the module's mean over ranks, blue below "
                  "(full colour at +-30 %).</p>")
     return ("<!doctype html><html><head><meta charset='utf-8'><title>kernelscope trace set</title>"
