@@ -481,3 +481,31 @@ def test_collectives_of_communication_kernels_match_across_ranks(tmp_path):
 
 def test_sets_without_collectives_have_none(results):
     assert results["straggler"].collectives is None
+
+
+def test_overlap_share_matches_a_direct_sum():
+    """The vectorised overlap (union of compute kernels on other streams, prefix sums) against a plain loop."""
+    import numpy as np
+    import pandas as pd
+
+    from mcp_server.tracesets.collectives import _overlap
+
+    rng = np.random.default_rng(7)
+    n = 400
+    ts = np.sort(rng.uniform(0, 10_000, n))
+    df = pd.DataFrame({"ts_us": ts, "dur_us": rng.uniform(1, 80, n), "stream": rng.choice([7, 20, 21], n),
+                       "category": np.where(rng.random(n) < 0.2, "communication", "gemm"), "kind": "kernel"})
+    comm = df[df["category"] == "communication"]
+    covered = 0.0
+    for s, d, st in zip(comm["ts_us"], comm["dur_us"], comm["stream"]):
+        other = df[(df["category"] != "communication") & (df["stream"] != st)].sort_values("ts_us")
+        union: list[list[float]] = []
+        for a, b in zip(other["ts_us"], other["ts_us"] + other["dur_us"]):
+            if union and a <= union[-1][1]:
+                union[-1][1] = max(union[-1][1], b)
+            else:
+                union.append([a, b])
+        covered += sum(max(0.0, min(s + d, b) - max(s, a)) for a, b in union)
+    expected = covered / comm["dur_us"].sum()
+    assert 0.05 < expected < 0.95  # the random layout really overlaps, partly
+    assert _overlap(df, comm) == pytest.approx(expected, rel=1e-9)

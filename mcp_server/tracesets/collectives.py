@@ -52,46 +52,70 @@ def _gpu_events(df: Any, layer_of: dict[str, int]) -> tuple[list[Event], Optiona
     return events, _overlap(df, comm)
 
 
+def _merged(starts: Any, ends: Any) -> tuple[Any, Any]:
+    """Disjoint, sorted union of intervals (numpy arrays in, numpy arrays out)."""
+    import numpy as np
+
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], np.maximum.accumulate(ends[order])
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > e[:-1]
+    idx = np.flatnonzero(new)
+    return s[idx], np.maximum.reduceat(e, idx) if len(idx) else e[:0]
+
+
+def _covered_before(t: Any, ms: Any, me: Any, cum: Any) -> Any:
+    """Length of the union (ms, me; cum = lengths summed before each) that lies before each time in ``t``."""
+    import numpy as np
+
+    i = np.searchsorted(ms, t, side="right") - 1
+    inside = np.where(i >= 0, np.clip(t - ms[np.maximum(i, 0)], 0, (me - ms)[np.maximum(i, 0)]), 0.0)
+    return np.where(i >= 0, cum[np.maximum(i, 0)], 0.0) + inside
+
+
 def _overlap(df: Any, comm: Any) -> Optional[float]:
+    """Share of the collective kernels' time during which a compute kernel runs on another stream."""
+    import numpy as np
+
     total = float(comm["dur_us"].sum())
     if total <= 0:
         return None
     compute = df[(df["category"] != COMMUNICATION) & (df["kind"] == "kernel")]
     covered = 0.0
     for stream, group in comm.groupby("stream"):
-        other = compute[compute["stream"] != stream].sort_values("ts_us", kind="stable")
-        merged: list[list[float]] = []
-        for s, d in zip(other["ts_us"], other["dur_us"]):
-            e = s + d
-            if merged and s <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], e)
-            else:
-                merged.append([s, e])
-        for s, d in zip(group["ts_us"], group["dur_us"]):
-            e = s + d
-            covered += sum(max(0.0, min(e, b) - max(s, a)) for a, b in merged if a < e and b > s)
+        other = compute[compute["stream"] != stream]
+        if not len(other):
+            continue
+        s0 = other["ts_us"].to_numpy(float)
+        ms, me = _merged(s0, s0 + other["dur_us"].to_numpy(float))
+        cum = np.concatenate(([0.0], np.cumsum(me - ms)[:-1]))
+        gs = group["ts_us"].to_numpy(float)
+        ge = gs + group["dur_us"].to_numpy(float)
+        covered += float((_covered_before(ge, ms, me, cum) - _covered_before(gs, ms, me, cum)).sum())
     return covered / total
 
 
 def _cpu_events(rt: Any, layer_of: dict[str, int]) -> list[Event]:
     """Host-side ``c10d::`` collectives (gloo) in time order, each in the decoder-layer span around it."""
+    import numpy as np
+
     names = rt.names
     kinds = {}
-    for code in set(rt.c_name.tolist()):
+    for code in np.unique(rt.c_name).tolist():
         m = _C10D.match(names[code])
         if m and m.group(1) not in ("barrier", "monitored_barrier"):
             kinds[code] = m.group(1)
-    spans = []  # (start, end, layer index) of the layer instances' module spans
-    for i, code in enumerate(rt.p_name.tolist()):
-        text = names[code]
-        if text.startswith("nn.Module: ") and text[11:] in layer_of:
-            spans.append((float(rt.p_ts[i]), float(rt.p_end[i]), layer_of[text[11:]]))
+    if not kinds:
+        return []
+    span_codes = {code: layer_of[names[code][11:]] for code in np.unique(rt.p_name).tolist()
+                  if names[code].startswith("nn.Module: ") and names[code][11:] in layer_of}
+    spans = [(float(rt.p_ts[i]), float(rt.p_end[i]), span_codes[int(rt.p_name[i])])
+             for i in np.flatnonzero(np.isin(rt.p_name, list(span_codes)))] if span_codes else []
     events: list[Event] = []
-    for i, code in enumerate(rt.c_name.tolist()):
-        if code in kinds:
-            ts = float(rt.c_ts[i])
-            layer = next((k for s, e, k in spans if s <= ts <= e), -1)
-            events.append((kinds[code], ts, None, layer))
+    for i in np.flatnonzero(np.isin(rt.c_name, list(kinds))):
+        ts = float(rt.c_ts[i])
+        layer = next((k for s, e, k in spans if s <= ts <= e), -1)
+        events.append((kinds[int(rt.c_name[i])], ts, None, layer))
     events.sort(key=lambda e: e[1])
     return events
 
@@ -99,9 +123,8 @@ def _cpu_events(rt: Any, layer_of: dict[str, int]) -> list[Event]:
 def rank_collectives(res: Any, layers: list[LayerTime]) -> tuple[str, list[Event], Optional[float]]:
     """(source, events, overlap share) of one rank's analysis; source "" when it has no collectives."""
     layer_of = {x.name: x.index for x in layers}
-    df = res.kernels
-    if df is not None and len(df) and (df["category"] == COMMUNICATION).any():
-        events, overlap = _gpu_events(df, layer_of)
+    if any(c.category == COMMUNICATION and c.count for c in res.categories):  # the kernel table only then
+        events, overlap = _gpu_events(res.kernels, layer_of)
         return "communication kernels", events, overlap
     rt = getattr(res, "raw", None)
     if rt is not None:
