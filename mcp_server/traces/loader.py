@@ -805,25 +805,13 @@ class _Split:
             pass
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when the parent dies (a killed analyzer leaves no helper behind)."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except Exception:  # pragma: no cover - not Linux: close() still kills it on every normal exit
-        pass
-
-
 def _split_child() -> None:
     """The helper's main: ``argv = [-c, path, at, bare]``; one pickled answer on stdout, then exit."""
     import pickle
 
-    ppid = os.getppid()
-    _die_with_parent()
-    if os.getppid() != ppid:  # pragma: no cover - the parent died before the death signal was armed
-        os._exit(1)
+    from mcp_server.limits import die_with_parent
+
+    die_with_parent(os.getppid())  # a killed analyzer leaves no helper behind
     try:
         with gc_paused():
             res: tuple = _decode_rest(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1")
