@@ -509,3 +509,12 @@ def test_overlap_share_matches_a_direct_sum():
     expected = covered / comm["dur_us"].sum()
     assert 0.05 < expected < 0.95  # the random layout really overlaps, partly
     assert _overlap(df, comm) == pytest.approx(expected, rel=1e-9)
+
+
+def test_heat_map_shows_the_collective_waits(tmp_path):
+    page_path = tmp_path / "gloo.html"
+    analyze_trace_set(_set("tp4_gloo_straggler"), output_html=str(page_path))
+    page = page_path.read_text()
+    assert "<h2>Collective wait per layer (us)</h2>" in page and "<th>late rank</th>" in page
+    assert "rank 2 arrives last, by at least 834.8 us, in 4 of 4 layers" in page
+    assert "padding-left:20px" in page  # module rows indented by depth (depth 1: LlamaModel_0)

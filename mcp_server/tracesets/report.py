@@ -99,15 +99,20 @@ def _cell(us: float, mean: float) -> str:
     return (f'<td class="num" style="background:rgb{rgb}" title="{ratio:.3f}x mean">{us:,.1f}</td>')
 
 
-def _heat(title: str, rows: list[tuple[str, dict[int, float], float, int, float]], ranks: list[int]) -> str:
+Row = tuple[str, dict[int, float], float, str, str]  # name, per-rank us, mean, then two text columns
+
+
+def _heat(title: str, rows: list[Row], ranks: list[int], depths: list[int] | None = None,
+          tail: tuple[str, str] = ("slowest", "imbalance")) -> str:
     head = "".join(f"<th>rank {r}</th>" for r in ranks)
     body = []
-    for name, per, mean, slow, imb in rows:
+    for i, (name, per, mean, x, y) in enumerate(rows):
         cells = "".join(_cell(per.get(r, 0.0), mean) for r in ranks)
-        body.append(f"<tr><td>{_e(name)}</td>{cells}<td class='num'>{mean:,.1f}</td><td class='num'>{slow}</td>"
-                    f"<td class='num'>{imb:.3f}x</td></tr>")
-    return (f"<h2>{_e(title)}</h2><table><tr><th>module</th>{head}<th>mean (us)</th><th>slowest</th>"
-            f"<th>imbalance</th></tr>{''.join(body)}</table>")
+        pad = f" style='padding-left:{6 + 14 * depths[i]}px'" if depths else ""
+        body.append(f"<tr><td{pad}>{_e(name)}</td>{cells}<td class='num'>{mean:,.1f}</td><td class='num'>{_e(x)}</td>"
+                    f"<td class='num'>{_e(y)}</td></tr>")
+    return (f"<h2>{_e(title)}</h2><table><tr><th>module</th>{head}<th>mean (us)</th><th>{_e(tail[0])}</th>"
+            f"<th>{_e(tail[1])}</th></tr>{''.join(body)}</table>")
 
 
 def render_set_html(res: TraceSetAnalysis) -> str:
@@ -118,11 +123,11 @@ def render_set_html(res: TraceSetAnalysis) -> str:
     rank_rows = "".join(f"<tr><td>{r.rank}</td><td class='num'>{r.total_kernel_us:,.1f}</td>"
                         f"<td class='num'>{r.vs_mean:.3f}x</td><td>{_e(r.path)}</td></tr>"
                         for r in sorted(res.ranks, key=lambda r: r.rank))
-    layers = [(x.name, x.per_rank_us, x.mean_us, x.slowest_rank, x.imbalance)
-              for x in sorted(res.layers, key=lambda x: x.index)]
+    layers: list[Row] = [(x.name, x.per_rank_us, x.mean_us, str(x.slowest_rank), f"{x.imbalance:.3f}x")
+                         for x in sorted(res.layers, key=lambda x: x.index)]
     top = sorted(res.modules, key=lambda m: (-m.mean_us, m.path))[:HEAT_ROWS]
     top.sort(key=lambda m: m.path)  # tree order: a layer's modules together
-    mods = [("  " * m.depth + m.name, m.per_rank_us, m.mean_us, m.slowest_rank, m.imbalance) for m in top]
+    mods: list[Row] = [(m.name, m.per_rank_us, m.mean_us, str(m.slowest_rank), f"{m.imbalance:.3f}x") for m in top]
     parts = [
         f"<h1>Trace set: {len(ranks)} ranks</h1>",
         f"<p><b>{_e(verdict)}</b>. {_e(st.evidence)}</p>",
@@ -131,15 +136,19 @@ def render_set_html(res: TraceSetAnalysis) -> str:
     ]
     if layers:
         parts.append(_heat(f"Layers ({res.layer_source})", layers, ranks))
-    parts.append(_heat(f"Modules (the {len(top)} largest by mean time, in tree order)", mods, ranks))
+    parts.append(_heat(f"Modules (the {len(top)} largest by mean time, in tree order)", mods, ranks,
+                       [m.depth for m in top]))
     col = res.collectives
     if col is not None:
-        waits = [(x.name, x.per_rank_wait_us, sum(x.per_rank_wait_us.values()) / max(len(x.per_rank_wait_us), 1),
-                  -1 if x.late_rank is None else x.late_rank, 0.0) for x in sorted(col.layers, key=lambda x: x.index)]
+        waits: list[Row] = []
+        for x in sorted(col.layers, key=lambda x: x.index):
+            mean = sum(x.per_rank_wait_us.values()) / max(len(x.per_rank_wait_us), 1)
+            late = "-" if x.late_rank is None else str(x.late_rank)
+            waits.append((x.name, x.per_rank_wait_us, mean, late, f"{x.lateness_us:,.1f}"))
         parts.append(f"<p><b>Collectives</b> ({_e(col.source)}): {_e(col.evidence)}</p>")
-        parts.append(_heat("Collective wait per layer (us; 'slowest' column: the late rank, -1 none)", waits, ranks))
-    parts.append("<p class='muted'>Cells: kernel time (us); red above the module's mean over ranks, blue below "
-                 "(full colour at +-30 %).</p>")
+        parts.append(_heat("Collective wait per layer (us)", waits, ranks, tail=("late rank", "lateness (us)")))
+    parts.append("<p class='muted'>Cells: kernel time (collective tables: wait) in us; red above the row's mean "
+                 "over ranks, blue below (full colour at +-30 %).</p>")
     return ("<!doctype html><html><head><meta charset='utf-8'><title>kernelscope trace set</title>"
             f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>")
 
