@@ -518,3 +518,21 @@ def test_heat_map_shows_the_collective_waits(tmp_path):
     assert "<h2>Collective wait per layer (us)</h2>" in page and "<th>late rank</th>" in page
     assert "rank 2 arrives last, by at least 834.8 us, in 4 of 4 layers" in page
     assert "padding-left:20px" in page  # module rows indented by depth (depth 1: LlamaModel_0)
+
+
+def test_rank_report_paths_follow_the_output_rules(tmp_path):
+    out = tmp_path / "set.xlsx"
+    (tmp_path / "set.rank2.xlsx").write_text("my notes, not a workbook")
+    from mcp_server.errors import InputError
+
+    with pytest.raises(InputError, match="set.rank2.xlsx exists and is not a workbook"):
+        analyze_trace_set(_set("balanced"), output_xlsx=str(out))
+    assert (tmp_path / "set.rank2.xlsx").read_text() == "my notes, not a workbook" and not out.exists()
+    analyze_trace_set(_set("balanced"), output_xlsx=str(out), overwrite=True)
+    assert (tmp_path / "set.rank2.xlsx").read_bytes()[:2] == b"PK"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "set.rank3.xlsx").unlink()
+    (tmp_path / "set.rank3.xlsx").symlink_to(elsewhere / "x.xlsx")
+    with pytest.raises(InputError, match="is a link out of"):
+        analyze_trace_set(_set("balanced"), output_xlsx=str(out), overwrite=True)

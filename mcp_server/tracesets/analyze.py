@@ -12,7 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Literal, Optional
 
-from mcp_server.errors import TraceSetError
+from mcp_server.errors import InputError, TraceSetError
 from mcp_server.models import Warning_
 from mcp_server.tracesets import combine
 from mcp_server.tracesets.discover import resolve_ranks
@@ -36,6 +36,34 @@ def rank_report_path(output_xlsx: str | os.PathLike, rank: int) -> str:
     """Where rank ``rank``'s own report goes beside the summary workbook: ``<stem>.rank<N>.xlsx``."""
     p = Path(output_xlsx)
     return str(p.with_name(f"{p.stem}.rank{rank}{p.suffix or '.xlsx'}"))
+
+
+def _is_xlsx(p: Path) -> bool:
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(p) as zf:
+            return "[Content_Types].xml" in zf.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
+def check_rank_reports(output_xlsx: str, ranks: list[int], overwrite: bool) -> None:
+    """The per-rank report paths follow the rules the faces apply to declared outputs: they stay in the
+    summary's directory (no link out of it), and an existing file that is not a workbook is replaced only
+    with ``overwrite``."""
+    base = Path(output_xlsx).expanduser().resolve().parent
+    for rank in ranks:
+        p = Path(rank_report_path(Path(output_xlsx).expanduser(), rank))
+        if not (p.exists() or p.is_symlink()):
+            continue
+        if p.resolve().parent != base:
+            raise InputError(f"the rank report path {p} is a link out of {base}", hint="remove the link")
+        if p.is_dir():
+            raise InputError(f"the rank report path {p} is a directory", hint="move it, or choose another -o name")
+        if not overwrite and not _is_xlsx(p):
+            raise InputError(f"{p} exists and is not a workbook this tool would write",
+                             hint="choose another -o name, or pass overwrite=true to replace it")
 
 
 class _Run:
@@ -141,6 +169,8 @@ def analyze_trace_set(
 ) -> TraceSetAnalysis:
     """Analyse every rank's trace of one run and read them across ranks."""
     refs, world, warnings = resolve_ranks(paths)
+    if output_xlsx:
+        check_rank_reports(output_xlsx, [r.rank for r in refs], overwrite)
     run = _Run(executor, workers, worker_memory, ray_address, progress)
     got = run(_tasks(refs, categories, reference_trace, output_xlsx, overwrite), {})
     res = _assemble(refs, world, warnings, got, run, executor, imbalance_threshold)
