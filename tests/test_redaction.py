@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlparse
 
 import anyio
 import pytest
+from json_http import JsonServer
 from test_refs_support import refs_env, write_registry  # noqa: F401  (fixture)
 
 from mcp_server.errors import KernelscopeError, SourceError, redact, redact_data, redact_model
@@ -24,68 +22,38 @@ REFLECTED = ["REFLECTEDurlPASS4242", "REFLECTEDquery9911", "REFLECTEDbearer7788"
              "glpat-REFLECTEDgitlab123456", "REFLECTEDcookie3344"]
 
 
-class Hostile:
+class Hostile(JsonServer):
     """One HTTP server on 127.0.0.1 playing GitHub's search API and a Jira site, both reflecting credentials."""
 
     def __init__(self) -> None:
         self.auth_seen: list[str] = []
-        me = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):
-                u = urlparse(self.path)
-                auth = self.headers.get("Authorization") or ""
-                me.auth_seen.append(auth)
-                if u.path == "/search/issues":  # GitHub
-                    items = [
-                        {"number": 1, "title": f"moe_sorting fix (Authorization: Bearer {REFLECTED[2]}) {auth}",
-                         "html_url": f"https://x-access-token:{REFLECTED[0]}@github.com/ROCm/aiter/pull/1",
-                         "state": "open", "updated_at": "2026-11-01T00:00:00Z", "pull_request": {"merged_at": None}},
-                        {"number": 2, "title": "moe_sorting tune",
-                         "html_url": f"https://github.com/ROCm/aiter/pull/2?access_token={REFLECTED[1]}"
-                                     f"&sig={REFLECTED[3]}",
-                         "state": "open", "updated_at": "2026-11-01T00:00:00Z", "pull_request": {"merged_at": None}},
-                        {"number": 3, "title": f"moe_sorting {REFLECTED[4]}",
-                         "html_url": f"https://{REFLECTED[4]}@gitlab.example/x/-/merge_requests/3",
-                         "state": "open", "updated_at": "2026-11-01T00:00:00Z", "pull_request": {"merged_at": None}},
-                    ]
-                    return self._send(200, {"total_count": 3, "incomplete_results": False, "items": items})
-                if u.path == "/rest/api/2/serverInfo":
-                    return self._send(200, {"baseUrl": me.url, "version": "9.12.0", "versionNumbers": [9, 12, 0],
-                                            "deploymentType": "Cloud", "serverTitle": "hostile"})
-                if u.path == "/rest/api/2/field":
-                    return self._send(200, [])
-                # Jira search: a 400 that echoes the request's headers, JSON-quoted
-                return self._send(400, {"errorMessages": ["Error in the JQL Query"],
-                                        "request": {"headers": {"Authorization": auth,
-                                                                "Cookie": f"JSESSIONID={REFLECTED[5]}"}}})
-
-            def _send(self, code, obj):
-                data = json.dumps(obj).encode()
-                try:
-                    self.send_response(code)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+    def respond(self, path, query, headers):
+        auth = headers.get("Authorization") or ""
+        self.auth_seen.append(auth)
+        if path == "/search/issues":  # GitHub
+            items = [
+                {"number": 1, "title": f"moe_sorting fix (Authorization: Bearer {REFLECTED[2]}) {auth}",
+                 "html_url": f"https://x-access-token:{REFLECTED[0]}@github.com/ROCm/aiter/pull/1",
+                 "state": "open", "updated_at": "2026-11-01T00:00:00Z", "pull_request": {"merged_at": None}},
+                {"number": 2, "title": "moe_sorting tune",
+                 "html_url": f"https://github.com/ROCm/aiter/pull/2?access_token={REFLECTED[1]}"
+                             f"&sig={REFLECTED[3]}",
+                 "state": "open", "updated_at": "2026-11-01T00:00:00Z", "pull_request": {"merged_at": None}},
+                {"number": 3, "title": f"moe_sorting {REFLECTED[4]}",
+                 "html_url": f"https://{REFLECTED[4]}@gitlab.example/x/-/merge_requests/3",
+                 "state": "open", "updated_at": "2026-11-01T00:00:00Z", "pull_request": {"merged_at": None}},
+            ]
+            return 200, {"total_count": 3, "incomplete_results": False, "items": items}
+        if path == "/rest/api/2/serverInfo":
+            return 200, {"baseUrl": self.url, "version": "9.12.0", "versionNumbers": [9, 12, 0],
+                         "deploymentType": "Cloud", "serverTitle": "hostile"}
+        if path == "/rest/api/2/field":
+            return 200, []
+        # Jira search: a 400 that echoes the request's headers, JSON-quoted
+        return 400, {"errorMessages": ["Error in the JQL Query"],
+                     "request": {"headers": {"Authorization": auth, "Cookie": f"JSESSIONID={REFLECTED[5]}"}}}
 
 
 def _secrets() -> list[str]:

@@ -6,17 +6,14 @@ reach the internet even by mistake.
 """
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlparse
 
 import pytest
+from json_http import JsonServer
 
 SCRUB = [
     "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy",
@@ -94,7 +91,7 @@ def make_repo(root: Path) -> dict[str, str]:
 # --------------------------------------------------------------------------- fake Jira
 
 
-class FakeJira:
+class FakeJira(JsonServer):
     """A tiny Jira REST server on 127.0.0.1: serverInfo, field, search (Server/DC) and search/jql (Cloud)."""
 
     def __init__(self, deployment: str = "Server", status: int = 200, delay_s: float = 0.0,
@@ -109,58 +106,27 @@ class FakeJira:
                                        "updated": "2026-09-01T10:00:00.000+0000"}},
         ]
         self.requests: list[dict] = []
-        fake = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):  # keep test output clean
-                pass
-
-            def do_GET(self):
-                u = urlparse(self.path)
-                fake.requests.append({"path": u.path, "query": parse_qs(u.query),
-                                      "auth": self.headers.get("Authorization")})
-                if fake.status != 200:
-                    return self._send(fake.status, {"errorMessages": ["You are not authenticated."], "errors": {}})
-                if u.path == "/rest/api/2/serverInfo":
-                    return self._send(200, {"baseUrl": fake.url, "version": "9.12.0", "versionNumbers": [9, 12, 0],
-                                            "deploymentType": fake.deployment, "serverTitle": "fake"})
-                if u.path == "/rest/api/2/field":
-                    return self._send(200, [])
-                if u.path in ("/rest/api/2/search", "/rest/api/2/search/jql", "/rest/api/3/search/jql"):
-                    if fake.delay_s:
-                        time.sleep(fake.delay_s)
-                    body = {"issues": fake.issues}
-                    if u.path == "/rest/api/2/search":
-                        body.update(startAt=0, maxResults=50, total=len(fake.issues))
-                    else:
-                        body.update(isLast=True)
-                    return self._send(200, body)
-                return self._send(404, {"errorMessages": [f"no route {u.path}"]})
-
-            def _send(self, code, obj):
-                data = json.dumps(obj).encode()
-                try:
-                    self.send_response(code)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.server.block_on_close = False
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+    def respond(self, path, query, headers):
+        self.requests.append({"path": path, "query": query, "auth": headers.get("Authorization")})
+        if self.status != 200:
+            return self.status, {"errorMessages": ["You are not authenticated."], "errors": {}}
+        if path == "/rest/api/2/serverInfo":
+            return 200, {"baseUrl": self.url, "version": "9.12.0", "versionNumbers": [9, 12, 0],
+                         "deploymentType": self.deployment, "serverTitle": "fake"}
+        if path == "/rest/api/2/field":
+            return 200, []
+        if path in ("/rest/api/2/search", "/rest/api/2/search/jql", "/rest/api/3/search/jql"):
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            body = {"issues": self.issues}
+            if path == "/rest/api/2/search":
+                body.update(startAt=0, maxResults=50, total=len(self.issues))
+            else:
+                body.update(isLast=True)
+            return 200, body
+        return 404, {"errorMessages": [f"no route {path}"]}
 
     def paths(self) -> list[str]:
         return [r["path"] for r in self.requests]
