@@ -536,3 +536,12 @@ def test_rank_report_paths_follow_the_output_rules(tmp_path):
     (tmp_path / "set.rank3.xlsx").symlink_to(elsewhere / "x.xlsx")
     with pytest.raises(InputError, match="is a link out of"):
         analyze_trace_set(_set("balanced"), output_xlsx=str(out), overwrite=True)
+
+
+def test_rank_warnings_name_the_ranks_compactly():
+    from mcp_server.tracesets.analyze import rank_ranges
+
+    assert rank_ranges([0, 1, 2, 3, 7]) == "0-3, 7" and rank_ranges([9, 1, 3, 4, 5, 10]) == "1, 3-5, 9-10"
+    res = analyze_trace_set(_set("tp4_gloo"))
+    unattributed = next(w for w in res.warnings if w.code == "unattributed_kernels")
+    assert unattributed.message.startswith("ranks 0-3: ")

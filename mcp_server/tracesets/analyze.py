@@ -102,6 +102,17 @@ def _tasks(refs: list[RankRef], categories, reference_trace, output_xlsx, overwr
             for r in refs]
 
 
+def rank_ranges(ranks: list[int]) -> str:
+    """``[0, 1, 2, 3, 7]`` -> ``"0-3, 7"``."""
+    out: list[str] = []
+    for r in sorted(set(ranks)):
+        if out and out[-1].split("-")[-1] == str(r - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{r}"
+        else:
+            out.append(str(r))
+    return ", ".join(out)
+
+
 def _merge_warnings(summaries: list[RankSummary]) -> list[Warning_]:
     """The ranks' own warnings, one per code: which ranks, and the first rank's message."""
     by_code: dict[str, list[tuple[int, Warning_]]] = defaultdict(list)
@@ -113,7 +124,7 @@ def _merge_warnings(summaries: list[RankSummary]) -> list[Warning_]:
         ranks = sorted({r for r, _ in hits})
         first = hits[0]
         out.append(Warning_(code=code, count=sum(w.count for _, w in hits), message=(
-            f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: {first[1].message}"
+            f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)}: {first[1].message}"
             + (f" (rank {first[0]}'s figures)" if len(ranks) > 1 else ""))))
     return out
 
