@@ -36,14 +36,6 @@ def is_trace_name(name: str) -> bool:
     return name.lower().endswith(TRACE_SUFFIXES)
 
 
-def looks_like_set(value: str) -> bool:
-    """A directory or a glob pattern (not an existing file): the argument names several traces."""
-    p = Path(os.path.expanduser(value))
-    if p.is_dir():
-        return True
-    return bool(_GLOB.search(value)) and not p.exists()
-
-
 def expand(inputs: list[str]) -> list[Path]:
     """Every trace file named by ``inputs`` (files, directories, globs), each once, in a stable order."""
     found: list[Path] = []
