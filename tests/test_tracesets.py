@@ -545,3 +545,15 @@ def test_rank_warnings_name_the_ranks_compactly():
     res = analyze_trace_set(_set("tp4_gloo"))
     unattributed = next(w for w in res.warnings if w.code == "unattributed_kernels")
     assert unattributed.message.startswith("ranks 0-3: ")
+
+
+@pytest.mark.parametrize("dist", [{"rank": "1", "world_size": 4}, {"rank": -1, "world_size": 4}, {"rank": True},
+                                  {"rank": 1.0, "world_size": 0}, [1, 2], "rank 1", None])
+def test_odd_distributed_info_falls_back_to_the_file_name(tmp_path, dist):
+    def odd(d):
+        d["distributedInfo"] = dist
+
+    _rewrite(SETS / "balanced" / "llama-TP-1.trace.json.gz", tmp_path / "odd-TP-1.trace.json.gz", odd)
+    refs, world, warnings = resolve_ranks([str(tmp_path)])
+    assert [(r.rank, r.rank_source) for r in refs] == [(1, "file name")]
+    assert world in (None, 4) and [w.code for w in warnings][:1] == ["rank_from_filename"]

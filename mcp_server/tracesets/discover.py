@@ -106,8 +106,9 @@ def resolve_ranks(inputs: list[str]) -> tuple[list[RankRef], Optional[int], list
             raise
         except OSError as exc:
             raise FileMissingError(f"cannot read the trace: {exc.strerror or exc}", path=p) from None
+        info = info if isinstance(info, dict) else None
         rank = _as_int((info or {}).get("rank"))
-        world = _as_int((info or {}).get("world_size"))
+        world = _as_int((info or {}).get("world_size")) or None  # 0 is no world size
         source: Literal["distributedInfo", "file name"] = "distributedInfo"
         if rank is None:
             rank = rank_from_name(p)
