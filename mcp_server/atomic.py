@@ -29,6 +29,7 @@ import socket
 import stat
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Iterator, Union
 
@@ -269,3 +270,42 @@ def atomic_copy(src: PathLike, dst: PathLike, what: str = "copy", *, force: bool
     with atomic_target(dst, what, force=force) as tmp:
         shutil.copyfile(src, tmp)
     return Path(dst)
+
+
+# --------------------------------------------------------------------------- kinds of existing outputs
+
+
+def _head(path: Path, n: int = 512) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(n)
+    except OSError:
+        return b""
+
+
+def is_kind(path: Path, kind: str) -> bool:
+    """Whether the existing file at ``path`` is an output of ``kind`` (so replacing it is expected): the faces'
+    replacement rule (confine.py), and engines that write files beside a declared output."""
+    head = _head(path)
+    if kind == "xlsx":
+        try:
+            with zipfile.ZipFile(path) as zf:
+                return "[Content_Types].xml" in zf.namelist()
+        except (zipfile.BadZipFile, OSError):
+            return False
+    if kind == "png":
+        return head.startswith(b"\x89PNG\r\n\x1a\n")
+    if kind == "html":
+        low = head.lstrip().lower()
+        return low.startswith(b"<!doctype html") or low.startswith(b"<html")
+    if kind == "json":
+        return head.lstrip()[:1] in (b"{", b"[")
+    if kind == "sqlite":
+        return head.startswith(b"SQLite format 3\x00")
+    if kind == "md-or-json":
+        return is_kind(path, "md") or (path.suffix.lower() == ".json" and is_kind(path, "json"))
+    if kind == "ncu-rep":
+        return path.name.endswith(".ncu-rep")  # run_ncu decides replacement itself (its own overwrite)
+    if kind in ("md", "text"):
+        return b"\x00" not in head and path.suffix.lower() in (".md", ".markdown", ".txt")
+    return False

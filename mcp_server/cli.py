@@ -261,13 +261,13 @@ def apply_limits(op: Operation, args: argparse.Namespace) -> None:
     import os
     import signal
 
-    from mcp_server.workers import WorkerLimitError, apply_memory_limit, executes_code, limits_for, parse_size
+    from mcp_server.workers import WorkerLimitError, apply_memory_limit, executes_code, limits_for, memory_limit
 
     op.engine_fn()  # import the engine and renderer first: native libraries reserve their arenas unlimited
     op.render_fn()
     lim = limits_for(op, {})
     text = args._max_memory
-    memory = lim.memory_bytes if text is None else (None if text.strip() in ("0", "none") else parse_size(text))
+    memory = lim.memory_bytes if text is None else memory_limit(text)
     if not executes_code(op):
         apply_memory_limit(memory)
     seconds = args._time_limit if args._time_limit is not None else float(

@@ -14,10 +14,10 @@ output of the same kind (an xlsx by an xlsx, ...) or the call says
 from __future__ import annotations
 
 import os
-import zipfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from mcp_server.atomic import is_kind
 from mcp_server.errors import InputError
 
 
@@ -53,41 +53,6 @@ def inside(path: Path, roots: Iterable[Path]) -> bool:
         rr = _resolved(root)
         if rp == rr or rr in rp.parents:
             return True
-    return False
-
-
-def _head(path: Path, n: int = 512) -> bytes:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(n)
-    except OSError:
-        return b""
-
-
-def is_kind(path: Path, kind: str) -> bool:
-    """Whether the existing file at ``path`` is an output of ``kind`` (so replacing it is expected)."""
-    head = _head(path)
-    if kind == "xlsx":
-        try:
-            with zipfile.ZipFile(path) as zf:
-                return "[Content_Types].xml" in zf.namelist()
-        except (zipfile.BadZipFile, OSError):
-            return False
-    if kind == "png":
-        return head.startswith(b"\x89PNG\r\n\x1a\n")
-    if kind == "html":
-        low = head.lstrip().lower()
-        return low.startswith(b"<!doctype html") or low.startswith(b"<html")
-    if kind == "json":
-        return head.lstrip()[:1] in (b"{", b"[")
-    if kind == "sqlite":
-        return head.startswith(b"SQLite format 3\x00")
-    if kind == "md-or-json":
-        return is_kind(path, "md") or (path.suffix.lower() == ".json" and is_kind(path, "json"))
-    if kind == "ncu-rep":
-        return path.name.endswith(".ncu-rep")  # run_ncu decides replacement itself (its own overwrite)
-    if kind in ("md", "text"):
-        return b"\x00" not in head and path.suffix.lower() in (".md", ".markdown", ".txt")
     return False
 
 

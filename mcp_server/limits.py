@@ -112,6 +112,15 @@ def parse_size(text: str) -> int:
     return value
 
 
+def memory_limit(text: "str | None" = None) -> "int | None":
+    """Bytes of address space for a worker: ``text`` (e.g. 8G; 0, none or off for no limit), else
+    ``KERNELSCOPE_WORKER_MEMORY``, else ``DEFAULT_MEMORY``."""
+    raw = (text if text is not None else os.environ.get("KERNELSCOPE_WORKER_MEMORY") or "").strip()
+    if raw.lower() in ("0", "none", "off"):
+        return None
+    return parse_size(raw) if raw else DEFAULT_MEMORY
+
+
 def apply_memory_limit(limit: "int | None") -> None:
     """Cap this process's address space (Linux; a no-op where unsupported)."""
     if not limit:

@@ -12,6 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Literal, Optional
 
+from mcp_server.atomic import is_kind
 from mcp_server.errors import InputError, TraceSetError
 from mcp_server.models import Warning_
 from mcp_server.tracesets import combine
@@ -38,16 +39,6 @@ def rank_report_path(output_xlsx: str | os.PathLike, rank: int) -> str:
     return str(p.with_name(f"{p.stem}.rank{rank}{p.suffix or '.xlsx'}"))
 
 
-def _is_xlsx(p: Path) -> bool:
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(p) as zf:
-            return "[Content_Types].xml" in zf.namelist()
-    except (zipfile.BadZipFile, OSError):
-        return False
-
-
 def check_rank_reports(output_xlsx: str, ranks: list[int], overwrite: bool) -> None:
     """The per-rank report paths follow the rules the faces apply to declared outputs: they stay in the
     summary's directory (no link out of it), and an existing file that is not a workbook is replaced only
@@ -61,7 +52,7 @@ def check_rank_reports(output_xlsx: str, ranks: list[int], overwrite: bool) -> N
             raise InputError(f"the rank report path {p} is a link out of {base}", hint="remove the link")
         if p.is_dir():
             raise InputError(f"the rank report path {p} is a directory", hint="move it, or choose another -o name")
-        if not overwrite and not _is_xlsx(p):
+        if not overwrite and not is_kind(p, "xlsx"):
             raise InputError(f"{p} exists and is not a workbook this tool would write",
                              hint="choose another -o name, or pass overwrite=true to replace it")
 

@@ -33,12 +33,9 @@ def default_workers(n_tasks: int) -> int:
 
 def worker_memory(text: Optional[str]) -> Optional[int]:
     """Bytes of address space per worker: ``text`` (e.g. 4G; 0 = none), else the MCP workers' limit."""
-    from mcp_server.limits import DEFAULT_MEMORY, parse_size
+    from mcp_server.limits import memory_limit
 
-    raw = (text if text is not None else os.environ.get("KERNELSCOPE_WORKER_MEMORY") or "").strip()
-    if raw.lower() in ("0", "none", "off"):
-        return None
-    return parse_size(raw) if raw else DEFAULT_MEMORY
+    return memory_limit(text)
 
 
 _OUT_OF_MEMORY = ("out of memory under the worker's address-space limit (raise worker_memory, e.g. 16G, or 0 for "
