@@ -55,14 +55,32 @@ def test_plugin_manifest_points_at_skills_and_server():
     assert market["plugins"][0]["name"] == "kernelscope"
 
 
+def _mcp_json_server() -> dict:
+    return json.loads((ROOT / ".mcp.json").read_text())["mcpServers"]["kernelscope"]
+
+
 def test_project_mcp_json_starts_the_bootstrap_script():
-    cfg = json.loads((ROOT / ".mcp.json").read_text())["mcpServers"]["kernelscope"]
-    # the plugin root when Claude Code loads it as a plugin, the project directory otherwise
-    assert cfg["command"] == "sh" and cfg["args"] == ["${CLAUDE_PLUGIN_ROOT:-.}/bin/kernelscope-mcp"]
+    cfg = _mcp_json_server()
+    # no ${...}: Claude Code expands it itself (to its own value or the default) and the MCP Inspector
+    # passes it to sh literally; the script finds the checkout from the client's working directory
+    assert cfg["command"] == "sh" and cfg["args"][0] == "-c" and "${" not in json.dumps(cfg)
     text = BOOTSTRAP.read_text()
     assert text.startswith("#!/bin/sh\n") and 'exec "$VPY" -m mcp_server' in text
     assert BOOTSTRAP.stat().st_mode & 0o111, "bin/kernelscope-mcp must be executable"
     assert subprocess.run(["sh", "-n", str(BOOTSTRAP)], timeout=30).returncode == 0
+
+
+def test_project_mcp_json_works_from_a_subdirectory_and_refuses_outside(tmp_path):
+    """Claude Code starts a project server in the directory it was started in, which may be a
+    subdirectory of the checkout; the Inspector (--config .mcp.json) in its own."""
+    cfg = _mcp_json_server()
+    env = {**_clean_env(KERNELSCOPE_VENV=sys.prefix), "PYTHONPATH": str(ROOT)}
+    for cwd in (ROOT, ROOT / "tests" / "fixtures"):
+        assert _list_over_stdio([cfg["command"], *cfg["args"]], env, cwd) == _tools(), cwd
+    out = subprocess.run([cfg["command"], *cfg["args"]], capture_output=True, text=True, timeout=30, env=env,
+                         cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert out.returncode == 1 and out.stdout == ""
+    assert f"no bin/kernelscope-mcp in {tmp_path} or above it" in out.stderr
 
 
 def test_skills_allow_their_tools_under_both_names():
