@@ -34,7 +34,7 @@ test: $(STAMP) browser-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	for s in skills/*/; do $(VENV)/bin/agentskills validate "$$s" || exit 1; done
+	$(VPY) tools/validate_skills.py
 	$(VPY) -m pytest -q
 
 bench: $(STAMP)

@@ -46,5 +46,5 @@ def test_skill_frontmatter_names_registered_tools():
             return {t.name for t in (await c.list_tools()).tools}
 
     assert wanted <= anyio.run(names)
-    assert "(references.md)" in text and (Path(__file__).resolve().parent.parent / "skills" / "compare-kernels"
-                                           / "references.md").exists()
+    assert "(references/find-references.md)" in text and (
+        Path(__file__).resolve().parent.parent / "skills" / "compare-kernels" / "references" / "find-references.md").exists()

@@ -25,6 +25,7 @@ from mcp_server.ledger.models import (
     ProfileRow,
     ValidationRow,
 )
+from mcp_server.ledger.requests import REQUIRED_BY_KIND
 from mcp_server.ledger.store import Ledger
 
 #: Patches up to this size are kept in the ledger itself (change_text).
@@ -212,6 +213,11 @@ def ledger_record(ledger: Optional[str] = None, kind: str = "experiment", key: O
                   result_path: Optional[str] = None, decision: Optional[str] = None, by: Optional[str] = None,
                   why: Optional[str] = None) -> LedgerRecordResult:
     """Write one record of the experiment log (one committed transaction)."""
+    given = {"experiment_id": experiment_id, "candidate_id": candidate_id, "decision": decision}
+    missing = [f for f in REQUIRED_BY_KIND.get(kind, ()) if given[f] is None]
+    if missing:
+        raise LedgerError(f"{' and '.join(missing)} is required for a record of kind={kind}",
+                          hint="`kernelscope ledger list` / `ledger show ID` give the ids")
     with Ledger.open(ledger) as led:
         cand_id: Optional[int] = None
         if kind == "experiment":

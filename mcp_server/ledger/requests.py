@@ -11,6 +11,17 @@ _LEDGER = Field(default=None, description=(
     "Ledger file (default: $KERNELSCOPE_LEDGER, else ./.kernelscope/ledger.db)"))
 
 
+#: The fields each ``kind`` of record needs besides ``kind`` (the engine refuses a record without them;
+#: tests/test_skills.py checks every ledger_record example in the skills against it).
+REQUIRED_BY_KIND: dict[str, tuple[str, ...]] = {
+    "experiment": (),
+    "profile": ("experiment_id",),
+    "candidate": ("experiment_id",),
+    "validation": ("candidate_id",),
+    "decision": ("candidate_id", "decision"),
+}
+
+
 class LedgerRecordRequest(WritesOutputs):
     ledger: Optional[str] = _LEDGER
     kind: Literal["experiment", "profile", "candidate", "validation", "decision"] = Field(description=(
