@@ -33,7 +33,7 @@ import zipfile
 from pathlib import Path
 from typing import Iterator, Union
 
-from mcp_server.errors import WriteError
+from mcp_server.errors import InputError, WriteError
 
 PathLike = Union[str, os.PathLike]
 
@@ -283,6 +283,64 @@ def _head(path: Path, n: int = 512) -> bytes:
         return b""
 
 
+#: The names an output of each kind may have (``check_output_name``). Kinds not listed take any name: a
+#: directory, a ledger (a database opened and appended to), an ncu report (the runner adds ``.ncu-rep``).
+KIND_SUFFIXES: dict[str, tuple[str, ...]] = {
+    "xlsx": (".xlsx",), "png": (".png",), "html": (".html", ".htm"), "json": (".json",),
+    "md": (".md", ".markdown", ".txt"), "md-or-json": (".md", ".markdown", ".txt", ".json"),
+}
+
+#: The first line of every Markdown file kernelscope writes (ncu select's report, the ledger export).
+MD_HEADS = (b"# Candidate selection: ", b"# Experiment log")
+
+#: Kinds whose existing file is updated, not replaced: over MCP they need no ``overwrite=true``.
+APPENDED_KINDS = frozenset({"sqlite", "dir", "ncu-rep"})
+
+
+class OutputPathError(InputError):
+    """An output path this call may not write: a name of another kind, or a file it may not replace."""
+
+
+def check_output_name(path: PathLike, kind: str, field: str = "output") -> None:
+    """Refuse an output name whose extension is not its kind's (``-o report.csv`` for a workbook)."""
+    want = KIND_SUFFIXES.get(kind)
+    name = Path(os.fspath(path)).name
+    if want is None or name.lower().endswith(want):
+        return
+    suffix = Path(name).suffix
+    got = f"ends with {suffix}" if suffix else "has no extension"
+    raise OutputPathError(f"{field}={os.fspath(path)} {got}, but what this writes there is {kind}",
+                          hint=f"name it with {' or '.join(want)}, e.g. {Path(name).stem or 'out'}{want[0]}")
+
+
+def check_replace(path: PathLike, kind: str, *, field: str = "output", overwrite: bool = False,
+                  replace_needs_overwrite: bool = False) -> None:
+    """The one rule for writing at a caller-named path, on every face (confine.py adds the MCP roots).
+
+    The name carries the kind's extension; a directory is never replaced by a file; an existing file
+    is replaced only when it is an output of the same kind (an xlsx by an xlsx) or ``overwrite``; and
+    where ``replace_needs_overwrite`` (over MCP, where the caller is an agent) any existing file of a
+    replaced kind needs ``overwrite``, so a call that does not say so never destroys anything."""
+    p = Path(os.path.expanduser(os.fspath(path)))
+    shown = os.fspath(path)
+    if kind == "dir":
+        if p.exists() and not p.is_dir():
+            raise OutputPathError(f"{field}={shown} exists and is not a directory",
+                                  hint="give a directory path, or move the file")
+        return
+    check_output_name(p, kind, field)
+    if p.is_dir():
+        raise OutputPathError(f"{field}={shown} is a directory", hint=f"give a {kind} file path")
+    if not (p.exists() or p.is_symlink()) or overwrite:
+        return
+    if not is_kind(p, kind):
+        raise OutputPathError(f"{field}={shown} exists and is not {kind} output this tool would write",
+                              hint="choose another path, or pass overwrite=true (CLI --overwrite) to replace it")
+    if replace_needs_overwrite and kind not in APPENDED_KINDS:
+        raise OutputPathError(f"{field}={shown} exists",
+                              hint="pass overwrite=true to replace it, or choose another path")
+
+
 def is_kind(path: Path, kind: str) -> bool:
     """Whether the existing file at ``path`` is an output of ``kind`` (so replacing it is expected): the faces'
     replacement rule (confine.py), and engines that write files beside a declared output."""
@@ -306,6 +364,6 @@ def is_kind(path: Path, kind: str) -> bool:
         return is_kind(path, "md") or (path.suffix.lower() == ".json" and is_kind(path, "json"))
     if kind == "ncu-rep":
         return path.name.endswith(".ncu-rep")  # run_ncu decides replacement itself (its own overwrite)
-    if kind in ("md", "text"):
-        return b"\x00" not in head and path.suffix.lower() in (".md", ".markdown", ".txt")
+    if kind in ("md", "text"):  # people write Markdown too: only a report kernelscope wrote is replaced
+        return path.suffix.lower() in (".md", ".markdown", ".txt") and head.lstrip().startswith(MD_HEADS)
     return False

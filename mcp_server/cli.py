@@ -239,6 +239,10 @@ def run_operation(op: Operation, given: dict[str, Any], as_json: bool, width: in
     except ValidationError as exc:
         parts = [f"{'.'.join(str(x) for x in e.get('loc', ())) or 'arguments'}: {e.get('msg')}" for e in exc.errors()]
         raise InputError(f"{op.verb}: invalid option(s): " + "; ".join(parts)) from None
+    if op.outputs:  # the output rule of both faces, before any work (confine.py; no roots on the CLI)
+        from mcp_server.confine import check_outputs
+
+        check_outputs(op, req, None)
     with progress_bar(op.verb) as cb:
         res = op.call(req, cb if op.progress else None)
     if as_json:

@@ -7,9 +7,13 @@ by default the server's working directory, plus the roots the MCP client declare
 (the roots capability) where the transport lets the server ask for them — the
 2026 protocol deprecates roots and this SDK's transports give the server no
 back-channel for them, so in practice set KERNELSCOPE_ROOTS. Paths are resolved (``..`` and symlinks
-followed) before the check. An existing file is replaced only when it is an
-output of the same kind (an xlsx by an xlsx, ...) or the call says
-``overwrite: true``. The CLI writes where its user says and skips these checks.
+followed) before the check. Over MCP an existing file (a report, a plot, an input
+edited in place) is replaced only when the call says ``overwrite: true``; a ledger
+is appended to, not replaced.
+
+The CLI writes where its user says, but the rule of ``atomic.check_replace`` holds
+on both faces: an output name carries its kind's extension, and a file of another
+kind (a README under ``-o``) is replaced only with ``--overwrite``.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from mcp_server.atomic import is_kind
+from mcp_server.atomic import check_replace
 from mcp_server.errors import InputError
 
 
@@ -56,36 +60,40 @@ def inside(path: Path, roots: Iterable[Path]) -> bool:
     return False
 
 
-def check_outputs(op: Any, req: Any, roots: list[Path]) -> None:
-    """Refuse output paths outside ``roots`` and replacements of files of another kind."""
+def check_outputs(op: Any, req: Any, roots: list[Path] | None) -> None:
+    """Check every output path ``op`` declares before the call runs, on both faces.
+
+    The rule itself is ``atomic.check_replace`` (the extension of the kind, no file of another kind
+    replaced without ``overwrite``); ``roots`` (the MCP face) adds confinement to the roots and makes
+    replacing any existing file need ``overwrite=true``; the CLI passes ``None``."""
     outputs: Mapping[str, str] = getattr(op, "outputs", {}) or {}
     overwrite = bool(getattr(req, "overwrite", False))
     for field, kind in outputs.items():
         value = getattr(req, field, None)
         if not value:
             continue
-        if kind.endswith("-in-place"):  # files edited in place unless the request names an output directory
+        in_place = kind.endswith("-in-place")
+        if in_place:  # files edited in place unless the request names an output directory
             if getattr(req, "output_dir", None):
                 continue
             kind = kind.removesuffix("-in-place")
+        if kind == "md-or-json":  # the ledger export: the format decides the kind
+            kind = "json" if getattr(req, "format", None) == "json" else "md"
         for one in (value if isinstance(value, (list, tuple)) else [value]):
-            _check_one(op, field, str(one), kind, roots, overwrite)
+            if roots is not None:
+                _check_root(op, field, str(one), roots)
+            if in_place:  # an input edited where it lies: no name rule, the engine reads it first
+                if roots is not None and not overwrite and Path(os.path.expanduser(str(one))).exists():
+                    raise ConfinementError(f"{op.tool}: {field}={one} would be edited in place",
+                                           hint="pass output_dir to write updated copies, or overwrite=true")
+                continue
+            check_replace(str(one), kind, field=field, overwrite=overwrite, replace_needs_overwrite=roots is not None)
 
 
-def _check_one(op: Any, field: str, value: str, kind: str, roots: list[Path], overwrite: bool) -> None:
+def _check_root(op: Any, field: str, value: str, roots: list[Path]) -> None:
     shown = ", ".join(str(r) for r in roots)
     path = Path(os.path.expanduser(value))
     if not inside(path, roots):
         raise ConfinementError(
             f"{op.tool}: {field}={value} is outside the directories this server may write to ({shown})",
             hint="write inside one of them, or add the directory to KERNELSCOPE_ROOTS (or the client's roots)")
-    if kind == "dir":
-        if path.exists() and not path.is_dir():
-            raise ConfinementError(f"{op.tool}: {field}={value} exists and is not a directory")
-        return
-    if path.is_dir():
-        raise ConfinementError(f"{op.tool}: {field}={value} is a directory", hint=f"give a {kind} file path")
-    if path.exists() and not overwrite and not is_kind(path, kind):
-        raise ConfinementError(
-            f"{op.tool}: {field}={value} exists and is not a {kind} file this tool would write",
-            hint="choose another path, or pass overwrite=true to replace it")

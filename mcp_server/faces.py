@@ -67,8 +67,8 @@ class WritesOutputs(Request):
     """A request naming output files (``Operation.outputs``): over MCP they are confined (confine.py)."""
 
     overwrite: bool = Field(default=False, description=(
-        "Replace an existing file at an output path even when it is read-only or not a file of the kind "
-        "this tool writes"))
+        "Replace an existing file at an output path: over MCP any existing file needs it; on the CLI a "
+        "read-only file or one that is not of the kind this tool writes"))
 
 
 @dataclass(frozen=True)

@@ -54,18 +54,67 @@ def test_a_file_of_another_kind_is_not_replaced_without_overwrite(root):
     victim.write_text("my notes, not a workbook\n")
     res = _call("diff_modules", {"a": TRACE, "b": TRACE, "output_xlsx": str(victim)})
     text = res.content[0].text
-    assert res.is_error and "exists and is not a xlsx file" in text and "overwrite=true" in text
+    assert res.is_error and "exists and is not xlsx output" in text and "overwrite=true" in text
     assert victim.read_text() == "my notes, not a workbook\n"
     ok = _call("diff_modules", {"a": TRACE, "b": TRACE, "output_xlsx": str(victim), "overwrite": True})
     assert not ok.is_error and victim.read_bytes()[:2] == b"PK"
 
 
-def test_inside_the_roots_an_output_of_the_same_kind_is_replaced(root):
+def test_over_mcp_replacing_any_existing_output_needs_overwrite(root):
+    """An agent's call that does not say overwrite=true never destroys a file, even a report of the same kind."""
     out = root / "r.xlsx"
-    for _ in range(2):
-        res = _call("analyze_trace", {"trace_path": TRACE, "output_xlsx": str(out)})
-        assert not res.is_error, res.content[0].text
+    res = _call("analyze_trace", {"trace_path": TRACE, "output_xlsx": str(out)})
+    assert not res.is_error, res.content[0].text
+    first = out.read_bytes()
+    again = _call("analyze_trace", {"trace_path": TRACE, "output_xlsx": str(out)})
+    assert again.is_error and "r.xlsx exists" in again.content[0].text and "overwrite=true" in again.content[0].text
+    assert out.read_bytes() == first
+    ok = _call("analyze_trace", {"trace_path": TRACE, "output_xlsx": str(out), "overwrite": True})
+    assert not ok.is_error, ok.content[0].text
     assert out.read_bytes()[:2] == b"PK"
+
+
+def test_an_output_name_of_another_kind_is_refused_on_both_faces(root, capsys):
+    from mcp_server.cli import main
+
+    for name in ("report.csv", "README.md", "report"):
+        res = _call("analyze_trace", {"trace_path": TRACE, "output_xlsx": str(root / name), "overwrite": True})
+        assert res.is_error and "xlsx" in res.content[0].text, res.content[0].text
+        assert main(["analyze", TRACE, "-o", str(root / name), "--overwrite"]) == 2
+        assert "but what this writes there is xlsx" in capsys.readouterr().err
+    assert not list(root.iterdir())
+    res = _call("timeline_analyze", {"buffer_path": "x.bin", "png_path": str(root / "gantt.jpg")})
+    assert res.is_error and "name it with .png" in res.content[0].text
+
+
+def test_the_cli_never_replaces_a_file_of_another_kind_without_overwrite(tmp_path, capsys):
+    """`kernelscope analyze t.json.gz -o README.md` must not replace the README: the kind is checked on the CLI
+    too (a README renamed to .xlsx, a hand-written Markdown file under a Markdown output)."""
+    from mcp_server.cli import main
+
+    readme = tmp_path / "README.md"
+    readme.write_text("# my project\n")
+    fake = tmp_path / "notes.xlsx"
+    fake.write_text("# my project\n")
+    assert main(["analyze", TRACE, "-o", str(readme)]) == 2
+    assert main(["analyze", TRACE, "-o", str(fake)]) == 2
+    assert "exists and is not xlsx output" in capsys.readouterr().err
+    assert readme.read_text() == fake.read_text() == "# my project\n"
+    assert main(["analyze", TRACE, "-o", str(fake), "--overwrite"]) == 0
+    assert fake.read_bytes()[:2] == b"PK"
+    assert main(["analyze", TRACE, "-o", str(fake)]) == 0  # the CLI replaces its own kind without asking
+    ledger = str(tmp_path / "l.db")
+    import shutil
+
+    shutil.copyfile(Path(__file__).parents[1] / "mcp_server" / "demo_data" / "mla_example_ledger.db", ledger)
+    assert main(["ledger", "export", "--ledger", ledger, "--output", str(readme)]) == 2
+    assert "exists and is not md output" in capsys.readouterr().err and readme.read_text() == "# my project\n"
+    assert main(["ledger", "export", "--ledger", ledger, "--format", "json", "--output", str(tmp_path / "log.md")]) == 2
+    assert "name it with .json" in capsys.readouterr().err
+    log = tmp_path / "log.md"
+    for _ in range(2):  # its own export is replaced
+        assert main(["ledger", "export", "--ledger", ledger, "--output", str(log)]) == 0
+    assert log.read_text().startswith("# Experiment log")
 
 
 def test_writing_tools_are_marked_destructive():

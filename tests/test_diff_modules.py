@@ -332,3 +332,33 @@ def test_reference_trace_is_refused_for_a_report(tmp_path):
     p.write_bytes(b"PK")
     with _pytest.raises(InputError, match="reference trace applies to trace inputs only"):
         load_side(p, reference=p)
+
+
+def test_kernels_on_both_sides_pair_with_their_own_kind():
+    """Decoder layer 0 of TraceLens's Qwen1.5-0.5B traces, H100 vs MI300X (excerpts cut by
+    tools/make_field_excerpts.py): ROCm runs the same adds and copies through
+    ``elementwise_kernel_manual_unroll``, so their names differ from CUDA's. Paired by category and
+    closest time, the H100 add (69.4 us) took the MI300X copies (40.6 us) and the other way round, and
+    the block claimed a FUSION of five kernels into four (issue 23)."""
+    field = Path(__file__).parent / "fixtures" / "field"
+    r = diff_modules(field / "qwen_layer0_h100.json.gz", field / "qwen_layer0_mi300.json.gz", labels=["h100", "mi300"])
+    att = _block(r, "attn_core")
+
+    def work(name):
+        for w in ("CUDAFunctor_add", "direct_copy", "MulFunctor", "neg_kernel", "CatArray"):
+            if name and w in name:
+                return w
+        return None
+    paired = [(work(m.a_name), work(m.b_name), m.a_count, m.b_count) for m in att.matches
+              if m.a_name and m.b_name and work(m.a_name)]
+    assert {p[0] for p in paired} == {"CUDAFunctor_add", "direct_copy", "MulFunctor", "neg_kernel", "CatArray"}
+    assert all(wa == wb and ca == cb for wa, wb, ca, cb in paired), paired
+    # the add and copy kernels are the same work on both sides: no replacement segment holds them
+    segs = {m.segment for m in att.matches if work(m.a_name) or work(m.b_name)}
+    assert segs == {-1}
+    # what is left to explain is the attention kernel itself (and MI300X's extra fill), never the adds
+    fusion = [a for a in att.annotations if a.kind == "FUSION"]
+    assert all(not any(work(k) for k in a.kernels) for a in fusion)
+    # per launch the MI300X add is faster: an IMPROVE between the two adds, not between add and copy
+    imp = [a for a in att.annotations if a.kind == "IMPROVE" and "CUDAFunctor_add" in a.kernels[0]]
+    assert len(imp) == 1 and "CUDAFunctor_add" in imp[0].kernels[1]

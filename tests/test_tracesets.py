@@ -525,7 +525,7 @@ def test_rank_report_paths_follow_the_output_rules(tmp_path):
     (tmp_path / "set.rank2.xlsx").write_text("my notes, not a workbook")
     from mcp_server.errors import InputError
 
-    with pytest.raises(InputError, match="set.rank2.xlsx exists and is not a workbook"):
+    with pytest.raises(InputError, match="set.rank2.xlsx exists and is not xlsx output"):
         analyze_trace_set(_set("balanced"), output_xlsx=str(out))
     assert (tmp_path / "set.rank2.xlsx").read_text() == "my notes, not a workbook" and not out.exists()
     analyze_trace_set(_set("balanced"), output_xlsx=str(out), overwrite=True)

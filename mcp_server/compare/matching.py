@@ -11,11 +11,17 @@ names. Matching works in three steps:
    suffixes of generated kernels (``triton_poi_fused_add_0``).
 2. ``align`` runs a longest-common-subsequence alignment of two kernel sequences
    on their normalised names; matched pairs keep execution order.
-3. Kernels left unmatched between two consecutive anchors of the alignment form
-   a *replacement segment*: the A-side kernels there were replaced by the B-side
-   kernels there. Inside a segment kernels are paired by category first
-   (closest time wins), then across categories by time. A kernel with no partner
-   is ``gone`` (A only) or ``new`` (B only).
+3. Kernels left unmatched between two consecutive anchors are first paired with
+   a kernel of the same *work* on the other side (``work_key``: the functor or op
+   the normalised name keeps, ``cudafunctor_add`` of both
+   ``elementwise_kernel<..., CUDAFunctor_add>`` and ROCm's
+   ``elementwise_kernel_manual_unroll<..., CUDAFunctor_add>``; closest launch count,
+   then closest time): a kernel both sides run is never paired with another kind
+   because a wrapper differs. Those are ``renamed`` pairs, outside any segment.
+4. The rest form a *replacement segment*: the A-side kernels there were replaced
+   by the B-side kernels there. Inside a segment kernels are paired by category
+   first (closest time wins), then across categories by time. A kernel with no
+   partner is ``gone`` (A only) or ``new`` (B only).
 """
 from __future__ import annotations
 
@@ -122,6 +128,35 @@ def _pair_segment(a_idx: list[int], b_idx: list[int], a: Sequence[Item], b: Sequ
     return out
 
 
+def work_key(name: str) -> str:
+    """The work a kernel does: the functor / op its normalised name keeps (``cudafunctor_add``), else that name."""
+    n = normalize_kernel_name(name)
+    lb = n.find("[")
+    return n[lb + 1:-1] if lb > 0 and n.endswith("]") else n
+
+
+def _pair_same_work(ga: list[int], gb: list[int], a: Sequence[Item], b: Sequence[Item]) -> list[Pair]:
+    """Pair the kernels of one gap that do the same work on both sides (see module doc, step 3)."""
+    wa = {i: work_key(a[i].name) for i in ga}
+    wb = {j: work_key(b[j].name) for j in gb}
+    free_b = list(gb)
+    out: list[Pair] = []
+    for i in ga:
+        cands = [j for j in free_b if wb[j] == wa[i]]
+        if not cands:
+            continue
+        x = a[i]
+
+        def distance(j: int, x: Item = x) -> tuple:
+            y = b[j]
+            same_shape = bool(x.dims and y.dims and dims_key(x.dims) == dims_key(y.dims))
+            return (not same_shape, abs(x.count - y.count) / max(x.count, y.count, 1e-9), abs(x.us - y.us))
+        j = min(cands, key=distance)
+        free_b.remove(j)
+        out.append(Pair(i, j, "same" if x.name == b[j].name else "renamed"))
+    return out
+
+
 _EMPTY_DIMS = re.compile(r",\[\](?=[,\]])|(?<=\[)\[\],")
 
 
@@ -155,7 +190,8 @@ def align(a: Sequence[Item], b: Sequence[Item]) -> list[Pair]:
     Kernels are aligned on their normalised name plus, where both sides carry them, the enclosing
     cpu op and the input dims, so the same kernel doing other work (the attention-mask add next to
     the rope adds) is not taken for a slower copy of it. Kernels left between two anchors are then
-    aligned on the name alone (same work at other shapes), and only the rest form replacement segments.
+    aligned on the name alone (same work at other shapes), then paired by the work they do (``work_key``),
+    and only the rest form replacement segments.
     """
     na, nb = _keys(a, b)
     anchors = lcs_pairs(na, nb)
@@ -173,6 +209,13 @@ def align(a: Sequence[Item], b: Sequence[Item]) -> list[Pair]:
                 pairs.append(Pair(ga[x], gb[y], "same" if a[ga[x]].name == b[gb[y]].name else "renamed"))
             ga = [x for x in ga if x not in hit_a]
             gb = [y for y in gb if y not in hit_b]
+        if ga and gb:
+            work = _pair_same_work(ga, gb, a, b)
+            pairs += work
+            done_a = {p.a for p in work}
+            done_b = {p.b for p in work}
+            ga = [x for x in ga if x not in done_a]
+            gb = [y for y in gb if y not in done_b]
         if ga or gb:
             pairs += _pair_segment(ga, gb, a, b, seg)
             seg += 1

@@ -12,7 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Literal, Optional
 
-from mcp_server.atomic import is_kind
+from mcp_server.atomic import check_replace
 from mcp_server.errors import InputError, TraceSetError
 from mcp_server.models import Warning_
 from mcp_server.tracesets import combine
@@ -52,9 +52,7 @@ def check_rank_reports(output_xlsx: str, ranks: list[int], overwrite: bool) -> N
             raise InputError(f"the rank report path {p} is a link out of {base}", hint="remove the link")
         if p.is_dir():
             raise InputError(f"the rank report path {p} is a directory", hint="move it, or choose another -o name")
-        if not overwrite and not is_kind(p, "xlsx"):
-            raise InputError(f"{p} exists and is not a workbook this tool would write",
-                             hint="choose another -o name, or pass overwrite=true to replace it")
+        check_replace(p, "xlsx", field="rank report", overwrite=overwrite)
 
 
 class _Run:
