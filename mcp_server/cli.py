@@ -7,7 +7,9 @@ declared aliases), the declared positional fields positionally, the
 command line reach the request model, so defaults are the model's on both
 faces. ``--json`` prints exactly the MCP tool's answer; without it the verb's
 renderer prints a rich view of the full result. Errors print one line to stderr
-and exit with status 2; progress goes to stderr, so stdout stays clean.
+and exit with status 2; a completed run with a negative verdict exits 3 (the
+result's ``exit_code()``; ``vocab.ExitCode``, README "Exit status"); a closed
+pipe ends quietly with 0. Progress goes to stderr, so stdout stays clean.
 """
 from __future__ import annotations
 
@@ -28,10 +30,31 @@ from rich.markup import escape
 from mcp_server import __version__
 from mcp_server.errors import InputError, KernelscopeError
 from mcp_server.faces import Operation, operations
-from mcp_server.vocab import ProgressFn
+from mcp_server.vocab import ExitCode, ProgressFn
 
-out = Console(highlight=False, soft_wrap=False)
+
+class _Console(Console):
+    """rich's console, except that a closed pipe (``kernelscope ... | head``) ends the run quietly with
+    status 0, as standard tools do (rich's own handler exits 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+out = _Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
+
+
+def _quiet_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null, so the interpreter's last flush cannot fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 # --------------------------------------------------------------------------- options from request fields
@@ -245,9 +268,10 @@ def run_operation(op: Operation, given: dict[str, Any], as_json: bool, width: in
         check_outputs(op, req, None)
     with progress_bar(op.verb) as cb:
         res = op.call(req, cb if op.progress else None)
+    status = exit_status(res)
     if as_json:
         emit_json(op.shape(res, req))
-        return 0
+        return status
     render = op.render_fn()
     if width:
         out.width = max(40, width)
@@ -257,7 +281,39 @@ def run_operation(op: Operation, given: dict[str, Any], as_json: bool, width: in
         render(res, out, request=req)
     else:
         render(res, out)
-    return 0
+    return status
+
+
+def exit_status(res: Any) -> int:
+    """0, or the status a result with a verdict asks for (``exit_code()``: 3 for a negative verdict);
+    README, "Exit status"."""
+    fn = getattr(res, "exit_code", None)
+    return int(fn()) if callable(fn) else int(ExitCode.ok)
+
+
+def _unknown_options(op: Operation, extra: list[str], ops: list[Operation], args: argparse.Namespace) -> str:
+    """The error for options the verb does not take; when they belong to the operation that takes this
+    verb over (``analyze DIR --executor ray``), say why it did not: the path is missing or names one trace."""
+    import os
+
+    flags = [e.split("=", 1)[0] for e in extra if e.startswith("-")]
+    for taker in ops:
+        if taker.takes_over != op.verb or not flags:
+            continue
+        theirs = set(cli_flags(taker)) | {a for names in taker.aliases.values() for a in names}
+        if not set(flags) <= theirs:
+            continue
+        for fname in op.positional:
+            value = getattr(args, fname, None)
+            if isinstance(value, str) and not os.path.exists(os.path.expanduser(value)):
+                return (f"{op.verb}: {value}: no such file or directory ({' '.join(flags)} "
+                        f"{'is an option' if len(flags) == 1 else 'are options'} of `kernelscope {op.verb}` "
+                        f"over a trace set: a directory, a glob or several traces)")
+        verb = "applies" if len(flags) == 1 else "apply"
+        return (f"{op.verb}: {' '.join(flags)} {verb} only to a trace set (`kernelscope {op.verb}` over a directory, "
+                f"a glob or several traces); one trace takes: {', '.join(cli_flags(op))}")
+    accepted = ", ".join(cli_flags(op))
+    return f"{op.verb}: unknown option(s) {' '.join(extra)} (accepted: {accepted})"
 
 
 def apply_limits(op: Operation, args: argparse.Namespace) -> None:
@@ -295,10 +351,10 @@ def main(argv: list[str] | None = None, limits: bool = False) -> int:
     args, extra = parser.parse_known_args(head if rest is not None else argv)
     op: Operation | None = args._op
     if extra:
-        accepted = ", ".join(cli_flags(op)) if op is not None else "none"
-        err.print(f"error: {args.verb if op is None else op.verb}: unknown option(s) {' '.join(extra)} "
-                  f"(accepted: {accepted})", markup=False, highlight=False, soft_wrap=True)
-        return 2
+        text = (f"{args.verb}: unknown option(s) {' '.join(extra)} (accepted: none)" if op is None
+                else _unknown_options(op, extra, ops, args))
+        err.print(f"error: {text}", markup=False, highlight=False, soft_wrap=True)
+        return ExitCode.bad_input
     try:
         if op is None:
             from mcp_server.server import main as serve_main
@@ -318,15 +374,16 @@ def main(argv: list[str] | None = None, limits: bool = False) -> int:
     except MemoryError:  # plain write: printing through rich could need memory (and imports) itself
         sys.stderr.write(f"error: {args.verb}: out of memory under this run's limit (raise it with --max-memory, "
                          "e.g. --max-memory 32G, or --max-memory 0 for none)\n")
-        return 2
+        return ExitCode.bad_input
     except KernelscopeError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False, soft_wrap=True)
-        return 2
+        return ExitCode.bad_input
     except KeyboardInterrupt:
         err.print("interrupted")
-        return 130
-    except BrokenPipeError:
-        return 0
+        return ExitCode.interrupted
+    except BrokenPipeError:  # the reader closed the pipe (`| head`): what it wanted was printed
+        _quiet_stdout()
+        return ExitCode.ok
 
 
 def entry() -> None:  # pragma: no cover - console script shim

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import sys
-from enum import Enum
+from enum import Enum, IntEnum
 from typing import Callable, Iterable, Optional
 
 if sys.version_info >= (3, 11):
@@ -58,6 +58,7 @@ class WarningCode(StrEnum):
     damaged_events = "damaged_events"  # some trace events were malformed and skipped
     low_graph_confidence = "low_graph_confidence"  # graph-replay kernels attributed with a low majority share
     unattributed_kernels = "unattributed_kernels"  # kernels with no enclosing module
+    replays_unattributed = "replays_unattributed"  # CUDA-graph replays with no eager kernels to learn modules from
 
     # --- compare (diff_modules, budget, recategorize) ---
     gpu_kernels_truncated = "gpu_kernels_truncated"  # a report's GPU Kernels sheet is capped at 1000 rows
@@ -139,6 +140,22 @@ class WarningCode(StrEnum):
 
 #: ``progress(done, total, message)``: ``total`` None when unknown; ``message`` optional.
 ProgressFn = Callable[[float, Optional[float], Optional[str]], None]
+
+
+# ---------------------------------------------------------------------------
+# Exit statuses of the ``kernelscope`` command (README, "Exit status")
+# ---------------------------------------------------------------------------
+
+class ExitCode(IntEnum):
+    """What the CLI's exit status means; a result whose verdict can be negative says which applies
+    (its ``exit_code()`` method), so a script can branch on a rejected candidate."""
+
+    ok = 0             # done; a verdict, if any, is positive (validate ACCEPTED, the loop accepted a change)
+    internal = 1       # an internal error (a bug: the traceback is printed; please report it)
+    bad_input = 2      # bad input or a run that could not complete: one line on stderr says why
+    not_accepted = 3   # the run completed and its verdict is negative (validate REJECTED / NOT_FASTER, the loop
+    #                    ended with nothing accepted)
+    interrupted = 130  # Ctrl-C
 
 
 # ---------------------------------------------------------------------------

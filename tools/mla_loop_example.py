@@ -38,7 +38,15 @@ def ks(args: list[str], out: Path, name: str, env: dict) -> dict:
     (out / f"{name}.json").write_text(proc.stdout)
     (out / f"{name}.stderr.txt").write_text(proc.stderr)
     print(f"{name}: rc={proc.returncode} in {time.monotonic() - t0:.1f} s", flush=True)
-    return json.loads(proc.stdout) if proc.returncode == 0 and proc.stdout.strip() else {}
+    if proc.returncode not in (0, 3):  # 3: the loop completed and accepted nothing (README, "Exit status")
+        tail = proc.stderr.strip().splitlines()[-1:] or ["(no message)"]
+        print(f"{name} failed: {tail[0]}", file=sys.stderr, flush=True)
+        FAILED.append(name)
+        return {}
+    return json.loads(proc.stdout) if proc.stdout.strip() else {}
+
+
+FAILED: list[str] = []
 
 
 def main() -> int:
@@ -58,6 +66,9 @@ def main() -> int:
        "export_md", env)
     ks(["ledger", "export", "--ledger", ledger, "--format", "json", "--output", str(out / "ledger.json")], out,
        "export_json", env)
+    if FAILED:
+        print(f"{len(FAILED)} step(s) failed: {', '.join(FAILED)} (their stderr is in {out})", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -48,3 +48,9 @@ class LoopResult(Model):
     stopped: StopReason
     stop_message: str
     warnings: list[Warning_] = Field(default_factory=list)
+
+    def exit_code(self) -> int:
+        """The CLI's exit status: 0 when this run accepted a change, else 3 (it completed, nothing accepted)."""
+        from mcp_server.vocab import ExitCode
+
+        return ExitCode.ok if self.accepted else ExitCode.not_accepted

@@ -614,7 +614,13 @@ def _derive(k: KernelProfile) -> None:
 def parse_ncu(path: str, cache_control: Optional[str] = None, gpu: Optional[str] = None) -> NcuProfile:
     """Read an ``.ncu-rep`` or ncu CSV into per-kernel profiles (no verdicts)."""
     p = Path(path)
-    if not p.exists() or p.is_dir():
+    if p.is_dir():
+        found = sorted(q.name for q in p.iterdir() if q.is_file() and _base_suffix(q) in (".ncu-rep", ".csv"))
+        listed = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise InputError("is a directory, not a report", path=p, hint=(
+            f"give one of its reports, e.g. {p / found[0]} (it holds {listed})" if found
+            else "give a .ncu-rep or an ncu CSV file; this directory holds none"))
+    if not p.exists():
         raise FileMissingError("no such file", path=p, hint="give a .ncu-rep or an ncu CSV")
     suffix = _base_suffix(p)
     head = p.read_bytes()[:6]

@@ -326,6 +326,16 @@ def _attribute_replays(rt: RawTrace, lk: Linked, table: PathTable, rules, refere
                        f"attribution by {', '.join(sorted(methods))}")
     if attributed < len(gidx):
         gstat.notes.append(f"{len(gidx) - attributed} replay kernel(s) in '{G.UNATTRIBUTED_GRAPH}'")
+    if ref.empty and attributed < len(gidx):  # nothing to learn from: say which input would attribute them
+        left = ~(path_code[gidx] > 1)
+        left_us = float(rt.k_dur[gidx][left].sum())
+        why = (f"the reference trace {reference_trace} has no attributed eager kernels either" if reference_trace
+               else "the trace holds no eager step with module spans to learn them from")
+        return [Warning_(code=WarningCode.replays_unattributed, count=int(left.sum()),
+                         message=f"{int(left.sum())} CUDA-graph replay kernel(s) ({left_us:,.1f} us) are not "
+                                 f"attributed to modules: {why}; pass --reference-trace "
+                                 "(reference_trace) with an eager trace of the same model (one step profiled with "
+                                 "CUDA graphs off)")]
     if attributed and gstat.mean_confidence < 0.5:
         return [Warning_(code=WarningCode.low_graph_confidence, count=int(len(gidx)),
                          message=f"CUDA-graph replay attribution has mean confidence {gstat.mean_confidence:.2f} "

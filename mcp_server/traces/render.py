@@ -81,7 +81,10 @@ def render_analysis(res: TraceAnalysis, console: Console, request: object = None
         t.add_row(*row)
     if len(res.modules) > max_modules:
         t.caption = f"{len(res.modules) - max_modules} more module types (use --json or -o)"
-    c.print(t)
+    if mods:
+        c.print(t)
+    else:
+        c.print("Module types: none, no kernel is attributed to a module (see the warnings above)")
 
     shown = [n for n in res.tree if n.depth <= max_tree_depth][:40]
     if shown:

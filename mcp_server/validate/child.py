@@ -96,7 +96,11 @@ class Harness:
 
     # ------------------------------------------------------------------ setup
     def setup_torch(self) -> None:
-        import torch
+        try:
+            import torch
+        except ImportError as exc:  # one line, not a traceback: the harness needs torch
+            raise _Fatal("setup", f"torch cannot be imported by {sys.executable} ({exc}): install the gpu extra "
+                                  "(pip install 'kernelscope[gpu]')") from None
 
         self.torch = torch
         t = torch

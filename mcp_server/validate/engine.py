@@ -17,6 +17,7 @@ from typing import Any
 
 from mcp_server import PACKAGE_DIR, proc
 from mcp_server.atomic import atomic_write_text
+from mcp_server.errors import ToolMissingError
 from mcp_server.models import Warning_
 from mcp_server.validate import stats
 from mcp_server.validate.models import (
@@ -85,6 +86,12 @@ def child_config(spec: Spec) -> dict[str, Any]:
 def run_spec(spec: Spec, *, timeout_s: float, progress: ProgressFn | None = None,
              python: str | None = None) -> ValidationResult:
     """Run one validation of an already-loaded spec in a fresh child process."""
+    if python is None:  # the harness runs under this interpreter: without torch it cannot start
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            raise ToolMissingError(f"validate needs torch, which is not installed for {sys.executable}",
+                                   hint="install the gpu extra (pip install 'kernelscope[gpu]') or run where torch is")
     state: dict[str, Any] = {"result": None, "last": "starting the harness", "clocks": None}
     is_cuda = spec.device.startswith("cuda")
 

@@ -133,3 +133,11 @@ class ValidationResult(Model):
     wall_s: dict[str, float] = Field(default_factory=dict, description="import, correctness, timing, total (s)")
     stderr_tail: str | None = Field(None, description="last lines the child wrote to stderr, on error")
     warnings: list[Warning_] = Field(default_factory=list)
+
+    def exit_code(self) -> int:
+        """The CLI's exit status: 0 accepted, 3 rejected or not faster, 2 when the harness could not decide."""
+        from mcp_server.vocab import ExitCode
+
+        if self.verdict == "accepted":
+            return ExitCode.ok
+        return ExitCode.bad_input if self.verdict == "error" else ExitCode.not_accepted
