@@ -171,7 +171,7 @@ class _Run:
                     self._selections[p["id"]] = self.steps.select(report, self.cache_control)
                 return int(p["id"]), report, self._selections[p["id"]]
         n = len(profs) + 1
-        out = led.path.parent / "reports" / f"e{exp_id}-p{n}.ncu-rep"
+        out = report_path(led.path.parent / "reports", exp_id, n, self.target)
         out.parent.mkdir(parents=True, exist_ok=True)
         self.tell(f"profiling {' '.join(self.target)[:60]}")
         report = Path(self.steps.profile(self.target, out, self.cache_control))
@@ -183,6 +183,28 @@ class _Run:
                                     key=f"e{exp_id}:p{n}")
         self._selections[pid] = sel
         return pid, report, sel
+
+
+def report_path(reports: Path, exp_id: int, n: int, target: list[str]) -> Path:
+    """Where the loop profiles into: ``reports/e<exp>-p<n>.ncu-rep`` beside the ledger, ``n`` the profiles
+    recorded + 1. A file already there was written by a run that stopped before recording it (its parse
+    failed, it was killed): when its sidecar names this target it is this loop's own leftover and is
+    replaced (the profile step may overwrite the path it is given); otherwise (another ledger in the same
+    directory, or no sidecar) the next free name ``e<exp>-p<n>-<k>.ncu-rep`` is used, so nothing is lost."""
+    import json
+
+    for k in range(1, 1000):
+        out = reports / (f"e{exp_id}-p{n}.ncu-rep" if k == 1 else f"e{exp_id}-p{n}-{k}.ncu-rep")
+        if not (out.exists() or out.is_symlink()):
+            return out
+        try:
+            side = json.loads(out.with_name(out.name + ".json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(side, dict) and side.get("target") == list(target):
+            return out
+    raise InputError(f"{reports} holds 999 unrecorded reports for profile {n} of experiment {exp_id}",
+                     hint="remove the leftovers, or pass another --ledger")
 
 
 def _settled(led: Ledger, tkey: str) -> dict[str, tuple[str, int]]:

@@ -31,7 +31,8 @@ class Selection:
 
 @dataclass
 class LoopSteps:
-    """``profile(target, report_path, cache_control) -> report path``; ``select(report, cache_control)
+    """``profile(target, report_path, cache_control) -> report path`` (it may replace a file at report_path: the
+    loop passes a free name or its own leftover); ``select(report, cache_control)
     -> Selection``; ``validate(spec) -> validate_candidate result (JSON dict)``."""
 
     profile: Callable[[list[str], Path, Optional[str]], Path]
@@ -76,6 +77,8 @@ def _ncu_profile(target: list[str], report: Path, cache_control: Optional[str]) 
         args[out_field] = str(report)
     if cache_control and "cache_control" in fields:
         args["cache_control"] = cache_control
+    if "overwrite" in fields:  # the loop names its reports; one there is its own leftover (engine.report_path)
+        args["overwrite"] = True
     res = call_tool("run_ncu", args)
     for k in ("report", "report_path", "output", "path"):
         v = res.get(k)
