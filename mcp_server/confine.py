@@ -88,6 +88,24 @@ def check_outputs(op: Any, req: Any, roots: list[Path] | None) -> None:
                                            hint="pass output_dir to write updated copies, or overwrite=true")
                 continue
             check_replace(str(one), kind, field=field, overwrite=overwrite, replace_needs_overwrite=roots is not None)
+            if roots is not None and not overwrite:
+                _check_side_outputs(op, field, str(one))
+
+
+def _check_side_outputs(op: Any, field: str, value: str) -> None:
+    """Over MCP, files an output writes beside itself (``Operation.side_outputs``) are replaced only with
+    ``overwrite=true`` too: a trace set's per-rank workbooks of an earlier run under the same name."""
+    pattern = (getattr(op, "side_outputs", {}) or {}).get(field)
+    if not pattern:
+        return
+    path = Path(os.path.expanduser(value))
+    from glob import escape
+
+    found = sorted(p.name for p in path.parent.glob(pattern.format(stem=escape(path.stem), suffix=escape(path.suffix))))
+    if found:
+        more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+        raise ConfinementError(f"{op.tool}: {field}={value} would replace {found[0]}{more} beside it",
+                               hint="pass overwrite=true to replace them, or choose another name")
 
 
 def _check_root(op: Any, field: str, value: str, roots: list[Path]) -> None:

@@ -83,9 +83,12 @@ class Hints:
 
 
 READ_ONLY = Hints()
+#: Writes the output files a call names; over MCP an existing file is replaced only with ``overwrite=true``
+#: (confine.py), so a call that does not say so only adds files: not destructive.
 WRITES_FILES = Hints(read_only=False)
 OPEN_WORLD_READ = Hints(open_world=True)
-EXECUTES_CODE = Hints(read_only=False, idempotent=False, open_world=True, runs_code=True)
+#: Runs a command the caller names (a profiling target, an A/B candidate), which may change anything.
+EXECUTES_CODE = Hints(read_only=False, destructive=True, idempotent=False, open_world=True, runs_code=True)
 
 
 @dataclass(frozen=True)
@@ -115,14 +118,20 @@ class Operation:
     # CLI only: ``kernelscope <takes_over> ARGS`` runs this operation instead when ARGS name several traces
     # (a directory or glob where that verb takes a file, or more paths than it takes); see cli.route()
     takes_over: str | None = None
+    # files an output field also writes beside itself: field -> glob of names in its directory, ``{stem}`` and
+    # ``{suffix}`` taken from the field's path (a trace set's per-rank reports); confined like the field itself
+    side_outputs: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def annotations(self) -> Hints:
-        """The hints published: a tool that writes output files can replace one, so it is destructive."""
-        if self.outputs and not self.hints.destructive:
+        """The hints published. A tool that writes files is not read-only; it is destructive only where
+        its declaration says so (it runs the caller's code, or edits files in place): over MCP an existing
+        output is replaced only when the call says ``overwrite=true`` (confine.py), so a call that does not
+        say so destroys nothing (tests/test_confine.py holds every declared output to that)."""
+        if self.outputs and self.hints.read_only:
             from dataclasses import replace
 
-            return replace(self.hints, read_only=False, destructive=True)
+            return replace(self.hints, read_only=False)
         return self.hints
 
     @property

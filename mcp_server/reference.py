@@ -46,7 +46,7 @@ def _cli(op: Operation, name: str) -> str:
 
 
 def _hints(op: Operation) -> str:
-    h = op.hints
+    h = op.annotations  # as published over MCP
     words = ["read-only" if h.read_only else "writes or runs"]
     if h.destructive:
         words.append("destructive")

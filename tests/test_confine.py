@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import typing
 from pathlib import Path
 
 import anyio
@@ -117,15 +118,53 @@ def test_the_cli_never_replaces_a_file_of_another_kind_without_overwrite(tmp_pat
     assert log.read_text().startswith("# Experiment log")
 
 
-def test_writing_tools_are_marked_destructive():
+def test_annotations_tell_the_truth_for_the_default_call(root):
+    """A tool that only writes the files a call names is not destructive: over MCP, every output it
+    declares (and each file it writes beside one) is replaced only with overwrite=true, checked here for
+    every declared output. Tools that run the caller's command are destructive; reading tools read-only."""
+    from mcp_server.atomic import APPENDED_KINDS, KIND_SUFFIXES
+    from mcp_server.confine import ConfinementError, check_outputs
+    from mcp_server.errors import InputError
+    from mcp_server.faces import EXECUTES_CODE, operations
+
     async def go():
         async with Client(build_server()) as c:
             return {t.name: t.annotations for t in (await c.list_tools()).tools}
 
     ann = anyio.run(go)
-    for name in ("analyze_trace", "diff_modules", "recategorize", "timeline_analyze", "ledger_export"):
-        assert ann[name].destructive_hint is True and ann[name].read_only_hint is False
+    for op in operations():
+        a = ann[op.tool]
+        assert a.destructive_hint is (op.hints == EXECUTES_CODE), op.tool
+        assert a.read_only_hint is (not op.outputs and op.hints.read_only), op.tool
+        for field, kind in op.outputs.items():
+            kind = kind.removesuffix("-in-place")
+            kind = "md" if kind == "md-or-json" else kind
+            if kind in APPENDED_KINDS:  # a ledger is appended to, a directory filled: nothing replaced
+                continue
+            existing = root / f"{op.tool}.{field}{KIND_SUFFIXES.get(kind, ('.xlsx',))[0]}"
+            existing.write_bytes(b"an earlier output\n")
+            is_list = typing.get_origin(op.request.model_fields[field].annotation) is list
+            value = [str(existing)] if is_list else str(existing)
+            with pytest.raises(InputError, match="overwrite=true"):
+                check_outputs(op, op.request.model_construct(**{field: value}), [root])
+            check_outputs(op, op.request.model_construct(**{field: value, "overwrite": True}), [root])
+    for name in ("analyze_trace", "diff_modules", "recategorize", "timeline_analyze", "select_candidate",
+                 "ledger_export", "ledger_record"):
+        assert ann[name].destructive_hint is False and ann[name].read_only_hint is False, name
+    for name in ("run_ncu", "validate_candidate", "run_loop"):
+        assert ann[name].destructive_hint is True, name
     assert ann["budget"].destructive_hint is False and ann["budget"].read_only_hint is True
+    assert issubclass(ConfinementError, InputError)
+
+
+def test_rank_reports_of_an_earlier_run_are_not_replaced_without_overwrite(root):
+    sets = Path(__file__).parent / "fixtures" / "tracesets" / "straggler"
+    out = root / "set[1].xlsx"
+    (root / "set[1].rank2.xlsx").write_bytes(b"an earlier rank report")
+    res = _call("analyze_trace_set", {"paths": [str(sets)], "output_xlsx": str(out), "executor": "inline"})
+    assert res.is_error and "would replace set[1].rank2.xlsx beside it" in res.content[0].text
+    assert "overwrite=true" in res.content[0].text and not out.exists()
+    assert (root / "set[1].rank2.xlsx").read_bytes() == b"an earlier rank report"
 
 
 def test_recategorize_in_place_is_confined(root, tmp_path):

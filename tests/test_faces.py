@@ -54,7 +54,9 @@ def test_tool_schema_is_the_request_model(op):
     ann = tool.annotations
     assert (ann.read_only_hint, ann.destructive_hint, ann.idempotent_hint, ann.open_world_hint) == (
         op.annotations.read_only, op.annotations.destructive, op.annotations.idempotent, op.annotations.open_world)
-    assert op.annotations.destructive == (op.hints.destructive or bool(op.outputs))
+    # writing files makes a tool not read-only, never destructive by itself (tests/test_confine.py)
+    assert op.annotations.destructive == op.hints.destructive
+    assert op.annotations.read_only == (op.hints.read_only and not op.outputs)
     for name, field in op.request.model_fields.items():
         assert field.description, f"{op.tool}.{name} has no description"
 

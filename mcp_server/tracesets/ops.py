@@ -21,6 +21,7 @@ OPERATIONS = [
         hints=WRITES_FILES, positional=("paths",), aliases={"output_xlsx": ("-o", "--output"),
                                                             "output_html": ("--html",)},
         progress=True, outputs={"output_xlsx": "xlsx", "output_html": "html"}, takes_over="analyze",
+        side_outputs={"output_xlsx": "{stem}.rank*{suffix}"},  # rank_report_path(): each rank's own workbook
     ),
     Operation(
         tool="compare_trace_sets", verb="traceset compare", title="Compare two multi-rank runs rank by rank",
