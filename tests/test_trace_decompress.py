@@ -28,6 +28,9 @@ BEFORE = {
     "dsv3_prefill": "881ab47a1fe705c9",
     # bf12164708d02ff8 before the replays_unattributed warning (e220384), which is the only difference
     "llama_decode_graph": "b565cbbf0ade6c79",
+    # issue 23's fixtures: digests made with the stdlib backend when they were added
+    "format_pt18_prefill": "f212bd52f61f7ac9",
+    "format_rocm_stream_prefill": "2a89a9c0ee95bd5f",
     "llama_decode_mixed": "36e2082857981963",
     "llama_prefill_eager": "9723d511afedcf11",
     "llama_prefill_sdpa": "6c3662881e6a81ec",

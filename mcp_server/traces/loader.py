@@ -4,7 +4,8 @@ Reads ``.json``, ``.json.gz`` or ``.json.zst`` (detected by the magic bytes, not
 and keeps only what the analyzer uses, in compact numpy columns:
 
 * GPU activities (``cat`` kernel / gpu_memcpy / gpu_memset),
-* runtime / driver API calls that carry a correlation id (launches),
+* runtime / driver API calls that carry a correlation id (launches), with the
+  kernel name a HIP launch carries in ``args.kernel``,
 * ``python_function`` spans that the analyzer can use (``nn.Module:`` spans,
   phase markers, user-code frames; builtins and frames inside torch/ are
   dropped here) and ``cpu_op`` spans (with ``Input Dims``).
@@ -18,6 +19,13 @@ columns with one list comprehension per field. Names and input dims are
 interned (int32 ids into ``names`` / ``dims``). If the streaming cut cannot be
 made (unusual layout, e.g. a bare event array), the whole document is decoded
 at once instead.
+
+Older and other schemas read like current ones: PyTorch 1.8/1.9 (Kineto's first
+schema) writes the categories ``Kernel``, ``Memcpy``, ``Memset``, ``Runtime``,
+``Operator`` (capitalised), GPU ``tid`` strings such as ``"stream 7"``, CPU ``tid``
+strings of digits and ``Input dims``; ROCm writes ``args.stream`` of HIP runtime
+calls as a hex string (``"0x0"``). Ids given as strings of digits (or hex) are
+read as the integers they spell, so a thread or stream named both ways is one.
 
 Damaged events (missing fields, odd types) are skipped and counted; the count
 is returned so the caller can warn. Unreadable files raise typed errors that
@@ -46,9 +54,14 @@ from mcp_server.traces._reader import AHEAD as _AHEAD
 from mcp_server.traces._reader import BlockReader, GuardedReader, check_path, compression, decompress_errors
 from mcp_server.traces._reader import blocks as _read_blocks
 
-KERNEL_CATS = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}
+# GPU activity categories -> kind (index into KIND_NAMES); the capitalised names are PyTorch 1.8/1.9's
+KERNEL_CATS = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2, "Kernel": 0, "Memcpy": 1, "Memset": 2}
 KIND_NAMES = ("kernel", "memcpy", "memset")
-LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "runtime", "driver"})
+LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "runtime", "driver",
+                         "Runtime", "Driver"})
+CPU_OP_CATS = frozenset({"cpu_op", "Operator"})
+#: categories of the first Kineto schema (PyTorch 1.8/1.9); a trace holding them is reported as such
+OLD_SCHEMA_CATS = frozenset({"Kernel", "Memcpy", "Memset", "Runtime", "Driver", "Operator"})
 GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch", "hipGraphLaunch"})
 
 _BLOCK = 8 << 20
@@ -57,10 +70,13 @@ _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
 
 class _Args(msgspec.Struct, gc=False):
-    correlation: Optional[int] = None
-    stream: Optional[int] = None
-    device: Optional[int] = None
+    # ids may come as strings: ROCm writes a HIP call's stream as hex ("0x0"); see _as_int
+    correlation: Union[int, str, None] = None
+    stream: Union[int, str, None] = None
+    device: Union[int, str, None] = None
+    kernel: Optional[str] = None  # the kernel a HIP launch starts (roctracer's launch events)
     input_dims: msgspec.Raw = msgspec.field(default=None, name="Input Dims")  # type: ignore[assignment]
+    input_dims_old: msgspec.Raw = msgspec.field(default=None, name="Input dims")  # type: ignore[assignment]
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -118,6 +134,7 @@ class RawTrace:
     l_ts: np.ndarray
     l_thread: np.ndarray
     l_name: np.ndarray
+    l_kernel: np.ndarray  # name id of the kernel a launch names (HIP ``args.kernel``), 0 when none
     # python_function spans
     p_ts: np.ndarray
     p_end: np.ndarray
@@ -209,9 +226,9 @@ class _Collector:
         try:
             pid = np.array([e.pid for e in evs], dtype=np.int64)
             tid = np.array([e.tid for e in evs], dtype=np.int64)
-        except (TypeError, ValueError, OverflowError):
+        except (TypeError, ValueError, OverflowError):  # string ids ("stream 7", "1234"): one id per spelling
             self.thread_fallback.add(cat)
-            return np.array([th.setdefault((e.pid, e.tid), len(th)) for e in evs], dtype=np.int32)
+            return np.array([th.setdefault((_id_key(e.pid), _id_key(e.tid)), len(th)) for e in evs], dtype=np.int32)
         if not len(pid):
             return np.zeros(0, dtype=np.int32)
         same = (pid == pid[0]) & (tid == tid[0])
@@ -235,8 +252,11 @@ class _Collector:
         cpu: list = []
         ker: list = []
         lau: list = []
-        route: dict[Optional[str], list] = {"python_function": py, "cpu_op": cpu, "kernel": ker,
-                                            "gpu_memcpy": ker, "gpu_memset": ker}
+        route: dict[Optional[str], list] = {"python_function": py}
+        for c in CPU_OP_CATS:
+            route[c] = cpu
+        for c in KERNEL_CATS:
+            route[c] = ker
         for c in LAUNCH_CATS:
             route[c] = lau
         get = route.get
@@ -274,14 +294,15 @@ class _Collector:
             end = ts + dur
             cols = (ts, end, self._thread(evs, "c" if is_cpu else "p"), self._intern_names(evs))
             if is_cpu:
-                dims = [bytes(a.input_dims) if (a := e.args) is not None and a.input_dims is not None else b""
+                dims = [bytes(a.input_dims) if (a := e.args) is not None and a.input_dims is not None
+                        else bytes(a.input_dims_old) if a is not None and a.input_dims_old is not None else b""
                         for e in evs]
                 self.c.append(cols + (self._intern(dims, self.dims),))
             else:
                 self.p.append(cols)
         if ker:
             good = [e for e in ker if e.ts is not None and e.dur is not None and e.name is not None
-                    and e.args is not None and e.args.correlation is not None]
+                    and e.args is not None and _fix_corr(e.args)]
             if len(good) < len(ker):
                 self.skip("kernel/memcpy/memset event without ts/dur/name/args.correlation", len(ker) - len(good), 2)
             if good:
@@ -298,16 +319,15 @@ class _Collector:
                 kind = np.array([KERNEL_CATS[e.cat] for e in good], dtype=np.int8)
                 args = [e.args for e in good]
                 dev = [a.device for a in args]
-                if None in dev:  # no args.device: the pid (an integer) stands in, else -1
-                    dev = [d if d is not None else (e.pid if isinstance(e.pid, int) else -1) for d, e in zip(dev, good)]
+                if None in dev:  # no args.device: the pid stands in, else -1
+                    dev = [d if d is not None else e.pid for d, e in zip(dev, good)]
                 stream = [a.stream for a in args]
-                if None in stream:
-                    stream = [s if s is not None else (e.tid if isinstance(e.tid, int) else -1)
-                              for s, e in zip(stream, good)]
+                if None in stream:  # no args.stream: the tid stands in ("stream 7" in PyTorch 1.8/1.9), else -1
+                    stream = [s if s is not None else e.tid for s, e in zip(stream, good)]
                 self.k.append((self._intern_names(good), kind, kts, kdur, _int_col(dev), _int_col(stream),
                                [a.correlation for a in args]))
         if lau:
-            lau = [e for e in lau if e.args is not None and e.args.correlation is not None]
+            lau = [e for e in lau if e.args is not None and _fix_corr(e.args)]
             good = [e for e in lau if e.ts is not None and e.name is not None]
             if len(good) < len(lau):
                 self.skip("runtime event without ts/name", len(lau) - len(good), 3)
@@ -320,8 +340,9 @@ class _Collector:
                     good = [e for e, k in zip(good, keep.tolist()) if k]
                     lts = lts[keep]
             if good:
+                kn = [e.args.kernel or "" for e in good]
                 self.l.append(([e.args.correlation for e in good], lts,
-                               self._thread(good, "l"), self._intern_names(good)))
+                               self._thread(good, "l"), self._intern_names(good), self._intern(kn)))
 
     def state(self) -> dict[str, Any]:
         """This collector's columns and tables as plain data (what a split decode's helper hands back)."""
@@ -362,7 +383,7 @@ class _Collector:
 
         # names
         gname: dict[str, int] = {"": 0}
-        for key, i in (("p", 3), ("c", 3), ("k", 0), ("l", 3)):
+        for key, i in (("p", 3), ("c", 3), ("k", 0), ("l", 3), ("l", 4)):
             for st in parts:
                 loc = st["names"]
                 for j in firsts(col(st, key, i)):
@@ -437,6 +458,7 @@ class _Collector:
             k_name=cat("k", 0, i32, N), k_kind=cat("k", 1, np.int8), k_ts=cat("k", 2, f64), k_dur=cat("k", 3, f64),
             k_device=cat("k", 4, np.int64), k_stream=cat("k", 5, np.int64), k_corr=k_corr,
             l_corr=l_corr, l_ts=cat("l", 1, f64), l_thread=cat("l", 2, i32, T), l_name=cat("l", 3, i32, N),
+            l_kernel=cat("l", 4, i32, N),
             p_ts=cat("p", 0, f64), p_end=cat("p", 1, f64), p_thread=cat("p", 2, i32, T), p_name=cat("p", 3, i32, N),
             c_ts=cat("c", 0, f64), c_end=cat("c", 1, f64), c_thread=cat("c", 2, i32, T), c_name=cat("c", 3, i32, N),
             c_dims=cat("c", 4, i32, D),
@@ -464,10 +486,56 @@ def _first_bad(dur: np.ndarray, ts: np.ndarray, bad: np.ndarray) -> str:
 
 
 def _int_col(values: list) -> np.ndarray:
+    """int64 column; strings are read as the integer they spell (``"0x0"``, ``"7"``, ``"stream 7"``), else -1."""
     try:
         return np.array(values, dtype=np.int64)
     except (OverflowError, ValueError, TypeError):
-        return np.array([v if isinstance(v, int) and -(2**63) <= v < 2**63 else -1 for v in values], dtype=np.int64)
+        out = []
+        for v in values:
+            if isinstance(v, str):
+                v = _as_int(v)
+            out.append(v if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63 else -1)
+        return np.array(out, dtype=np.int64)
+
+
+_TRAILING_INT = re.compile(r"(?:^|\s)(\d+)$")
+
+
+def _as_int(v: Any) -> Optional[int]:
+    """The integer an id spells: an int; a string of decimal or ``0x`` hex digits (ROCm writes HIP streams
+    as ``"0x0"``); a name ending in one (PyTorch 1.8's GPU ``tid`` ``"stream 7"``); else None."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if not isinstance(v, str):
+        return None
+    t = v.strip()
+    try:
+        return int(t, 0) if t[:2].lower() in ("0x", "0o", "0b") else int(t, 10)
+    except ValueError:
+        m = _TRAILING_INT.search(t)
+        return int(m.group(1)) if m else None
+
+
+def _id_key(v: Any) -> Any:
+    """A pid/tid as one key: strings of digits become the integer (``"1234"`` and 1234 are one thread)."""
+    if isinstance(v, str):
+        t = v.strip()
+        if t.isdigit():
+            return int(t)
+    return v
+
+
+def _fix_corr(a: _Args) -> bool:
+    """Whether the event's correlation id is usable; a string of digits is turned into the integer."""
+    c = a.correlation
+    if c is None:
+        return False
+    if isinstance(c, str):
+        n = _as_int(c) if c.strip()[:1].isdigit() else None
+        if n is None:
+            return False
+        a.correlation = n
+    return True
 
 
 def _ids(k: list, l: list) -> tuple[np.ndarray, np.ndarray]:
