@@ -23,6 +23,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(VPY) -m mcp_server.demo
+	@echo "kernelscope is installed in $(VENV): 'source $(VENV)/bin/activate' puts the kernelscope command on PATH (or run $(VENV)/bin/kernelscope)"
 
 # headless Chromium for the HTML-report test (Debian; the test skips where it is absent)
 browser-deps:
