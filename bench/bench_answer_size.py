@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Benchmark: the size of every MCP tool's default answer on the committed real data.
+"""Benchmark: the size of every MCP tool's default answer on the committed real data, as the client receives it.
 
-An agent pays for every byte a tool returns. Each tool is called in-process through the
-official MCP client with its default arguments (a summary: ``top_n`` rows per list) and
-again with ``detail=true`` where it takes it; the bytes of the structured content (JSON) are
-reported. Goal: under 16 KB for every tool by default. Tools that need a GPU, ncu or the
-network are called where this machine can answer them and listed as such otherwise.
+An agent pays for every byte a tool returns. The server is started over stdio (``python -m
+mcp_server``, as Claude Code starts it) behind a tap that records the length of every JSON-RPC line it
+writes; each tool is called through the official MCP Python client with its default arguments (a
+summary: ``top_n`` rows per list) and again with ``detail=true`` where it takes it. Reported: the
+structured content alone (compact JSON) and the whole message the client received (the JSON-RPC
+response: structured content, text block and envelope). Goal: the whole default message at most
+16 KB for every tool. Tools that need a GPU, ncu or the network are called where this machine can
+answer them and listed as such otherwise.
 
     .venv/bin/python bench/bench_answer_size.py [--grow-mb 30] [--markdown]
 """
@@ -81,35 +84,69 @@ def _cases(tmp: Path, grown: Path | None) -> dict[str, list[tuple[str, dict[str,
 
 
 def _size(data: Any) -> int:
-    return len(json.dumps(data, ensure_ascii=False).encode())
+    return len(json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode())
 
 
-async def _measure(cases: dict[str, list[tuple[str, dict[str, Any]]]]) -> list[dict[str, Any]]:
-    from mcp import Client
+def tap(log: str, argv: list[str]) -> int:
+    """Run ``argv`` with our stdin and stdout, appending the byte length of each line it writes to ``log``."""
+    import threading
 
-    from mcp_server.server import mcp
+    child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert child.stdin is not None and child.stdout is not None
 
+    def pump_in() -> None:
+        assert child.stdin is not None
+        for line in sys.stdin.buffer:
+            child.stdin.write(line)
+            child.stdin.flush()
+        child.stdin.close()
+
+    threading.Thread(target=pump_in, daemon=True).start()
+    with open(log, "a") as fh:
+        for line in child.stdout:
+            sys.stdout.buffer.write(line)
+            sys.stdout.buffer.flush()
+            kind = "response" if b'"result"' in line[:200] or b'"error"' in line[:200] else "other"
+            size = len(line.rstrip(b"\n"))
+            fh.write(f"{kind} {size}\n")
+            fh.flush()
+    return child.wait()
+
+
+def _last_response(log: Path) -> int:
+    lines = [x.split() for x in log.read_text().splitlines()]
+    return int([n for k, n in lines if k == "response"][-1])
+
+
+async def _measure(cases: dict[str, list[tuple[str, dict[str, Any]]]], log: Path) -> list[dict[str, Any]]:
+    from mcp import Client, StdioServerParameters
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    params = StdioServerParameters(command=sys.executable, args=[
+        str(Path(__file__).resolve()), "--tap", str(log), "--", sys.executable, "-m", "mcp_server"], env=env)
     rows = []
-    async with Client(mcp) as c:
+    async with Client(params, read_timeout_seconds=600) as c:
         tools = {t.name: t for t in (await c.list_tools()).tools}
         for name, tool in tools.items():
             takes_detail = "detail" in tool.input_schema.get("properties", {})
             for label, args in cases.get(name, []):
                 res = await c.call_tool(name, args)
                 row = {"tool": name, "case": label, "error": res.content[0].text if res.is_error else None,
-                       "default_bytes": None if res.is_error else _size(res.structured_content)}
+                       "structured": None if res.is_error else _size(res.structured_content),
+                       "message": None if res.is_error else _last_response(log)}
                 if takes_detail and not res.is_error:
                     full = await c.call_tool(name, {**args, "detail": True})
-                    row["detail_bytes"] = None if full.is_error else _size(full.structured_content)
+                    row["detail"] = None if full.is_error else _last_response(log)
                 rows.append(row)
             if name not in cases:
-                rows.append({"tool": name, "case": "(runs GPU code or a target: not measured here)",
-                             "default_bytes": None})
+                rows.append({"tool": name, "case": "(runs GPU code or a target: not measured here)"})
     return rows
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    if len(sys.argv) > 3 and sys.argv[1] == "--tap" and sys.argv[3] == "--":
+        return tap(sys.argv[2], sys.argv[4:])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--grow-mb", type=float, default=0, help="also analyze a trace grown to this many MB of JSON")
     ap.add_argument("--markdown", action="store_true", help="print a markdown table")
     a = ap.parse_args()
@@ -121,21 +158,26 @@ def main() -> int:
             subprocess.run([sys.executable, str(ROOT / "bench" / "bench_trace.py"), "--grow-only", str(out),
                             "--mb", str(a.grow_mb)], check=True)
             grown = out.with_suffix(".json.gz") if out.with_suffix(".json.gz").exists() else out
-        rows = anyio.run(_measure, _cases(tmp, grown))
+        rows = anyio.run(_measure, _cases(tmp, grown), tmp / "tap.log")
     fmt: Callable[[Any], str] = lambda b: "—" if b is None else f"{b / 1024:.1f} KB"  # noqa: E731
     if a.markdown:
-        print("| tool | case | default answer | detail=true | under 16 KB |")
-        print("|---|---|---|---|---|")
+        print("| tool | case | structured content | whole message (default) | whole message (detail=true) "
+              "| at most 16 KB |")
+        print("|---|---|---|---|---|---|")
+    worst = 0
     for r in rows:
-        ok = "" if r.get("default_bytes") is None else ("yes" if r["default_bytes"] < GOAL else "NO")
+        msg = r.get("message")
+        worst = max(worst, msg or 0)
+        ok = "" if msg is None else ("yes" if msg <= GOAL else "NO")
         extra = f" error: {r['error'][:80]}" if r.get("error") else ""
         if a.markdown:
-            print(f"| `{r['tool']}` | {r['case']} | {fmt(r.get('default_bytes'))} | "
-                  f"{fmt(r.get('detail_bytes'))} | {ok}{extra} |")
+            print(f"| `{r['tool']}` | {r['case']} | {fmt(r.get('structured'))} | {fmt(msg)} | "
+                  f"{fmt(r.get('detail'))} | {ok}{extra} |")
         else:
-            print(f"{r['tool']:22s} {r['case'][:40]:40s} {fmt(r.get('default_bytes')):>10s} "
-                  f"{fmt(r.get('detail_bytes')):>10s} {ok}{extra}")
-    return 0
+            print(f"{r['tool']:22s} {r['case'][:40]:40s} {fmt(r.get('structured')):>10s} {fmt(msg):>10s} "
+                  f"{fmt(r.get('detail')):>10s} {ok}{extra}")
+    print(f"largest default message: {worst} bytes (goal at most {GOAL})")
+    return 0 if worst <= GOAL else 1
 
 
 if __name__ == "__main__":

@@ -22,13 +22,14 @@ from typing import Any, Optional
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ValidationError
 
 from mcp_server import __version__
 from mcp_server.confine import check_outputs, roots_from_env, roots_from_uris
 from mcp_server.errors import KernelscopeError, redact
 from mcp_server.faces import Operation, operations
+from mcp_server.sizing import text_content
 from mcp_server.workers import WorkerPool
 
 log = logging.getLogger("kernelscope.server")
@@ -117,10 +118,19 @@ async def _client_roots(ctx: Optional[Context]) -> list:
         return []
 
 
+def tool_result(answer: BaseModel, req: Any) -> CallToolResult:
+    """The answer as sent: the structured content, and beside it the text block for clients that read
+    only text, sized so that a default answer stays within ``sizing.ANSWER_BUDGET`` on the wire (the
+    SDK alone would add the same JSON again, indented)."""
+    structured = answer.model_dump(mode="json", by_alias=True)
+    text = text_content(answer, structured, getattr(req, "top_n", None), bool(getattr(req, "detail", False)))
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
+
+
 def make_tool_function(op: Operation):
     """An async function whose signature mirrors the request model (the SDK reads it)."""
 
-    async def tool(ctx: Context, **kwargs: Any) -> BaseModel:
+    async def tool(ctx: Context, **kwargs: Any) -> CallToolResult:
         given = {k: v for k, v in kwargs.items() if v is not None}  # null = not given: the model's default
         try:
             req = op.make_request(given)
@@ -139,9 +149,11 @@ def make_tool_function(op: Operation):
                         lambda: worker_pool().call(op, given, progress, stop.is_set), abandon_on_cancel=True)
                 finally:
                     stop.set()  # a cancelled call stops its worker
-                return op.result.model_validate(data)
-            res = await anyio.to_thread.run_sync(lambda: op.call(req, progress))
-            return op.shape(res, req)
+                answer = op.result.model_validate(data)
+            else:
+                res = await anyio.to_thread.run_sync(lambda: op.call(req, progress))
+                answer = op.shape(res, req)
+            return tool_result(answer, req)
         except KernelscopeError as exc:
             raise ToolError(str(exc)) from None
         except ToolError:

@@ -41,8 +41,9 @@ def nested_rows(top_n: int) -> int:
     return max(3, top_n // 2)
 
 
-def trim(result: M, top_n: int) -> M:
-    """A copy of ``result`` cut to a summary, with a warning saying what was cut."""
+def trim(result: M, top_n: int, label: str = "summary") -> M:
+    """A copy of ``result`` cut to a summary, with a warning saying what was cut (its text starts with
+    ``label``)."""
     cut: dict[str, list[int]] = {}
     trimmed = _trim_model(result, top_n, "", cut)
     if not cut or "warnings" not in type(result).model_fields:
@@ -62,7 +63,7 @@ def trim(result: M, top_n: int) -> M:
             parts.append(f"{path}: {kept} of up to {max(sizes)} in {len(sizes)} lists")
     warning = Warning_(
         code=WarningCode.summary_truncated,
-        message=("summary (top_n=" + str(top_n) + "): " + "; ".join(parts)
+        message=(label + " (top_n=" + str(top_n) + "): " + "; ".join(parts)
                  + "; pass detail=true (CLI --detail) or a larger top_n for every row"),
     )
     return trimmed.model_copy(update={"warnings": [*trimmed.warnings, warning]})  # type: ignore[attr-defined]
@@ -115,3 +116,53 @@ def _trim_value(value: Any, top_n: int, path: str, cut: dict[str, list[int]], *,
         new = {k: _trim_model(v, top_n, f"{path}[{k}]", cut) for k, v in value.items()}
         return new if any(new[k] is not value[k] for k in value) else value
     return value
+
+
+# --------------------------------------------------------------------------- the message a client receives
+
+#: What one default ``tools/call`` answer may weigh as the client receives it: the JSON-RPC message with
+#: the structured content and the text block together (bench/bench_answer_size.py measures it).
+ANSWER_BUDGET = 16 * 1024
+#: The JSON-RPC wrapper around the two (``jsonrpc``, ``id``, ``result``, ``content``, ``isError``, ...).
+ENVELOPE = 320
+
+TEXT_VIEW = "text view, narrower than the structured content"
+
+
+def compact_json(data: Any) -> str:
+    import json
+
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def _wire(text: str) -> int:
+    """Bytes of ``text`` sent as a JSON string (quotes and escapes included)."""
+    import json
+
+    return len(json.dumps(text, ensure_ascii=False).encode())
+
+
+def text_content(answer: BaseModel, structured: dict[str, Any], top_n: int | None, detail: bool) -> str:
+    """The text block sent beside the structured content of a tool's answer.
+
+    The MCP specification asks a tool that returns structured content to also return it serialized as
+    JSON in a text block, for clients that read only text; clients that read ``structuredContent``
+    (Claude Code does, and then ignores the text) would get every byte twice. So the text is the
+    compact JSON of the answer when the whole message stays within ``ANSWER_BUDGET`` (or when the call
+    asked for ``detail``: everything, as asked); otherwise the compact JSON of the same answer cut to a
+    smaller ``top_n``, with a ``summary_truncated`` warning that says it is the text view; failing
+    that, one line pointing at the structured content."""
+    text = compact_json(structured)
+    room = ANSWER_BUDGET - ENVELOPE - len(text.encode())
+    if detail or _wire(text) <= room:
+        return text
+    n = top_n or 10
+    while n > 1:
+        n = max(1, n // 2)
+        view = trim(answer, n, label=TEXT_VIEW)
+        text = compact_json(view.model_dump(mode="json", by_alias=True))
+        if _wire(text) <= room:
+            return text
+    size = len(compact_json(structured).encode()) / 1024
+    return (f"The answer is in this result's structured content ({size:.1f} KB): a second copy as text would "
+            f"take the message past its {ANSWER_BUDGET // 1024} KB budget.")
