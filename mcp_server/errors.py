@@ -81,6 +81,10 @@ class ChangeConflictError(KernelscopeError):
 _SECRET_KEYS = (r"authorization|proxy-authorization|x-api-key|api[_-]?key|apikey|private[_-]token|x-auth-token|"
                 r"access[_-]?token|refresh[_-]?token|id[_-]?token|auth[_-]?token|token|password|passwd|secret|"
                 r"client[_-]secret|cookie|set-cookie|session|signature|sig")
+#: A credential-shaped value after a word such as ``token:`` (prose has words there: "token: not valid"):
+#: at least 6 characters holding a digit or one of ``+/=``, or 20 characters of any kind.
+_CRED = r"(?:(?=[^\s,;&\"'#<>]*[0-9+/=])[^\s,;&\"'#<>]{6,}|[^\s,;&\"'#<>]{20,})"
+_CRED_B64 = r"(?:(?=[A-Za-z0-9._~+/=-]*[0-9+/=])[A-Za-z0-9._~+/=-]{8,}|[A-Za-z0-9._~+/=-]{20,})"
 _SECRET_PATTERNS = [
     # token shapes: GitHub, GitLab, Slack, Atlassian API tokens, AWS access key ids, JWTs
     re.compile(r"(gh[pousr]_[A-Za-z0-9]{16,})"),
@@ -88,27 +92,64 @@ _SECRET_PATTERNS = [
     re.compile(r"(glpat-[A-Za-z0-9_-]{16,})"),
     re.compile(r"(xox[abprs]-[A-Za-z0-9-]{10,})"),
     re.compile(r"(ATATT[A-Za-z0-9_=+/-]{16,})"),
-    re.compile(r"\b(AKIA[0-9A-Z]{16})\b"),
+    re.compile(r"\b((?:AKIA|ASIA)[0-9A-Z]{16})\b"),
     re.compile(r"(eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"),
     # credentials inside a URL: scheme://user:password@host, scheme://TOKEN@host
     re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@\"'<>]*:)([^/\s@\"'<>]+)(?=@)"),
     re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)([A-Za-z0-9_.~+=-]{16,})(?=@)"),
     # query parameters: ?access_token=..., &token=..., &sig=...
     re.compile(rf"(?i)([?&;](?:{_SECRET_KEYS}|key|code|auth)=)([^&#\s\"'<>]+)"),
-    # quoted keys (JSON, Python reprs): {"Authorization": "Basic ..."}, {'token': '...'}
+    # quoted keys (JSON, Python reprs): {"Authorization": "Basic ...", {'token': '...'}
     re.compile(rf'(?i)("(?:{_SECRET_KEYS})"\s*:\s*")((?:[^"\\]|\\.)*)(?=")'),
     re.compile(rf"(?i)('(?:{_SECRET_KEYS})'\s*:\s*')((?:[^'\\]|\\.)*)(?=')"),
-    # header lines and key=value / key: value
-    re.compile(r"(?i)((?:proxy-)?authorization:\s*)(\S+(?:\s+\S+)?)"),
+    # header lines: Authorization: <scheme> <credential>, X-Api-Key: <credential>
+    re.compile(r"(?i)((?:proxy-)?authorization:\s*)((?:[A-Za-z][A-Za-z0-9-]*\s+)?[^\s\"']+)"),
     re.compile(r"(?i)((?:x-api-key|private-token|x-auth-token|cookie|set-cookie):\s*)(\S+)"),
-    re.compile(r"(?i)((?:token|password|passwd|api[_-]?key|secret)\s*[=:]\s*)(?!\*\*\*)([^\s,;&\"'#]+)"),
-    # bare schemes: Bearer xxx, Basic base64
-    re.compile(r"(?i)(\b(?:bearer|basic|token)\s+)([A-Za-z0-9._~+/=-]{8,})"),
+    # NAME=value (no spaces: an assignment, any value; AWS_SECRET_ACCESS_KEY=..., password=...)
+    re.compile(r"(?i)((?:token|password|passwd|passphrase|api[_-]?key|secret|secret[_-]access[_-]key|"
+               r"access[_-]key)=)(?!\*\*\*)([^\s,;&\"'#]+)"),
+    # key: value / key = value (a value only when it is credential-shaped; prose keeps its words)
+    re.compile(r"(?i)(\b(?:token|password|passwd|passphrase|api[_-]?key|secret)\s*(?::|\s=)\s*)(?!\*\*\*)"
+               rf"({_CRED})"),
+    # bare schemes: Bearer xxx, Basic base64, token xxx (credential-shaped)
+    re.compile(rf"(?i)(\b(?:bearer|basic|token)\s+)({_CRED_B64})"),
 ]
-assert len(_SECRET_PATTERNS) == 16  # _TRIGGERS below pairs with each, in order
+assert len(_SECRET_PATTERNS) == 17  # _TRIGGERS below pairs with each, in order
 
+#: Variables whose values are credentials whatever their name, besides the names ``_SECRET_NAME`` matches.
 _SECRET_ENV = ("GITHUB_TOKEN", "GH_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN", "JIRA_API_TOKEN",
-               "JIRA_PAT", "JIRA_PASSWORD")
+               "JIRA_PAT", "JIRA_PASSWORD", "JIRA_EMAIL")
+#: A variable name that says its value is a credential (AWS_SECRET_ACCESS_KEY, HF_TOKEN, OPENAI_API_KEY ...).
+_SECRET_NAME = re.compile(r"(?i)token|secret|passw(?:or)?d|passphrase|api_?key|access_?key|private_?key|credential|"
+                          r"cookie|(?:^|_)pat$|(?:^|_)auth(?:_|$)|session_?key")
+#: Values shorter than this are not looked for (a variable holding "1" must not blank every digit).
+_MIN_ENV_SECRET = 6
+
+
+def secret_env_names(environ: Any = None) -> list[str]:
+    """The environment variables whose values are redacted: the known credential variables and every name that
+    says it holds one."""
+    env = os.environ if environ is None else environ
+    return [k for k in env if k in _SECRET_ENV or _SECRET_NAME.search(k)]
+
+
+def is_secret_env_name(name: str) -> bool:
+    """Whether ``name`` is a variable whose value kernelscope treats as a credential."""
+    return name.upper() in _SECRET_ENV or _SECRET_NAME.search(name) is not None
+
+
+_ENV_CACHE: list[Any] = [None, []]
+
+
+def _env_secrets() -> list[str]:
+    """Values of the secret variables now set, longest first (a value inside another is replaced after it);
+    recomputed only when the environment changed (a test or a caller may set a variable at any time)."""
+    raw = getattr(os.environ, "_data", None)
+    key = tuple(raw.items()) if isinstance(raw, dict) else tuple(os.environ.items())
+    if key != _ENV_CACHE[0]:
+        vals = {v for k in secret_env_names() if len(v := os.environ.get(k) or "") >= _MIN_ENV_SECRET}
+        _ENV_CACHE[:] = [key, sorted(vals, key=len, reverse=True)]
+    return _ENV_CACHE[1]
 
 
 #: Every literal spelling ``_SECRET_KEYS`` matches (the quoted-key patterns need one exactly).
@@ -122,11 +163,14 @@ _KEY_WORDS = ("authorization", "api-key", "api_key", "apikey", "private", "token
 #: Per pattern (same order), lowercase substrings one of which any match must contain: a pattern whose
 #: triggers are all absent from the text cannot match and is not run (a 16 MB answer: ~5 s -> ~0.1 s).
 _TRIGGERS: tuple[tuple[str, ...], ...] = (
-    ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), ("github_pat_",), ("glpat-",), ("xox",), ("atatt",), ("akia",),
+    ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), ("github_pat_",), ("glpat-",), ("xox",), ("atatt",), ("akia", "asia"),
     ("eyj",), ("://",), ("://",), tuple(w + "=" for w in _KEY_WORDS) + ("signature=",),
     tuple(f'"{k}"' for k in _SECRET_KEY_NAMES), tuple(f"'{k}'" for k in _SECRET_KEY_NAMES),
     ("authorization",), ("x-api-key", "private-token", "x-auth-token", "cookie"),
-    ("token", "password", "passwd", "api_key", "api-key", "apikey", "secret"), ("bearer", "basic", "token"),
+    ("token=", "password=", "passwd=", "passphrase=", "api_key=", "api-key=", "apikey=", "secret=",
+     "access_key=", "access-key=", "accesskey="),
+    ("token", "password", "passwd", "passphrase", "api_key", "api-key", "apikey", "secret"),
+    ("bearer", "basic", "token"),
 )
 
 
@@ -149,13 +193,16 @@ def _any_trigger(low: str) -> bool:
     return _TRIGGER_SCAN.search(low) is not None
 
 
-def redact(text: str) -> str:
-    """Remove tokens (the values of known secret variables and token-shaped strings)."""
+def redact(text: str, _env: "list[str] | None" = None) -> str:
+    """``text`` with secrets replaced by ``***``: the values of credential variables (``secret_env_names``) and
+    credentials of known shapes (GitHub/GitLab/Slack/Atlassian/AWS tokens, JWTs, credentials in URLs and query
+    strings, Authorization and cookie headers, ``password=...``, ``token: <credential>``). Ordinary words are
+    kept: ``token: not valid TOML`` stays as it is. The one redaction of the package: every face, export,
+    ledger row and error message goes through it."""
     if not text:
         return text
-    for var in _SECRET_ENV:
-        val = os.environ.get(var)
-        if val and len(val) >= 4:
+    for val in _env_secrets() if _env is None else _env:
+        if val in text:
             text = text.replace(val, "***")
     low = text.lower()
     if len(low) > 65536 and not _any_trigger(low):  # a large answer with no trigger at all: one linear scan
@@ -170,14 +217,15 @@ def redact(text: str) -> str:
     return text
 
 
-def redact_data(obj: Any) -> Any:
+def redact_data(obj: Any, _env: "list[str] | None" = None) -> Any:
     """``obj`` (JSON-like: dicts, lists, tuples, strings, numbers) with every string redacted."""
+    env = _env_secrets() if _env is None else _env
     if isinstance(obj, str):
-        return redact(obj)
+        return redact(obj, env)
     if isinstance(obj, dict):
-        return {k: redact_data(v) for k, v in obj.items()}
+        return {k: redact_data(v, env) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(redact_data(v) for v in obj)
+        return type(obj)(redact_data(v, env) for v in obj)
     return obj
 
 

@@ -149,6 +149,9 @@ def test_redact_forms(text, gone):
     "ssh://git@github.com/ROCm/aiter", "https://github.com/ROCm/aiter/pull/812", "nvjet_sm90_tst_64x8_64x16",
     "void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel(...)>", "user@example.com",
     "rotary_embedding_kernel token count 64", "https://user@host.example/x",
+    "proposals.toml: token: not valid TOML", "token: not valid TOML (line 3)", "api_key = not valid TOML",
+    "Token embeddings take 5% of the step", "basic elementwise kernels", "token: 64 per batch",
+    "the secret: nothing here", "password: required",
 ])
 def test_redact_keeps_ordinary_text(text):
     assert redact(text) == text
@@ -168,3 +171,35 @@ def test_error_text_and_models_are_redacted(monkeypatch):
     assert redact_model(same) is same
     assert redact_data({"a": ["x?token=1", ("Bearer abcdefgh12",)], "n": 3}) == {"a": ["x?token=***",
                                                                                        ("Bearer ***",)], "n": 3}
+
+
+@pytest.mark.parametrize("text, gone", [
+    ("password: hunter2", "hunter2"),
+    ("token: 8f3a9c2e51d04b6a", "8f3a9c2e51d04b6a"),
+    ("GITHUB_TOKEN=abcdefghijkl", "abcdefghijkl"),
+    ("aws_secret_access_key=wJalrXUtnFEMI", "wJalrXUtnFEMI"),
+    ("Bearer abcdefghij12", "abcdefghij12"),
+    ("key ASIAIOSFODNN7EXAMPLE", "ASIAIOSFODNN7EXAMPLE"),
+])
+def test_credential_shaped_values_after_key_words_are_redacted(text, gone):
+    out = redact(text)
+    assert gone not in out and "***" in out
+
+
+def test_values_of_credential_variables_are_redacted_whatever_their_name(monkeypatch):
+    from mcp_server.errors import is_secret_env_name, secret_env_names
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY")
+    monkeypatch.setenv("JIRA_EMAIL", EMAIL)
+    monkeypatch.setenv("MY_SERVICE_API_KEY", "plainwordsonly")
+    monkeypatch.setenv("KS_FLAG_TOKEN", "1")  # too short to look for: every "1" would go
+    monkeypatch.setenv("AITER_ROOT", "/home/dev/aiter")  # not a credential variable
+    names = set(secret_env_names())
+    assert {"AWS_SECRET_ACCESS_KEY", "JIRA_EMAIL", "MY_SERVICE_API_KEY", "KS_FLAG_TOKEN"} <= names
+    assert "AITER_ROOT" not in names and not is_secret_env_name("AITER_ROOT") and is_secret_env_name("HF_TOKEN")
+    text = (f"AWS_SECRET_ACCESS_KEY holds wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY; mail {EMAIL}; plainwordsonly; "
+            "1 of 2 ranks; /home/dev/aiter")
+    assert redact(text) == "AWS_SECRET_ACCESS_KEY holds ***; mail ***; ***; 1 of 2 ranks; /home/dev/aiter"
+    assert redact_data({"a": [text]})["a"][0] == redact(text)
+    monkeypatch.delenv("MY_SERVICE_API_KEY")  # the environment is read again when it changes
+    assert "plainwordsonly" in redact("plainwordsonly")

@@ -31,7 +31,10 @@ def test_shipped_registry_parses():
     ("| a | github-prs | | | | | yes |", "needs a repo"),
     ("| a | github-prs | notarepo | | | | yes |", "not owner/name"),
     ("| a | local-git | x/y | $ROOT | | | yes |", "not an environment variable"),
-    ("| a | jira | | | | | maybe |", "enabled must be yes or no"),
+    ("| a | jira | | | | | maybe |", "enabled column must be yes or no"),
+    ("| a | local-git | x/y | AWS_SECRET_ACCESS_KEY | | | yes |", "names a credential variable"),
+    ("| a | jira | | JIRA_EMAIL | | | yes |", "names a credential variable"),
+    ("| a,b | jira | | | | | yes |", "the key column is not a source key"),
 ])
 def test_registry_errors_name_file_and_line(tmp_path, row, msg):
     path = tmp_path / "r.md"
@@ -39,6 +42,8 @@ def test_registry_errors_name_file_and_line(tmp_path, row, msg):
     with pytest.raises(InputError, match=msg) as ei:
         load_registry(path)
     assert f"{path}:5" in str(ei.value)
+    for cell in ("svn", "notarepo", "$ROOT", "maybe", "a,b"):  # a cell of the file is never echoed
+        assert cell not in str(ei.value)
 
 
 def test_registry_select_and_disabled(tmp_path):

@@ -67,7 +67,7 @@ def test_env_not_a_checkout(refs_env, reg, monkeypatch):
     plain.mkdir()
     monkeypatch.setenv("AITER_ROOT", str(plain))
     sec = find_references("moe_sorting", registry=reg, timeout_s=5).sections[0]
-    assert sec.method == "url-only" and "is not a git checkout" in sec.reason
+    assert sec.method == "url-only" and "does not name a git checkout" in sec.reason
     assert sec.url == "https://github.com/search?type=code&q=repo%3AROCm%2Faiter+moe_sorting"
 
 

@@ -105,7 +105,7 @@ def search_jira(spec: SourceSpec, p: SearchParams) -> RefSection:
     except requests.exceptions.Timeout:
         return degraded(f"timeout after {p.timeout_s:.1f}s")
     except requests.exceptions.ConnectionError:
-        return degraded(f"offline (cannot reach {server})")
+        return degraded(f"offline (cannot reach the site in {env_name})")  # the value is never shown
     except requests.exceptions.RequestException as exc:
         return degraded(f"request failed ({type(exc).__name__})")
     except (ValueError, KeyError, TypeError) as exc:

@@ -49,7 +49,7 @@ def find_checkout(spec: SourceSpec, git: str, timeout: float = 3.0) -> tuple[str
         if val:
             root = _toplevel(git, Path(val).expanduser(), timeout)
             if root is None:
-                return None, f"{spec.env}={val} is not a git checkout"
+                return None, f"{spec.env} does not name a git checkout"  # the value is never shown
             return root, f"from {spec.env}"
     if spec.package:
         try:

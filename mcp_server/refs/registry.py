@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcp_server.errors import InputError
+from mcp_server.errors import InputError, is_secret_env_name
 
 KINDS = ("github-prs", "local-git", "jira")
 COLUMNS = ("key", "kind", "repo", "env", "package", "jql_project", "enabled")
@@ -92,7 +92,9 @@ def parse_registry(text: str, source: str = "<string>") -> Registry:
     missing = [c for c in ("key", "kind") if c not in header]
     unknown_cols = [c for c in header if c and c not in COLUMNS]
     if missing or unknown_cols:
-        raise InputError(f"sources table header has unknown columns {unknown_cols}", path=source,
+        at = ", ".join(str(i + 1) for i, c in enumerate(header) if c and c not in COLUMNS)
+        raise InputError(f"line {header_at + 1}: the sources table header has unknown columns (column {at})",
+                         path=source,
                          hint=f"allowed columns: {', '.join(COLUMNS)}")
     specs: list[SourceSpec] = []
     seen: set[str] = set()
@@ -106,25 +108,29 @@ def parse_registry(text: str, source: str = "<string>") -> Registry:
         where = f"{source}:{n}"
         key, kind = row.get("key", ""), row.get("kind", "").lower()
         if not _KEY_RE.match(key):
-            raise InputError(f"bad source key {key!r}", path=where, hint="letters, digits, '-', '_', '.'")
+            raise InputError("the key column is not a source key", path=where, hint="letters, digits, '-', '_', '.'")
         if key in seen:
             raise InputError(f"duplicate source key {key!r}", path=where)
         seen.add(key)
         if kind not in KINDS:
-            raise InputError(f"source {key!r}: unknown kind {kind!r}", path=where, hint=f"one of {', '.join(KINDS)}")
+            raise InputError(f"source {key!r}: unknown kind", path=where, hint=f"one of {', '.join(KINDS)}")
         repo = row.get("repo") or None
         if repo is not None and not _REPO_RE.match(repo):
-            raise InputError(f"source {key!r}: repo {repo!r} is not owner/name", path=where)
+            raise InputError(f"source {key!r}: the repo column is not owner/name", path=where)
         if kind == "github-prs" and repo is None:
             raise InputError(f"source {key!r}: github-prs needs a repo (owner/name)", path=where)
         env = row.get("env") or None
         if env is not None and not _ENV_RE.match(env):
-            raise InputError(f"source {key!r}: env {env!r} is not an environment variable name", path=where)
+            raise InputError(f"source {key!r}: the env column is not an environment variable name", path=where)
+        if env is not None and is_secret_env_name(env):
+            # a registry row names where to search; echoing or sending a credential's value is never its job
+            raise InputError(f"source {key!r}: env {env} names a credential variable, not a checkout path or site URL",
+                             path=where, hint="name the variable holding the checkout root or the Jira site URL")
         if kind == "jira" and env is None:
             env = "JIRA_SERVER"
         en = row.get("enabled", "yes").lower() if "enabled" in header else "yes"
         if en not in _TRUE | _FALSE:
-            raise InputError(f"source {key!r}: enabled must be yes or no, got {en!r}", path=where)
+            raise InputError(f"source {key!r}: the enabled column must be yes or no", path=where)
         specs.append(SourceSpec(
             key=key, kind=kind, repo=repo, env=env, package=row.get("package") or None,
             jql_project=row.get("jql_project") or None, enabled=en in _TRUE,
@@ -144,5 +150,6 @@ def load_registry(path: str | os.PathLike | None = None) -> Registry:
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read registry: {exc}", path=p) from None
+        why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else (exc.strerror or type(exc).__name__)
+        raise InputError(f"cannot read registry: {why}", path=p) from None
     return parse_registry(text, str(p))
