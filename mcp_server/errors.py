@@ -109,7 +109,8 @@ _SECRET_PATTERNS = [
     re.compile(r"(?i)((?:token|password|passwd|passphrase|api[_-]?key|secret|secret[_-]access[_-]key|"
                r"access[_-]key)=)(?!\*\*\*)([^\s,;&\"'#]+)"),
     # key: value / key = value (a value only when it is credential-shaped; prose keeps its words)
-    re.compile(r"(?i)(\b(?:token|password|passwd|passphrase|api[_-]?key|secret)\s*(?::|\s=)\s*)(?!\*\*\*)"
+    re.compile(r"(?i)(\b[\w-]*(?:token|password|passwd|passphrase|api[_-]?key|secret|access[_-]?key)[\w-]*"
+               r"\s*(?::|\s=)\s*)(?!\*\*\*)"
                rf"({_CRED})"),
     # bare schemes: Bearer xxx, Basic base64, token xxx (credential-shaped)
     re.compile(rf"(?i)(\b(?:bearer|basic|token)\s+)({_CRED_B64})"),
@@ -169,7 +170,8 @@ _TRIGGERS: tuple[tuple[str, ...], ...] = (
     ("authorization",), ("x-api-key", "private-token", "x-auth-token", "cookie"),
     ("token=", "password=", "passwd=", "passphrase=", "api_key=", "api-key=", "apikey=", "secret=",
      "access_key=", "access-key=", "accesskey="),
-    ("token", "password", "passwd", "passphrase", "api_key", "api-key", "apikey", "secret"),
+    ("token", "password", "passwd", "passphrase", "api_key", "api-key", "apikey", "secret", "access_key",
+     "access-key", "accesskey"),
     ("bearer", "basic", "token"),
 )
 

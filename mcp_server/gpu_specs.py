@@ -90,7 +90,7 @@ def _numbers(path: Path, key: str, table: Mapping) -> dict[str, float]:
         if k in _TEXT_KEYS or isinstance(v, dict):
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise GpuSpecError(f"[{key}] {k} = {v!r} is not a number", path=path,
+            raise GpuSpecError(f"[{key}] {k} is not a number (a {type(v).__name__})", path=path,
                                hint="values are plain numbers in the unit their name says")
         out[k] = float(v)
     return out

@@ -47,26 +47,42 @@ def parse_rule_table(text: str, source: str, *, required: Sequence[str], optiona
     header = [h.strip().lower() for h in rows[0]]
     missing = [c for c in required if c not in header]
     if missing:
-        raise CategoriesError(f"header must name the columns {', '.join(map(repr, required))}"
+        # what the line holds is never quoted: the file may be any file the caller named (/etc/passwd)
+        raise CategoriesError(f"line {numbered[0][0]}: not a header naming the columns "
+                              f"{', '.join(map(repr, required))}"
                               + (f" (optionally {', '.join(map(repr, optional))})" if optional else "")
-                              + f"; found {rows[0]!r}", path=source)
+                              + f"; {', '.join(map(repr, missing))} missing", path=source,
+                              hint=f"is this a {what} CSV?")
     idx = {c: header.index(c) for c in (*required, *optional) if c in header}
     need = max(idx[c] for c in required)
     out: list[RuleRow] = []
-    for (line, _), row in zip(numbered[1:], rows[1:]):
+    for (line, raw), row in zip(numbered[1:], rows[1:]):
         if len(row) <= need:
-            raise CategoriesError(f"line {line}: expected '{','.join(header)}', got {row!r}", path=source)
+            raise CategoriesError(f"line {line}: {len(row)} field(s), the header asks for at least {need + 1} "
+                                  f"(columns {', '.join(required)})", path=source)
         values = {c: (row[i].strip() if i < len(row) else "") for c, i in idx.items()}
         for c in optional:
             values.setdefault(c, "")
         empty = [c for c in required if not values[c]]
         if empty:
             raise CategoriesError(f"line {line}: empty {', '.join(empty)}", path=source)
-        rx = compile_user_regex(values[pattern], ignorecase=True, where=f"line {line}", path=source)
+        rx = compile_user_regex(values[pattern], ignorecase=True, where=f"line {line}", path=source,
+                                column=_field_column(raw, idx[pattern], values[pattern]))
         out.append(RuleRow(line, values, rx))
     if not out:
         raise CategoriesError(f"no {what} found", path=source)
     return RuleTable(tuple(out), source, hashlib.sha256(text.encode()).hexdigest())
+
+
+def _field_column(raw: str, index: int, value: str) -> int | None:
+    """1-based column of field ``index``'s stripped text ``value`` in the line ``raw``; None when the line quotes
+    fields (the text in the file differs from the value)."""
+    if '"' in raw:
+        return None
+    start = sum(len(f) + 1 for f in raw.split(",")[:index])
+    field = raw.split(",")[index] if index < raw.count(",") + 1 else ""
+    lead = len(field) - len(field.lstrip())
+    return start + lead + 1 if field.strip() == value else None
 
 
 def _csv_rows(numbered: list[tuple[int, str]], source: str) -> list[list[str]]:

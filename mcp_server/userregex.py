@@ -245,12 +245,13 @@ class UserRegex:
     """A compiled user pattern; ``search(text)`` says whether it is found anywhere in ``text``."""
 
     __slots__ = ("pattern", "engine", "where", "_error", "_py", "_re2", "_re2_nl", "_ascii_sensitive",
-                 "_end_anchor", "_ignorecase", "_py_safe")
+                 "_end_anchor", "_ignorecase", "_py_safe", "column")
 
     def __init__(self, pattern: str, *, ignorecase: bool = True, where: str = "pattern",
-                 error: type[KernelscopeError] = CategoriesError, path: Any = None):
+                 error: type[KernelscopeError] = CategoriesError, path: Any = None, column: Optional[int] = None):
         self.pattern = pattern
         self.where = where
+        self.column = column
         self._error = (error, path)
         self._ignorecase = ignorecase
         flags = re.IGNORECASE if ignorecase else 0
@@ -259,17 +260,17 @@ class UserRegex:
                 warnings.simplefilter("ignore")
                 parsed = _sre_parse.parse(pattern, flags)
         except re.error as exc:
-            raise error(f"{where}: bad regex {_short(pattern)}: {exc}", path=path) from None
+            raise error(f"{self._at(exc.pos)}: bad regex: {exc.msg}", path=path) from None
         except OverflowError:
-            raise error(f"{where}: bad regex {_short(pattern)}: a repetition count is too large", path=path) from None
+            raise error(f"{where}: bad regex: a repetition count is too large", path=path) from None
         except RecursionError:
-            raise error(f"{where}: bad regex {_short(pattern)}: groups nested too deeply", path=path) from None
+            raise error(f"{where}: bad regex: groups nested too deeply", path=path) from None
         self._re2 = self._re2_nl = None
         self._ascii_sensitive = self._end_anchor = False
         try:
             risk = _backtrack_risk(parsed)
         except RecursionError:
-            raise error(f"{where}: bad regex {_short(pattern)}: groups nested too deeply", path=path) from None
+            raise error(f"{where}: bad regex: groups nested too deeply", path=path) from None
         self._py_safe = risk is None
         why_not = "google-re2 is not installed"
         if _re2 is not None:
@@ -284,15 +285,24 @@ class UserRegex:
             except _Unsupported as exc:
                 why_not = f"RE2 cannot run it ({exc})"
             except RecursionError:
-                raise error(f"{where}: bad regex {_short(pattern)}: groups nested too deeply", path=path) from None
+                raise error(f"{where}: bad regex: groups nested too deeply", path=path) from None
             except ValueError as exc:
                 why_not = f"RE2 cannot run it ({exc})"
         self._py = self._compile_py(flags)
         if risk:
-            raise error(f"{where}: regex {_short(pattern)}: {why_not}, and Python's engine could backtrack "
+            raise error(f"{where}: regex: {why_not}, and Python's engine could backtrack "
                         f"without bound on it ({risk}); rewrite it without lookarounds or backreferences "
                         f"so the linear-time engine runs it", path=path)
         self.engine = "re"
+
+    def _at(self, pos: Optional[int]) -> str:
+        """Where in the file a parse error is: ``line 4, column 12`` (never the pattern's text: the file may be
+        one the caller should not see echoed)."""
+        if pos is None:
+            return self.where
+        if self.column is not None:
+            return f"{self.where}, column {self.column + pos}"
+        return f"{self.where}, character {pos + 1} of the pattern"
 
     def search(self, text: str) -> bool:
         r2 = self._re2
@@ -319,9 +329,9 @@ class UserRegex:
                 warnings.simplefilter("ignore")
                 return re.compile(self.pattern, flags)
         except re.error as exc:
-            raise err(f"{self.where}: bad regex {_short(self.pattern)}: {exc}", path=path) from None
+            raise err(f"{self._at(exc.pos)}: bad regex: {exc.msg}", path=path) from None
         except (OverflowError, RecursionError):
-            raise err(f"{self.where}: bad regex {_short(self.pattern)}: too large or nested too deeply",
+            raise err(f"{self.where}: bad regex: too large or nested too deeply",
                       path=path) from None
 
     def _py_search(self, text: str) -> bool:
@@ -333,24 +343,21 @@ class UserRegex:
             return _bounded(lambda t: py.search(t) is not None, text, seconds)
         except _Overrun:
             err, path = self._error
-            raise err(f"{self.where}: regex {_short(self.pattern)} ran over {seconds:g} s of CPU on one name "
+            raise err(f"{self.where}: regex ran over {seconds:g} s of CPU on one name "
                       f"(Python's engine backtracks on it); rewrite it so RE2 can run it, or raise "
                       f"KERNELSCOPE_REGEX_TIMEOUT", path=path) from None
 
     def __reduce__(self) -> Any:
         err, path = self._error
-        return (_rebuild, (self.pattern, self._ignorecase, self.where, err, path))
+        return (_rebuild, (self.pattern, self._ignorecase, self.where, err, path, self.column))
 
     def __repr__(self) -> str:
         return f"UserRegex({self.pattern!r}, engine={self.engine!r})"
 
 
-def _rebuild(pattern: str, ignorecase: bool, where: str, error: type[KernelscopeError], path: Any) -> UserRegex:
-    return UserRegex(pattern, ignorecase=ignorecase, where=where, error=error, path=path)
-
-
-def _short(pattern: str, n: int = 80) -> str:
-    return repr(pattern if len(pattern) <= n else pattern[:n] + "...")
+def _rebuild(pattern: str, ignorecase: bool, where: str, error: type[KernelscopeError], path: Any,
+             column: Optional[int] = None) -> UserRegex:
+    return UserRegex(pattern, ignorecase=ignorecase, where=where, error=error, path=path, column=column)
 
 
 _OPTIONS: Any = None
@@ -375,6 +382,9 @@ def _re2_found(rx: Any, data: bytes) -> bool:
 
 
 def compile_user_regex(pattern: str, *, ignorecase: bool = True, where: str = "pattern",
-                       error: type[KernelscopeError] = CategoriesError, path: Any = None) -> UserRegex:
-    """Compile a user pattern (Python ``re`` syntax); raises ``error`` naming ``path`` and ``where``."""
-    return UserRegex(pattern, ignorecase=ignorecase, where=where, error=error, path=path)
+                       error: type[KernelscopeError] = CategoriesError, path: Any = None,
+                       column: Optional[int] = None) -> UserRegex:
+    """Compile a user pattern (Python ``re`` syntax); raises ``error`` naming ``path``, ``where`` and, for a
+    syntax error, the column (``column``: that of the pattern's first character in its line) or the character
+    of the pattern. No message quotes the pattern."""
+    return UserRegex(pattern, ignorecase=ignorecase, where=where, error=error, path=path, column=column)

@@ -93,8 +93,8 @@ def test_first_match_wins_and_case_is_ignored():
 
 @pytest.mark.parametrize("text,words", [
     ("", "empty"),
-    ("name,regex\na,b\n", "header must name"),
-    ("category,pattern\nattention,flash(\n", "line 2: bad regex"),
+    ("name,regex\na,b\n", "line 1: not a header naming"),
+    ("category,pattern\nattention,flash(\n", "line 2, column 16: bad regex: missing ), unterminated subpattern"),
     ("category,pattern\n# a comment\nattention,\n", "line 3: empty pattern"),
     ("category,pattern\n", "no category rules"),
 ])

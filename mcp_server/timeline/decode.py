@@ -11,6 +11,7 @@ and a handful of vector ops; no Python loop over records.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
@@ -604,18 +605,29 @@ def event_name_list(event_names: Union[None, str, os.PathLike, Sequence[str]]) -
         except (UnicodeDecodeError, OSError) as exc:
             raise InputError(f"event names file cannot be read as UTF-8 text ({type(exc).__name__})",
                              path=p) from None
-        parts = [x.strip() for line in body.splitlines() for x in line.split(",")]
-        return _bounded_names([x for x in parts if x and not x.startswith("#")], p)
+        names: list[str] = []
+        for lno, line in enumerate(body.splitlines(), start=1):
+            for x in (x.strip() for x in line.split(",")):
+                if not x or x.startswith("#"):
+                    continue
+                if not _NAME_OK.fullmatch(x):  # a file that is not a names file: its lines are never echoed
+                    raise InputError(f"line {lno} is not an event name (letters, digits, spaces and _ . - + ( ) [ ] "
+                                     "< > only)", path=p, hint="a names file holds one event name per line")
+                names.append(x)
+        return _bounded_names(names, p)
     if text.endswith((".txt", ".events", ".csv")) and not exists:
         raise FileMissingError("event names file not found", path=p if len(text) <= 4096 else None)
     return _bounded_names([x.strip() for x in text.split(",") if x.strip()])
+
+
+_NAME_OK = re.compile(r"[\w .+()\[\]<>-]+")
 
 
 def _bounded_names(names: list[str], source: Optional[Path] = None) -> list[str]:
     cap = limit("EVENT_NAME")
     for i, n in enumerate(names):
         if len(n) > cap:
-            raise InputError(f"event name {i} is {len(n):,} characters long ({n[:40]!r}...), over the limit of "
+            raise InputError(f"event name {i} is {len(n):,} characters long, over the limit of "
                              f"{cap}", path=source,
                              hint="pass the names as a list, 'N1,N2,...' or a names file, one short name each; "
                                   "KERNELSCOPE_MAX_EVENT_NAME raises the limit")
