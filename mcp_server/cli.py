@@ -25,7 +25,6 @@ from typing import Any, Iterator, Literal, Union
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from rich.console import Console
-from rich.markup import escape
 
 from mcp_server import __version__
 from mcp_server.errors import InputError, KernelscopeError
@@ -210,7 +209,8 @@ def route(argv: list[str], ops: list[Operation]) -> list[str]:
         except (ValueError, SystemExit):
             continue
         values = [getattr(ns, f, None) for f in base.positional]
-        more_files = [e for e in extra if not e.startswith("-") and os.path.isfile(os.path.expanduser(e))]
+        # a path that exists but is no regular file (a FIFO) goes along too: the set's reader names what it is
+        more_files = [e for e in extra if not e.startswith("-") and os.path.exists(os.path.expanduser(e))]
         if any(_names_several(v) for v in values) or more_files:
             return op.verb.split() + argv[1:]
     return argv
@@ -240,6 +240,17 @@ def progress_bar(description: str) -> Iterator[ProgressFn]:
             prog.update(task, completed=done, total=total, msg=message or "")
 
         yield cb
+
+
+def print_error(message: str, style: str | None = "bold red") -> None:
+    """``error: MESSAGE`` on one line of stderr. The message is plain text: no rich markup (``[bold]``), no emoji
+    codes (``:x:``), control characters escaped (``errors.one_line``), secrets redacted."""
+    from rich.text import Text
+
+    from mcp_server.errors import one_line, redact
+
+    line = Text.assemble(("error:", style or ""), " ", one_line(redact(message)))
+    err.print(line, markup=False, emoji=False, highlight=False, soft_wrap=True)
 
 
 def emit_json(model: Any) -> None:
@@ -353,7 +364,7 @@ def main(argv: list[str] | None = None, limits: bool = False) -> int:
     if extra:
         text = (f"{args.verb}: unknown option(s) {' '.join(extra)} (accepted: none)" if op is None
                 else _unknown_options(op, extra, ops, args))
-        err.print(f"error: {text}", markup=False, highlight=False, soft_wrap=True)
+        print_error(text, style=None)
         return ExitCode.bad_input
     try:
         if op is None:
@@ -376,7 +387,7 @@ def main(argv: list[str] | None = None, limits: bool = False) -> int:
                          "e.g. --max-memory 32G, or --max-memory 0 for none)\n")
         return ExitCode.bad_input
     except KernelscopeError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False, soft_wrap=True)
+        print_error(str(exc))
         return ExitCode.bad_input
     except KeyboardInterrupt:
         err.print("interrupted")

@@ -22,7 +22,17 @@ class KernelscopeError(Exception):
             text = f"{self.path}: {message}"
         if hint:
             text = f"{text} ({hint})"
-        super().__init__(redact(text))
+        super().__init__(one_line(redact(text)))
+
+
+#: C0 control characters and DEL as Python writes them in a string literal (``\n``, ``\x1b``)
+_CONTROL = {c: repr(chr(c))[1:-1] for c in (*range(32), 127)}
+
+
+def one_line(text: str) -> str:
+    """``text`` with control characters escaped (a newline in a path is ``\n``, an ESC is ``\x1b``): an error
+    stays one line, and a name cannot drive the terminal it is printed on."""
+    return text.translate(_CONTROL)
 
 
 class InputError(KernelscopeError):

@@ -24,6 +24,7 @@ environment at every call, so a test or a user can change them without restartin
 | | | hold about 16 x its size: 128 MiB took 2.0 GB) |
 | ``KERNELSCOPE_MAX_EVENT_NAME`` | 200 | characters of one timeline event name |
 | ``KERNELSCOPE_MAX_TEXT_FILE_BYTES`` | 64 MiB | small text inputs read whole (events names, overhead JSON, rule CSVs) |
+| ``KERNELSCOPE_MAX_WORLD_SIZE`` | 65 536 | a trace set's world size and rank numbers (distributedInfo, file names) |
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ DEFAULTS: dict[str, int] = {
     "BUFFER_BYTES": 256 * _M,
     "EVENT_NAME": 200,
     "TEXT_FILE_BYTES": 64 * _M,
+    "WORLD_SIZE": 1 << 16,
 }
 
 

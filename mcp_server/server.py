@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from mcp_server import __version__
 from mcp_server.confine import check_outputs, roots_from_env, roots_from_uris
-from mcp_server.errors import KernelscopeError, redact
+from mcp_server.errors import KernelscopeError, one_line, redact
 from mcp_server.faces import Operation, operations
 from mcp_server.sizing import text_content
 from mcp_server.workers import WorkerPool
@@ -160,7 +160,8 @@ def make_tool_function(op: Operation):
             raise
         except Exception as exc:  # keep serving; report the failure without a traceback
             log.exception("internal error in %s", op.tool)
-            raise ToolError(redact(f"{op.tool}: internal error ({type(exc).__name__}): {exc}")) from None
+            text = redact(f"{op.tool}: internal error ({type(exc).__name__}): {exc}")
+            raise ToolError(one_line(text[:500])) from None
 
     params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
     for name, field in op.request.model_fields.items():

@@ -56,6 +56,7 @@ class WarningCode(StrEnum):
 
     # --- traces ---
     damaged_events = "damaged_events"  # some trace events were malformed and skipped
+    metadata_ignored = "metadata_ignored"  # a trace metadata field had an unexpected type or size and was left out
     low_graph_confidence = "low_graph_confidence"  # graph-replay kernels attributed with a low majority share
     unattributed_kernels = "unattributed_kernels"  # kernels with no enclosing module
     replays_unattributed = "replays_unattributed"  # CUDA-graph replays with no eager kernels to learn modules from

@@ -35,6 +35,9 @@ def check_path(path: str | os.PathLike) -> Path:
         raise FileMissingError("trace file not found", path=p, hint="pass a Kineto .json or .json.gz file")
     if p.is_dir():
         raise FileMissingError("trace path is a directory, expected a .json or .json.gz file", path=p)
+    if not p.is_file():  # a FIFO, socket or device: reading could block forever or never end
+        raise FileMissingError("not a regular file (a FIFO, socket or device); a trace is read from a file",
+                               path=p, hint="save the trace to a file first")
     if p.stat().st_size == 0:
         raise TraceFormatError("trace file is empty", path=p, hint="re-export the profiler trace")
     return p

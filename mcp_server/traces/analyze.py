@@ -19,7 +19,7 @@ import functools
 import json
 import os
 from collections import defaultdict
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 import numpy as np
 
@@ -423,6 +423,28 @@ def _kernel_frame(rt, lk, table, arrays, path_code, phase, confidence, layer, ru
     return df.sort_values("ts_us", kind="stable", ignore_index=True)
 
 
+#: characters of a device name kept from the trace metadata (real ones: "NVIDIA H200", "AMD Instinct MI300X")
+DEVICE_NAME_CHARS = 200
+
+
+def _device_name(props: Any, warnings: list[Warning_]) -> Optional[str]:
+    """``deviceProperties[0].name``, or None with a ``metadata_ignored`` warning when it is not a short string."""
+    if not (isinstance(props, list) and props and isinstance(props[0], dict)) or props[0].get("name") is None:
+        return None
+    name = props[0]["name"]
+    if isinstance(name, str) and 0 < len(name) <= DEVICE_NAME_CHARS:
+        return name
+    what = (f"a string of {len(name):,} characters (at most {DEVICE_NAME_CHARS})" if isinstance(name, str)
+            else f"not a string (a JSON {_json_type(name)})")
+    warnings.append(Warning_(code=WarningCode.metadata_ignored, count=1, message=(
+        f"deviceProperties[0].name is {what}; the device is left unknown")))
+    return None
+
+
+def _json_type(v: Any) -> str:
+    return {bool: "boolean", int: "number", float: "number", list: "array", dict: "object"}.get(type(v), "value")
+
+
 def _summarise(rt: RawTrace, lk: Linked, table, arrays, path_code, span_pc, phase, rules) -> TraceAnalysis:
     dur = rt.k_dur
     total = float(dur.sum())
@@ -459,10 +481,7 @@ def _summarise(rt: RawTrace, lk: Linked, table, arrays, path_code, span_pc, phas
     tree = _tree(rt, table, arrays, path_code, k_cat, cat_names, k_phase)
     modules = _type_stats(rt, lk, table, arrays, path_code, span_pc, total)
     md = rt.metadata
-    dev = None
-    props = md.get("deviceProperties")
-    if isinstance(props, list) and props and isinstance(props[0], dict):
-        dev = props[0].get("name")
+    dev = _device_name(md.get("deviceProperties"), warnings)
     platform = "unknown"
     lnames = {rt.names[i] for i in np.unique(rt.l_name)}
     if any(s.startswith("hip") for s in lnames) or "hip_runtime_version" in md or "roctracer_version" in md:

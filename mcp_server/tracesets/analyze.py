@@ -17,7 +17,14 @@ from mcp_server.errors import InputError, TraceSetError
 from mcp_server.models import Warning_
 from mcp_server.tracesets import combine
 from mcp_server.tracesets.discover import resolve_ranks
-from mcp_server.tracesets.executors import default_workers, run_inline, run_pool, run_ray, worker_memory
+from mcp_server.tracesets.executors import (
+    check_workers,
+    default_workers,
+    run_inline,
+    run_pool,
+    run_ray,
+    worker_memory,
+)
 from mcp_server.tracesets.models import (
     ModuleDelta,
     RankDelta,
@@ -60,6 +67,7 @@ class _Run:
 
     def __init__(self, executor: Executor, workers: Optional[int], memory: Optional[str], ray_address: Optional[str],
                  progress: Optional[ProgressFn]):
+        check_workers(executor, workers, ray_address)
         self.executor, self.workers, self.ray_address, self.progress = executor, workers, ray_address, progress
         self.memory = worker_memory(memory)
         self.used_workers = 1

@@ -11,13 +11,15 @@ with no rank at all are refused before any analysis starts.
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import os
 import re
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from mcp_server.errors import FileMissingError, KernelscopeError, TraceSetError
+from mcp_server.errors import FileMissingError, KernelscopeError, TraceFormatError, TraceSetError
+from mcp_server.limits import limit, over
 from mcp_server.models import Warning_
 from mcp_server.traces._reader import GuardedReader, check_path
 from mcp_server.tracesets.models import RankRef
@@ -30,6 +32,10 @@ _GLOB = re.compile(r"[*?\[]")
 _NAME_RANK = (re.compile(r"(?i)-TP-(\d+)(?!\d)"), re.compile(r"(?i)(?:^|[^a-z])rank[_-]?(\d+)(?!\d)"))
 _DIST = re.compile(rb'"distributedInfo"\s*:\s*')
 _EVENTS = re.compile(rb'"traceEvents"\s*:')
+#: nesting levels a distributedInfo may have (the profiler writes an object holding a list of process-group
+#: objects: 4 levels); deeper is refused before decoding
+MAX_INFO_DEPTH = 32
+_JSON_NEST = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 def is_trace_name(name: str) -> bool:
@@ -73,6 +79,7 @@ def distributed_info(p: Path) -> Optional[dict[str, Any]]:
     ev = _EVENTS.search(head)
     if ev and ev.start() < m.start():
         return None  # inside the events: not the top-level key
+    _check_depth(head, m.end(), p)
     try:
         obj, _ = json.JSONDecoder().raw_decode(head[m.end():].decode("utf-8", "replace"))
     except ValueError:
@@ -80,16 +87,54 @@ def distributed_info(p: Path) -> Optional[dict[str, Any]]:
     return obj if isinstance(obj, dict) else None
 
 
+def _check_depth(head: bytes, start: int, p: Path) -> None:
+    """Refuse a distributedInfo nested deeper than ``MAX_INFO_DEPTH`` (the decoder would recurse on it)."""
+    depth = 0
+    for tok in _JSON_NEST.finditer(head, start):
+        c = tok.group()[:1]
+        if c in (b"[", b"{"):
+            depth += 1
+            if depth > MAX_INFO_DEPTH:
+                raise TraceFormatError(f"distributedInfo is nested more than {MAX_INFO_DEPTH} levels deep "
+                                       "(a profiler writes a small object)", path=p)
+        elif c in (b"]", b"}"):
+            depth -= 1
+        if depth <= 0:
+            return
+
+
 def rank_from_name(p: Path) -> Optional[int]:
     for pat in _NAME_RANK:
         m = pat.search(p.name)
         if m:
-            return int(m.group(1))
+            digits = m.group(1).lstrip("0") or "0"
+            return int(digits) if len(digits) <= 18 else _TOO_LARGE
     return None
+
+
+#: stands for a number too long to convert (the bound check below names it by its digits)
+_TOO_LARGE = 1 << 63
 
 
 def _as_int(v: Any) -> Optional[int]:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _shown(n: int) -> str:
+    """A number for a message: as is, or by its length when it is absurdly long (10**400)."""
+    text = str(n) if n < 10**18 else ""
+    return text or f"a {len(str(n)) if n < 10**4000 else 'more than 4000'}-digit number"
+
+
+def check_world(value: int, what: str, p: Path | str) -> None:
+    """``LimitError`` naming ``KERNELSCOPE_MAX_WORLD_SIZE`` when a world size or rank number is over it; checked
+    before anything is sized by it (a 214-byte trace claiming world_size 10**12 asked for 8 GB)."""
+    cap = limit("WORLD_SIZE")
+    bound = cap if what == "world size" else cap - 1
+    if value > bound:
+        shown = _shown(value) if value != _TOO_LARGE else "a number of over 18 digits"
+        raise over("WORLD_SIZE", f"the {what} ({'distributedInfo' if what == 'world size' else 'rank'})", shown,
+                   path=p)
 
 
 def resolve_ranks(inputs: list[str]) -> tuple[list[RankRef], Optional[int], list[Warning_]]:
@@ -109,6 +154,8 @@ def resolve_ranks(inputs: list[str]) -> tuple[list[RankRef], Optional[int], list
         info = info if isinstance(info, dict) else None
         rank = _as_int((info or {}).get("rank"))
         world = _as_int((info or {}).get("world_size")) or None  # 0 is no world size
+        if world is not None:
+            check_world(world, "world size", p)
         source: Literal["distributedInfo", "file name"] = "distributedInfo"
         if rank is None:
             rank = rank_from_name(p)
@@ -117,7 +164,10 @@ def resolve_ranks(inputs: list[str]) -> tuple[list[RankRef], Optional[int], list
                 raise TraceSetError(
                     "the trace has no distributedInfo.rank and its file name carries no rank", path=p,
                     hint="name it like <run>-TP-<rank>.trace.json.gz or <run>.rank<N>.json.gz")
+            check_world(rank, "rank number", p)
             by_name.append(f"{p.name} -> {rank}")
+        else:
+            check_world(rank, "rank number", p)
         refs.append(RankRef(rank=rank, path=str(p), world_size=world, rank_source=source))
     _check_unique(refs)
     worlds = sorted({r.world_size for r in refs if r.world_size is not None})
@@ -138,10 +188,11 @@ def resolve_ranks(inputs: list[str]) -> tuple[list[RankRef], Optional[int], list
             raise TraceSetError(f"rank {outside[0].rank} is outside the world size {world}", path=outside[0].path)
         if len(refs) < world:
             have = {r.rank for r in refs}
-            missing = [k for k in range(world) if k not in have]
-            warnings.append(Warning_(code=WarningCode.ranks_missing, count=len(missing), message=(
-                f"{len(refs)} of {world} ranks present; missing: " + ", ".join(map(str, missing[:32]))
-                + (" ..." if len(missing) > 32 else ""))))
+            n_missing = world - len(have)  # ranks are unique and below the world size: no list of them is built
+            missing = list(itertools.islice((k for k in range(world) if k not in have), 32))
+            warnings.append(Warning_(code=WarningCode.ranks_missing, count=n_missing, message=(
+                f"{len(refs)} of {world} ranks present; missing: " + ", ".join(map(str, missing))
+                + (" ..." if n_missing > 32 else ""))))
     return refs, world, warnings
 
 

@@ -11,7 +11,9 @@ from mcp_server.faces import SizedRequest, WritesOutputs
 CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"
 EXECUTOR_HELP = ("Where each rank is analysed: process (a local pool of worker processes), ray (one Ray task per "
                  "trace; needs kernelscope[ray]) or inline (this process, one after another)")
-WORKERS_HELP = "Parallel workers (default: the CPUs of this machine, at most one per trace)"
+WORKERS_HELP = ("Parallel workers (default: the CPUs this process may use, at most one per trace); more than those "
+                "CPUs (or 4 on a smaller machine) is refused; the inline executor and a remote Ray cluster start no "
+                "local workers")
 MEMORY_HELP = "Address-space limit per worker process, e.g. 4G; 0 for none (default: KERNELSCOPE_WORKER_MEMORY or 8G)"
 RAY_HELP = ("Ray cluster to run on (ray://HOST:10001, HOST:6379 or auto); default: a local Ray instance started "
             "and stopped for this call")
@@ -21,7 +23,7 @@ THRESHOLD_HELP = "A layer counts as imbalanced when its slowest rank takes at le
 class _SetOptions(SizedRequest):
     categories: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=CATEGORIES_HELP)
     executor: Literal["process", "ray", "inline"] = Field(default="process", description=EXECUTOR_HELP)
-    workers: Optional[int] = Field(default=None, ge=1, le=4096, description=WORKERS_HELP)
+    workers: Optional[int] = Field(default=None, ge=1, le=1024, description=WORKERS_HELP)
     worker_memory: Optional[str] = Field(default=None, max_length=16, description=MEMORY_HELP)
     ray_address: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=RAY_HELP)
     imbalance_threshold: float = Field(default=1.05, ge=1.0, le=10.0, description=THRESHOLD_HELP)
