@@ -287,6 +287,91 @@ def big_buffer(path: Path, nbytes: int) -> None:
     buf.tofile(path)
 
 
+# ----------------------------------------------------------------------------- disclosure and bounds (issue 21)
+# Reproducers of what a caller-named file or an environment value could make kernelscope disclose, and of the
+# sizes a trace set's head controls. tests/test_hostile_disclosure.py and tests/test_hostile_bounds.py replay them.
+
+#: a marker that stands for a secret in the files below: no output, error or warning may ever carry it
+SECRET_MARK = "KSHOSTILEsecret7f3a9c"
+
+_ONE_KERNEL = ('"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":10,"dur":5,'
+               '"args":{"correlation":1}}]')
+
+
+def trace_world_size(path: Path) -> None:
+    """A 214-byte trace whose distributedInfo claims world_size 10**12 (``analyze DIR`` sized a list by it: 8 GB)."""
+    doc = '{"distributedInfo":{"backend":"nccl","rank":0,"world_size":1000000000000},' + _ONE_KERNEL + "}"
+    assert len(doc) <= 213
+    path.write_text(doc.ljust(213) + "\n")
+
+
+def trace_rank_huge(path: Path) -> None:
+    """A trace whose distributedInfo.rank is 10**400 (the rank report's file name was too long for the OS)."""
+    path.write_text('{"distributedInfo":{"backend":"nccl","rank":1' + "0" * 400 + ',"world_size":2},'
+                    + _ONE_KERNEL + "}\n")
+
+
+def trace_dist_deep(path: Path) -> None:
+    """A trace whose distributedInfo nests 100 000 lists deep (the set reader's decoder recursed: RecursionError)."""
+    d = 100_000
+    doc = '{"distributedInfo":' + "[" * d + "]" * d + "," + _ONE_KERNEL + "}\n"
+    path.write_bytes(gzip.compress(doc.encode(), 9, mtime=0))
+
+
+def trace_device_name(path: Path) -> None:
+    """A trace whose deviceProperties[0].name is a number (a pydantic traceback on the CLI)."""
+    path.write_text('{"deviceProperties":[{"id":0,"name":12345,"totalGlobalMem":1}],' + _ONE_KERNEL + "}\n")
+
+
+def categories_passwd(path: Path) -> None:
+    """A 'categories CSV' that is a passwd-like file whose lines carry the secret marker (its first line was
+    echoed: ``found ['root:x:0:0:root:/root:/bin/bash']``)."""
+    path.write_text(f"root:x:0:0:{SECRET_MARK}:/root:/bin/bash\n"
+                    f"daemon:x:1:1:{SECRET_MARK}:/usr/sbin:/usr/sbin/nologin\n")
+
+
+def blocks_bad_regex(path: Path) -> None:
+    """A functional-blocks CSV whose line 4 holds an invalid regex carrying the secret marker (it was echoed)."""
+    path.write_text("pattern,block,role\n# a comment\nrmsnorm,norm,norm\n"
+                    f"{SECRET_MARK}(unclosed,attention,attention\nlm_head,head,gemm\n")
+
+
+def blocks_short_row(path: Path) -> None:
+    """A functional-blocks CSV whose line 3 has one field, the secret marker (the row was echoed)."""
+    path.write_text(f"pattern,block,role\nrmsnorm,norm,norm\n{SECRET_MARK}\n")
+
+
+def registry_env(path: Path, env: str) -> None:
+    """A reference-source registry whose local-git row takes its checkout from the variable ``env``."""
+    path.write_text("# registry\n\n| key | kind | repo | env | package | jql_project | enabled |\n"
+                    "|---|---|---|---|---|---|---|\n"
+                    f"| probe | local-git | ROCm/aiter | {env} | | | yes |\n")
+
+
+def gpu_specs_token(path: Path) -> None:
+    """A 'GPU spec table' that is a credentials TOML (its value was echoed: ``token = '...' is not a number``)."""
+    path.write_text(f'[registry]\ntoken = "{SECRET_MARK}"\n')
+
+
+def events_passwd(path: Path) -> None:
+    """A timeline 'names file' that is a passwd-like file (its lines became event names in the answer)."""
+    path.write_text(f"root:x:0:0:{SECRET_MARK}:/root:/bin/bash\n")
+
+
+def disclosure_and_bounds(out: Path) -> None:
+    trace_world_size(out / "trace_world_size.json")
+    trace_rank_huge(out / "trace_rank_huge.json")
+    trace_dist_deep(out / "trace_dist_deep.json.gz")
+    trace_device_name(out / "trace_device_name.json")
+    categories_passwd(out / "categories_passwd.csv")
+    blocks_bad_regex(out / "blocks_bad_regex.csv")
+    blocks_short_row(out / "blocks_short_row.csv")
+    registry_env(out / "registry_env_secret.md", "AWS_SECRET_ACCESS_KEY")
+    registry_env(out / "registry_env_plain.md", "KS_HOSTILE_CHECKOUT")
+    gpu_specs_token(out / "gpu_specs_token.toml")
+    events_passwd(out / "events_passwd.events")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="tests/fixtures/hostile")
@@ -310,6 +395,7 @@ def main() -> None:
     trace_nonfinite(out / "trace_nonfinite.json")
     gzip_zeros(out / "trace_zeros.json.gz", 128)
     categories_long_field(out / "categories_long_field.csv")
+    disclosure_and_bounds(out)
 
 
 if __name__ == "__main__":

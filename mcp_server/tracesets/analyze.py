@@ -67,7 +67,6 @@ class _Run:
 
     def __init__(self, executor: Executor, workers: Optional[int], memory: Optional[str], ray_address: Optional[str],
                  progress: Optional[ProgressFn]):
-        check_workers(executor, workers, ray_address)
         self.executor, self.workers, self.ray_address, self.progress = executor, workers, ray_address, progress
         self.memory = worker_memory(memory)
         self.used_workers = 1
@@ -176,6 +175,7 @@ def analyze_trace_set(
     progress: Optional[ProgressFn] = None,
 ) -> TraceSetAnalysis:
     """Analyse every rank's trace of one run and read them across ranks."""
+    check_workers(executor, workers, ray_address)  # before any trace is read
     refs, world, warnings = resolve_ranks(paths)
     if output_xlsx:
         check_rank_reports(output_xlsx, [r.rank for r in refs], overwrite)
@@ -245,6 +245,7 @@ def compare_trace_sets(
     progress: Optional[ProgressFn] = None,
 ) -> TraceSetComparison:
     """Two multi-rank runs, rank by rank and aggregated over ranks (mean and slowest rank)."""
+    check_workers(executor, workers, ray_address)  # before any trace is read
     la, lb = labels or [Path(a.rstrip("/")).name or a, Path(b.rstrip("/")).name or b]
     refs_a, world_a, warn_a = resolve_ranks([a])
     refs_b, world_b, warn_b = resolve_ranks([b])

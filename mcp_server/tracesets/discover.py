@@ -133,8 +133,8 @@ def check_world(value: int, what: str, p: Path | str) -> None:
     bound = cap if what == "world size" else cap - 1
     if value > bound:
         shown = _shown(value) if value != _TOO_LARGE else "a number of over 18 digits"
-        raise over("WORLD_SIZE", f"the {what} ({'distributedInfo' if what == 'world size' else 'rank'})", shown,
-                   path=p)
+        label = "distributedInfo.world_size" if what == "world size" else "the rank number"
+        raise over("WORLD_SIZE", label, shown, path=p)
 
 
 def resolve_ranks(inputs: list[str]) -> tuple[list[RankRef], Optional[int], list[Warning_]]:

@@ -1,0 +1,130 @@
+"""Bounds (issue 21): every size a trace set's head or a request controls is checked before anything is sized
+by it, with one typed line naming the bound, the same text on the CLI and over MCP, the server serving after
+each call. Reproducers come from tools/make_hostile_inputs.py ("disclosure and bounds")."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from conftest import TRACES
+from hostile_faces import HOSTILE, cli, cli_error, mcp_session
+
+from mcp_server.errors import LimitError, TraceFormatError
+from mcp_server.tracesets.discover import resolve_ranks
+from mcp_server.tracesets.executors import max_workers
+
+SDPA = str(TRACES / "llama_prefill_sdpa.json.gz")
+BALANCED = HOSTILE.parent / "tracesets" / "balanced"
+
+
+@pytest.fixture(scope="module")
+def sets(tmp_path_factory):
+    """One directory per reproducer (``analyze DIR`` is the trace-set face), plus a FIFO."""
+    base = tmp_path_factory.mktemp("sets")
+    out = {}
+    for name in ("trace_world_size.json", "trace_rank_huge.json", "trace_dist_deep.json.gz"):
+        d = base / name.split(".")[0]
+        d.mkdir()
+        shutil.copy(HOSTILE / name, d / name)
+        out[name.split(".")[0]] = str(d)
+    fifo = base / "pipe.json"
+    os.mkfifo(fifo)
+    out["fifo"] = str(fifo)
+    return out
+
+
+def _cases(sets):
+    ws = os.path.join(sets["trace_world_size"], "trace_world_size.json")
+    rk = os.path.join(sets["trace_rank_huge"], "trace_rank_huge.json")
+    too_many = max_workers() + 1
+    return {
+        "world_size": (["analyze", sets["trace_world_size"]],
+                       ("analyze_trace_set", {"paths": [sets["trace_world_size"]]}),
+                       (f"{ws}: distributedInfo.world_size is 1000000000000, over the limit of 65,536",
+                        "KERNELSCOPE_MAX_WORLD_SIZE")),
+        "rank_huge": (["analyze", sets["trace_rank_huge"]],
+                      ("analyze_trace_set", {"paths": [sets["trace_rank_huge"]]}),
+                      (f"{rk}: the rank number is a 401-digit number, over the limit of 65,536",)),
+        "dist_deep": (["analyze", sets["trace_dist_deep"]],
+                      ("analyze_trace_set", {"paths": [sets["trace_dist_deep"]]}),
+                      ("distributedInfo is nested more than 32 levels deep",)),
+        "workers": (["traceset", "analyze", str(BALANCED), "--workers", str(too_many)],
+                    ("analyze_trace_set", {"paths": [str(BALANCED)], "workers": too_many}),
+                    (f"workers={too_many} is over the bound on local workers, {max_workers()}",)),
+        "fifo_in_a_set": (["analyze", SDPA, sets["fifo"]],
+                          ("analyze_trace_set", {"paths": [SDPA, sets["fifo"]]}),
+                          (f"{sets['fifo']}: not a regular file (a FIFO, socket or device)",)),
+        "fifo_alone": (["analyze", sets["fifo"]],
+                       ("analyze_trace", {"trace_path": sets["fifo"]}),
+                       (f"{sets['fifo']}: not a regular file",)),
+    }
+
+
+CASE_NAMES = ["world_size", "rank_huge", "dist_deep", "workers", "fifo_in_a_set", "fifo_alone"]
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_cli_refuses_by_name_before_allocating(sets, name, capsys):
+    args, _, words = _cases(sets)[name]
+    line = cli_error(args, capsys)
+    for w in words:
+        assert w in line, line
+
+
+def test_mcp_gives_the_same_lines_and_keeps_serving(sets, capsys):
+    cases = _cases(sets)
+    lines = {n: cli_error(cases[n][0], capsys) for n in CASE_NAMES}
+    got = mcp_session([cases[n][1] for n in CASE_NAMES])
+    for name, (is_error, text, _) in zip(CASE_NAMES, got):
+        assert is_error, (name, text)
+        assert text == lines[name], name
+
+
+def test_a_non_string_device_name_is_a_warning_on_both_faces(capsys):
+    import json
+
+    p = str(HOSTILE / "trace_device_name.json")
+    code, out, err = cli(["analyze", p, "--json"], capsys)
+    assert code == 0 and "Traceback" not in err, err
+    doc = json.loads(out)
+    warn = [w for w in doc["warnings"] if w["code"] == "metadata_ignored"]
+    assert doc["device"] is None and doc["kernel_count"] == 1
+    assert warn[0]["message"] == "deviceProperties[0].name is not a string (a JSON number); the device is left unknown"
+    ((is_error, text, data),) = mcp_session([("analyze_trace", {"trace_path": p})])
+    assert not is_error, text
+    assert data["device"] is None and [w for w in data["warnings"] if w["code"] == "metadata_ignored"] == warn
+
+
+def test_world_size_is_checked_before_the_missing_ranks_are_listed(tmp_path, monkeypatch):
+    t = (HOSTILE / "trace_world_size.json").read_text()
+    (tmp_path / "r0.json").write_text(t.replace("1000000000000", "65536"))
+    refs, world, warnings = resolve_ranks([str(tmp_path)])
+    assert world == 65536 and [w.code for w in warnings] == ["ranks_missing"] and warnings[0].count == 65535
+    assert warnings[0].message.startswith("1 of 65536 ranks present; missing: 1, 2, 3") and \
+        warnings[0].message.endswith("32 ...")
+    monkeypatch.setenv("KERNELSCOPE_MAX_WORLD_SIZE", "1024")
+    with pytest.raises(LimitError, match="over the limit of 1,024"):
+        resolve_ranks([str(tmp_path)])
+
+
+def test_rank_from_a_file_name_is_bounded_too(tmp_path):
+    t = (HOSTILE / "trace_world_size.json").read_text()
+    body = t.replace('"distributedInfo":{"backend":"nccl","rank":0,"world_size":1000000000000},', "")
+    (tmp_path / ("run-TP-" + "9" * 100 + ".json")).write_text(body)
+    with pytest.raises(LimitError, match="the rank number is a number of over 18 digits"):
+        resolve_ranks([str(tmp_path)])
+
+
+def test_a_real_distributed_info_with_process_groups_passes_the_depth_bound(tmp_path):
+    info = ('{"distributedInfo":{"backend":"nccl","rank":1,"world_size":2,"pg_count":1,"pg_config":[{"pg_name":"0",'
+            '"pg_desc":"default_pg","backend_config":"cuda:nccl","pg_size":2,"ranks":[0,1]}],"nccl_version":"2.21.5"},')
+    t = (HOSTILE / "trace_world_size.json").read_text()
+    (tmp_path / "a.json").write_text(info + t.split(",", 3)[-1].split("},", 1)[-1])
+    refs, world, _ = resolve_ranks([str(tmp_path)])
+    assert world == 2 and refs[0].rank == 1
+
+
+def test_deep_distributed_info_is_a_trace_format_error():
+    with pytest.raises(TraceFormatError, match="nested more than 32 levels"):
+        resolve_ranks([str(HOSTILE / "trace_dist_deep.json.gz")])
