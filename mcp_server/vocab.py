@@ -60,6 +60,7 @@ class WarningCode(StrEnum):
     low_graph_confidence = "low_graph_confidence"  # graph-replay kernels attributed with a low majority share
     unattributed_kernels = "unattributed_kernels"  # kernels with no enclosing module
     replays_unattributed = "replays_unattributed"  # CUDA-graph replays with no eager kernels to learn modules from
+    no_gpu_events = "no_gpu_events"  # the trace holds no GPU kernel/copy/memset (CPU-only, counters-only, all damaged)
 
     # --- compare (diff_modules, budget, recategorize) ---
     gpu_kernels_truncated = "gpu_kernels_truncated"  # a report's GPU Kernels sheet is capped at 1000 rows

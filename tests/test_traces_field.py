@@ -6,11 +6,17 @@ Fixtures: ``format_*`` are a committed H200 trace rewritten in another schema's 
 """
 from __future__ import annotations
 
+import gzip
+import json
+import sys
 from functools import lru_cache
+from pathlib import Path
 
 import pytest
 from conftest import TRACES
 
+from mcp_server.compare.budget import budget
+from mcp_server.compare.diff import diff_modules
 from mcp_server.traces import analyze_trace
 from mcp_server.traces.loader import load_trace
 from mcp_server.vocab import WarningCode
@@ -58,3 +64,43 @@ def test_rocm_hex_streams_keep_every_launch():
     # HIP launches name their kernel (args.kernel): kept beside the launch
     named = {rt.names[i] for i in rt.l_kernel.tolist() if i}
     assert named and named <= {rt.names[i] for i in rt.k_name.tolist()}
+
+
+# ---- traces with no GPU activity: never a silent zero (analyze, budget, compare) ----
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import make_format_traces as recipes  # noqa: E402
+
+
+def _variant(tmp_path, recipe) -> Path:
+    src = json.loads(gzip.decompress((TRACES / "llama_prefill_sdpa.json.gz").read_bytes()))
+    p = tmp_path / f"{recipe.__name__}.json"
+    p.write_text(json.dumps(recipe(src)), encoding="utf-8")
+    return p
+
+
+@pytest.mark.parametrize("recipe,why", [
+    (recipes.cpu_only, "CPU events only"),
+    (recipes.cupti_ranges, "106 cuda_profiler_range events"),
+    (recipes.gpu_damaged, "all 110 of its GPU activity events"),
+])
+def test_no_gpu_events_is_a_warning_that_says_why(tmp_path, recipe, why):
+    p = _variant(tmp_path, recipe)
+    res = analyze_trace(p)
+    assert res.kernel_count == 0 and res.total_kernel_us == 0
+    w = {x.code: x for x in res.warnings}
+    assert WarningCode.no_gpu_events in w, res.warnings
+    assert why in w[WarningCode.no_gpu_events].message
+    # budget and compare carry it too, beside their own empty_side
+    for result in (budget(p, TRACES / "llama_prefill_sdpa.json.gz"), diff_modules(p, TRACES / "llama_prefill_sdpa.json.gz")):
+        codes = [x.code for x in result.warnings]
+        assert WarningCode.no_gpu_events in codes, codes
+
+
+def test_launch_kinds():
+    # launches during capture run nothing: the warning says to pass it as the reference of a replay trace
+    from mcp_server.traces.loader import launch_kind
+
+    assert [launch_kind(n) for n in ("cudaLaunchKernel", "cuLaunchKernelEx", "hipExtModuleLaunchKernel",
+                                     "cudaMemcpyAsync", "hipMemsetAsync", "cudaGraphLaunch", "cudaEventRecord")] == \
+        [0, 0, 0, 1, 2, -1, -1]

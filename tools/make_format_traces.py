@@ -98,6 +98,41 @@ def rocm_stream(src: dict) -> dict:
     return out
 
 
+# ---- recipes built at test time (tests/test_traces_field.py): traces with no GPU activity ----
+
+GPU_ACTIVITY = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "ac2g"}
+
+
+def cpu_only(src: dict) -> dict:
+    """The trace as ``ProfilerActivity.CPU`` alone records it: no GPU activity, no runtime calls."""
+    ev = [e for e in src["traceEvents"] if e.get("cat") not in GPU_ACTIVITY | {"cuda_runtime", "cuda_driver"}]
+    return {**src, "traceEvents": ev}
+
+
+def cupti_ranges(src: dict) -> dict:
+    """As HTA's CUPTI-profiler trace: runtime calls kept, each kernel replaced by a ``cuda_profiler_range``
+    event holding counters (no timeline)."""
+    ev = []
+    for e in src["traceEvents"]:
+        if e.get("cat") == "kernel":
+            ev.append({"ph": "X", "cat": "cuda_profiler_range", "name": e["name"], "pid": 0, "tid": 0,
+                       "ts": e["ts"], "dur": e["dur"], "args": {"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 0}})
+        elif e.get("cat") not in GPU_ACTIVITY:
+            ev.append(e)
+    return {**src, "traceEvents": ev}
+
+
+def gpu_damaged(src: dict) -> dict:
+    """Every GPU activity event without its ``args.correlation`` (all skipped as damaged)."""
+    ev = []
+    for e in src["traceEvents"]:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            e = copy.deepcopy(e)
+            e["args"].pop("correlation", None)
+        ev.append(e)
+    return {**src, "traceEvents": ev}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="tests/fixtures/traces")

@@ -28,7 +28,7 @@ from mcp_server.errors import KernelscopeError, WriteError
 from mcp_server.models import Warning_
 from mcp_server.traces import graph as G
 from mcp_server.traces.attribution import Linked, link
-from mcp_server.traces.loader import KIND_NAMES, RawTrace, load_trace
+from mcp_server.traces.loader import KIND_NAMES, RawTrace, launch_kind, load_trace
 from mcp_server.traces.models import (
     KERNEL_COLUMNS,
     CategoryTotal,
@@ -218,11 +218,40 @@ def analyze_trace(
 
 
 def _load_warnings(rt: RawTrace) -> list[Warning_]:
-    if not rt.skipped:
-        return []
-    return [Warning_(code=WarningCode.damaged_events, count=rt.skipped,
-                     message=f"skipped {rt.skipped} damaged event(s) (missing fields or odd types), "
-                             f"e.g. {rt.skipped_examples[0]}")]
+    out = []
+    if rt.skipped:
+        out.append(Warning_(code=WarningCode.damaged_events, count=rt.skipped,
+                            message=f"skipped {rt.skipped} damaged event(s) (missing fields or odd types), "
+                                    f"e.g. {rt.skipped_examples[0]}"))
+    if not len(rt.k_name):
+        out.append(_no_gpu_warning(rt))
+    return out
+
+
+def _no_gpu_warning(rt: RawTrace) -> Warning_:
+    """Why a trace gives no GPU kernel at all (``no_gpu_events``): never a silent zero."""
+    kinds = [launch_kind(rt.names[i]) for i in np.unique(rt.l_name).tolist()]
+    by_name = dict(zip(np.unique(rt.l_name).tolist(), kinds))
+    launches = int(sum(1 for i in rt.l_name.tolist() if by_name[i] >= 0)) if len(rt.l_name) else 0
+    if rt.skipped_gpu:
+        why = (f"all {rt.skipped_gpu} of its GPU activity events (kernel/memcpy/memset) were damaged and "
+               "skipped (see damaged_events); export the trace again")
+    elif rt.profiler_ranges:
+        why = (f"it holds {rt.profiler_ranges} cuda_profiler_range events: a CUPTI range-profiler trace records "
+               "hardware counters per kernel, not a timeline; profile with ProfilerActivity.CUDA (activity "
+               "tracing) for kernel durations, or read the counters with Nsight Compute")
+    elif launches:
+        why = (f"it holds {launches} kernel/copy launch call(s) but no GPU activity: GPU activity tracing was "
+               "off or failed (ProfilerActivity.CUDA not enabled, CUPTI/roctracer unavailable), or it is a "
+               "CUDA/HIP-graph capture (launches during capture run nothing): pass such a trace as "
+               "reference_trace (--reference-trace) to attribute the replays of a replay trace")
+    elif rt.event_count:
+        why = ("it holds CPU events only (a CPU-only trace: the profiler ran without ProfilerActivity.CUDA, "
+               "or no GPU work ran while it recorded)")
+    else:
+        why = "it holds no events"
+    return Warning_(code=WarningCode.no_gpu_events,
+                    message=f"no GPU kernel, copy or memset in the trace: {why}; every total here is 0")
 
 
 def _direct_attribution(lk: Linked, table: PathTable, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

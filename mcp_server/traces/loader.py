@@ -64,6 +64,21 @@ CPU_OP_CATS = frozenset({"cpu_op", "Operator"})
 OLD_SCHEMA_CATS = frozenset({"Kernel", "Memcpy", "Memset", "Runtime", "Driver", "Operator"})
 GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch", "hipGraphLaunch"})
 
+
+def launch_kind(name: str) -> int:
+    """What a runtime/driver call starts on the GPU: 0 a kernel (``cudaLaunchKernel``, ``cuLaunchKernelEx``,
+    ``hipExtModuleLaunchKernel``, ...), 1 a copy (``cudaMemcpyAsync``, ``hipMemcpyWithStream``), 2 a memset,
+    -1 nothing (other API calls, graph launches)."""
+    if name in GRAPH_LAUNCH_NAMES or not name.startswith(("cuda", "cu", "hip")):
+        return -1
+    if "LaunchKernel" in name or "LaunchCooperativeKernel" in name:
+        return 0
+    if "Memcpy" in name:
+        return 1
+    if "Memset" in name:
+        return 2
+    return -1
+
 _BLOCK = 8 << 20
 _HEAD_MAX = 8 * _BLOCK  # the events array must start within this much text
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
@@ -148,6 +163,8 @@ class RawTrace:
     c_dims: np.ndarray
     event_count: int = 0
     skipped: int = 0
+    skipped_gpu: int = 0  # of ``skipped``: GPU activities (kernel/memcpy/memset events)
+    profiler_ranges: int = 0  # ``cuda_profiler_range`` events (CUPTI range profiler: counters, no timeline)
     skipped_examples: list[str] = field(default_factory=list)
 
 
@@ -173,6 +190,8 @@ class _Collector:
         self.c: list[tuple] = []
         self.events = 0
         self.skipped = 0
+        self.skipped_gpu = 0
+        self.profiler_ranges = 0
         # up to 5 examples per rank (-1: undecodable event, 0-3: python_function, cpu_op, kernel, runtime);
         # ``finish`` keeps the first 5 in rank order, so the examples do not depend on where chunks are cut
         self.examples: dict[int, list[str]] = {}
@@ -182,6 +201,8 @@ class _Collector:
 
     def skip(self, why: str, n: int = 1, rank: int = -1) -> None:
         self.skipped += n
+        if rank == 2:
+            self.skipped_gpu += n
         ex = self.examples.setdefault(rank, [])
         if len(ex) < 5:
             ex.append(why)
@@ -252,7 +273,8 @@ class _Collector:
         cpu: list = []
         ker: list = []
         lau: list = []
-        route: dict[Optional[str], list] = {"python_function": py}
+        ranges: list = []
+        route: dict[Optional[str], list] = {"python_function": py, "cuda_profiler_range": ranges}
         for c in CPU_OP_CATS:
             route[c] = cpu
         for c in KERNEL_CATS:
@@ -264,6 +286,7 @@ class _Collector:
             b = get(e.cat)
             if b is not None:
                 b.append(e)
+        self.profiler_ranges += len(ranges)
         f64 = np.float64
         for evs, is_cpu in ((py, False), (cpu, True)):
             if not evs:
@@ -348,7 +371,8 @@ class _Collector:
         """This collector's columns and tables as plain data (what a split decode's helper hands back)."""
         return {"names": list(self.names), "dims": list(self.dims), "threads": list(self.threads),
                 "thread_fallback": sorted(self.thread_fallback), "k": self.k, "l": self.l, "p": self.p,
-                "c": self.c, "events": self.events, "skipped": self.skipped, "examples": self.examples}
+                "c": self.c, "events": self.events, "skipped": self.skipped, "examples": self.examples,
+                "skipped_gpu": self.skipped_gpu, "profiler_ranges": self.profiler_ranges}
 
     def absorb(self, state: dict[str, Any]) -> None:
         """Append the events another collector decoded (the text after this one's)."""
@@ -463,6 +487,8 @@ class _Collector:
             c_ts=cat("c", 0, f64), c_end=cat("c", 1, f64), c_thread=cat("c", 2, i32, T), c_name=cat("c", 3, i32, N),
             c_dims=cat("c", 4, i32, D),
             event_count=sum(st["events"] for st in parts), skipped=sum(st["skipped"] for st in parts),
+            skipped_gpu=sum(st["skipped_gpu"] for st in parts),
+            profiler_ranges=sum(st["profiler_ranges"] for st in parts),
             skipped_examples=examples,
         )
 
