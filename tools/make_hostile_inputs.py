@@ -358,6 +358,12 @@ def events_passwd(path: Path) -> None:
     path.write_text(f"root:x:0:0:{SECRET_MARK}:/root:/bin/bash\n")
 
 
+def spec_secret_value(path: Path) -> None:
+    """A TOML file whose keys happen to be validate spec keys, with the secret marker as a value (it was echoed:
+    ``'mode' must be one of ab, aa, got '...'``)."""
+    path.write_text(f'mode = "{SECRET_MARK}"\n')
+
+
 def disclosure_and_bounds(out: Path) -> None:
     trace_world_size(out / "trace_world_size.json")
     trace_rank_huge(out / "trace_rank_huge.json")
@@ -370,6 +376,7 @@ def disclosure_and_bounds(out: Path) -> None:
     registry_env(out / "registry_env_plain.md", "KS_HOSTILE_CHECKOUT")
     gpu_specs_token(out / "gpu_specs_token.toml")
     events_passwd(out / "events_passwd.events")
+    spec_secret_value(out / "spec_secret_value.toml")
 
 
 def main() -> None:

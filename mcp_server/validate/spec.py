@@ -108,13 +108,23 @@ class Spec:
         return d
 
 
-def parse_ref(text: Any, base_dir: Path, name: str, where: str) -> FuncRef:
+def _got(val: Any, shown: bool) -> str:
+    """``val`` for a message: as given when it came from the caller's arguments, else (a value of a file the caller
+    named) only its kind, so an error never carries what the file holds."""
+    if shown:
+        return repr(val)
+    if isinstance(val, str):
+        return f"a string of {len(val)} character(s)"
+    return f"a {type(val).__name__}"
+
+
+def parse_ref(text: Any, base_dir: Path, name: str, where: str, shown: bool = True) -> FuncRef:
     if not isinstance(text, str) or ":" not in text:
         raise InputError(f"{where}: '{name}' must be \"path/to/file.py:function\" or "
-                         f"\"package.module:function\", got {text!r}")
+                         f"\"package.module:function\", got {_got(text, shown)}")
     target, _, func = text.rpartition(":")
     if not func.isidentifier() or not target:
-        raise InputError(f"{where}: '{name}' = {text!r}: the part after ':' must be a function name")
+        raise InputError(f"{where}: '{name}' = {_got(text, shown)}: the part after ':' must be a function name")
     if target.endswith(".py") or "/" in target or os.sep in target:
         path = (base_dir / target).expanduser().resolve()
         if not path.is_file():
@@ -122,7 +132,7 @@ def parse_ref(text: Any, base_dir: Path, name: str, where: str) -> FuncRef:
                                    hint="paths in a spec file are relative to the spec file")
         return FuncRef(text, "file", str(path), func)
     if not all(p.isidentifier() for p in target.split(".")):
-        raise InputError(f"{where}: '{name}' = {text!r} is neither a .py path nor a dotted module name")
+        raise InputError(f"{where}: '{name}' = {_got(text, shown)} is neither a .py path nor a dotted module name")
     return FuncRef(text, "module", target, func)
 
 
@@ -154,6 +164,9 @@ def load_spec(spec_path: str | None = None, overrides: dict[str, Any] | None = N
     merged = {**DEFAULTS, **raw, **over}
     cwd = Path.cwd()
 
+    def shown(name: str) -> bool:  # a value the caller passed is quoted back; one from the spec file is not
+        return name in over or name not in raw
+
     def ref(name: str, required: bool = True) -> FuncRef | None:
         val = merged[name]
         if val is None:
@@ -162,9 +175,9 @@ def load_spec(spec_path: str | None = None, overrides: dict[str, Any] | None = N
                                  hint="give it in the spec file or as an argument")
             return None
         base = cwd if name in over else file_dir
-        return parse_ref(val, base, name, where)
+        return parse_ref(val, base, name, where, shown(name))
 
-    mode = _choice(merged["mode"], ("ab", "aa"), "mode", where)
+    mode = _choice(merged["mode"], ("ab", "aa"), "mode", where, shown("mode"))
     baseline = ref("baseline")
     candidate = ref("candidate", required=(mode == "ab"))
     inputs = ref("inputs")
@@ -176,34 +189,37 @@ def load_spec(spec_path: str | None = None, overrides: dict[str, Any] | None = N
     for s in shapes:
         for k, v in s.items():
             if not isinstance(k, str) or isinstance(v, (dict, list)):
-                raise InputError(f"{where}: shape {s}: values must be numbers or strings")
-    dtype = _choice(merged["dtype"], DTYPES, "dtype", where)
+                raise InputError(f"{where}: shape {_got(s, shown('shapes'))}: values must be numbers or strings")
+    dtype = _choice(merged["dtype"], DTYPES, "dtype", where, shown("dtype"))
     device = merged["device"]
     if not isinstance(device, str) or not (device == "cpu" or device == "cuda" or device.startswith("cuda:")):
-        raise InputError(f"{where}: 'device' must be \"cuda\", \"cuda:N\" or \"cpu\", got {device!r}")
+        raise InputError(f"{where}: 'device' must be \"cuda\", \"cuda:N\" or \"cpu\", got "
+                         f"{_got(device, shown('device'))}")
     rtol_d, atol_d = DEFAULT_TOL[dtype]
-    rtol = _num(merged["rtol"] if merged["rtol"] is not None else rtol_d, "rtol", where, lo=0)
-    atol = _num(merged["atol"] if merged["atol"] is not None else atol_d, "atol", where, lo=0)
+    rtol = _num(merged["rtol"] if merged["rtol"] is not None else rtol_d, "rtol", where, lo=0, shown=shown("rtol"))
+    atol = _num(merged["atol"] if merged["atol"] is not None else atol_d, "atol", where, lo=0, shown=shown("atol"))
     seed = merged["seed"]
     if seed is None:
         seed = int.from_bytes(os.urandom(3), "little")
     spec = Spec(
         baseline=baseline, candidate=candidate, inputs=inputs, shapes=[dict(s) for s in shapes],
         dtype=dtype, device=device, rtol=rtol, atol=atol,
-        min_gain=_num(merged["min_gain"], "min_gain", where, lo=-0.5, hi=100),
-        time_budget_s=_num(merged["time_budget_s"], "time_budget_s", where, lo=0.1, hi=3600),
-        mode=mode, cache=_choice(merged["cache"], ("cold", "warm"), "cache", where),
-        seeds=int(_num(merged["seeds"], "seeds", where, lo=2, hi=20)),
-        seed=int(_num(seed, "seed", where, lo=0, hi=2**31)),
-        confidence=_num(merged["confidence"], "confidence", where, lo=0.5, hi=0.999),
-        ci_half_width=_num(merged["ci_half_width"], "ci_half_width", where, lo=0.0005, hi=0.5),
-        min_rounds=int(_num(merged["min_rounds"], "min_rounds", where, lo=3, hi=100000)),
-        max_rounds=int(_num(merged["max_rounds"], "max_rounds", where, lo=3, hi=1000000)),
-        graphs=_choice(merged["graphs"], ("auto", "on", "off"), "graphs", where),
-        flops=_expr(merged["flops"], "flops", where, shapes),
-        bytes=_expr(merged["bytes"], "bytes", where, shapes),
+        min_gain=_num(merged["min_gain"], "min_gain", where, lo=-0.5, hi=100, shown=shown("min_gain")),
+        time_budget_s=_num(merged["time_budget_s"], "time_budget_s", where, lo=0.1, hi=3600,
+                           shown=shown("time_budget_s")),
+        mode=mode, cache=_choice(merged["cache"], ("cold", "warm"), "cache", where, shown("cache")),
+        seeds=int(_num(merged["seeds"], "seeds", where, lo=2, hi=20, shown=shown("seeds"))),
+        seed=int(_num(seed, "seed", where, lo=0, hi=2**31, shown=shown("seed"))),
+        confidence=_num(merged["confidence"], "confidence", where, lo=0.5, hi=0.999, shown=shown("confidence")),
+        ci_half_width=_num(merged["ci_half_width"], "ci_half_width", where, lo=0.0005, hi=0.5,
+                           shown=shown("ci_half_width")),
+        min_rounds=int(_num(merged["min_rounds"], "min_rounds", where, lo=3, hi=100000, shown=shown("min_rounds"))),
+        max_rounds=int(_num(merged["max_rounds"], "max_rounds", where, lo=3, hi=1000000, shown=shown("max_rounds"))),
+        graphs=_choice(merged["graphs"], ("auto", "on", "off"), "graphs", where, shown("graphs")),
+        flops=_expr(merged["flops"], "flops", where, shapes, shown("flops"), shown("shapes")),
+        bytes=_expr(merged["bytes"], "bytes", where, shapes, shown("bytes"), shown("shapes")),
         other_cache=bool(merged["other_cache"]),
-        threads=int(_num(merged["threads"], "threads", where, lo=0, hi=1024)),
+        threads=int(_num(merged["threads"], "threads", where, lo=0, hi=1024, shown=shown("threads"))),
         spec_path=str(Path(spec_path).resolve()) if spec_path else None,
         search_dirs=[str(file_dir)],
     )
@@ -212,15 +228,16 @@ def load_spec(spec_path: str | None = None, overrides: dict[str, Any] | None = N
     return spec
 
 
-def _choice(val: Any, allowed: tuple[str, ...], name: str, where: str) -> str:
+def _choice(val: Any, allowed: tuple[str, ...], name: str, where: str, shown: bool = True) -> str:
     if val not in allowed:
-        raise InputError(f"{where}: '{name}' must be one of {', '.join(allowed)}, got {val!r}")
+        raise InputError(f"{where}: '{name}' must be one of {', '.join(allowed)}, got {_got(val, shown)}")
     return str(val)
 
 
-def _num(val: Any, name: str, where: str, lo: float | None = None, hi: float | None = None) -> float:
+def _num(val: Any, name: str, where: str, lo: float | None = None, hi: float | None = None,
+         shown: bool = True) -> float:
     if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val):
-        raise InputError(f"{where}: '{name}' must be a number, got {val!r}")
+        raise InputError(f"{where}: '{name}' must be a number, got {_got(val, shown)}")
     if (lo is not None and val < lo) or (hi is not None and val > hi):
         raise InputError(f"{where}: '{name}' = {val} is outside [{lo}, {hi}]")
     return float(val)
@@ -259,7 +276,8 @@ def eval_expr(expr: str, shape: dict[str, Any], dtype_bytes: int) -> float:
     return float(ev(ast.parse(expr, mode="eval")))
 
 
-def _expr(val: Any, name: str, where: str, shapes: list[dict[str, Any]]) -> str | None:
+def _expr(val: Any, name: str, where: str, shapes: list[dict[str, Any]], shown: bool = True,
+          shapes_shown: bool = True) -> str | None:
     if val is None:
         return None
     if isinstance(val, (int, float)) and not isinstance(val, bool):
@@ -270,8 +288,10 @@ def _expr(val: Any, name: str, where: str, shapes: list[dict[str, Any]]) -> str 
         try:
             eval_expr(val, s, 2)
         except KeyError as exc:
-            raise InputError(f"{where}: '{name}' = {val!r} uses {exc.args[0]}, which shape {s} lacks") from None
+            used = exc.args[0] if shown else "a name"
+            raise InputError(f"{where}: '{name}' = {_got(val, shown)} uses {used}, which shape "
+                             f"{_got(s, shapes_shown)} lacks") from None
         except (ValueError, SyntaxError, ZeroDivisionError, OverflowError) as exc:
-            raise InputError(f"{where}: '{name}' = {val!r} is not plain arithmetic over the shape keys "
-                             f"({exc})") from None
+            raise InputError(f"{where}: '{name}' = {_got(val, shown)} is not plain arithmetic over the shape keys "
+                             f"({type(exc).__name__ if not shown else exc})") from None
     return val
