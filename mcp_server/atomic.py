@@ -31,9 +31,9 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Iterable, Iterator, Optional, Union
 
-from mcp_server.errors import InputError, WriteError
+from mcp_server.errors import ConfinementError, InputError, WriteError
 
 PathLike = Union[str, os.PathLike]
 
@@ -166,6 +166,55 @@ def forced_writes(on: bool = True) -> Iterator[None]:
         yield
     finally:
         _FORCED.reset(token)
+
+
+# --------------------------------------------------------------------------- the roots of an MCP call
+
+_ROOTS: contextvars.ContextVar[Optional[tuple[Path, ...]]] = contextvars.ContextVar("kernelscope_call_roots",
+                                                                                    default=None)
+
+
+@contextlib.contextmanager
+def confined_to(roots: Optional[Iterable[PathLike]]) -> Iterator[None]:
+    """Within this block the call is confined to ``roots`` (the MCP face sets them; ``None``: not confined, the
+    CLI). Engines that write or read files beyond their declared outputs (the loop's apply and restore, a
+    ledger candidate's patch) ask ``call_roots()`` and refuse paths outside them (docs/ARCHITECTURE.md,
+    "Confinement")."""
+    token = _ROOTS.set(None if roots is None else tuple(Path(r) for r in roots))
+    try:
+        yield
+    finally:
+        _ROOTS.reset(token)
+
+
+def call_roots() -> Optional[tuple[Path, ...]]:
+    """The roots this call is confined to (over MCP), or ``None`` (the CLI: its user names any path)."""
+    return _ROOTS.get()
+
+
+def real_path(p: PathLike) -> Path:
+    """``p`` with ``~``, ``..`` and every symlink resolved (a missing tail is kept as written)."""
+    return Path(os.path.realpath(os.path.expanduser(os.fspath(p))))
+
+
+def inside(path: PathLike, roots: Iterable[PathLike]) -> bool:
+    """Whether ``path``, resolved, is one of ``roots`` or lies under one (each resolved too)."""
+    rp = real_path(path)
+    for root in roots:
+        rr = real_path(root)
+        if rp == rr or rr in rp.parents:
+            return True
+    return False
+
+
+def check_confined(path: PathLike, what: str) -> None:
+    """Over MCP, refuse ``path`` unless it resolves inside the call's roots (a no-op on the CLI)."""
+    roots = call_roots()
+    if roots is None or inside(path, roots):
+        return
+    shown = ", ".join(str(r) for r in roots)
+    raise ConfinementError(f"{what} {path} is outside the directories this server may use ({shown})",
+                           hint="keep it inside one of them, or add the directory to KERNELSCOPE_ROOTS")
 
 
 def _refuse_unwritable(target: Path, what: str, force: bool) -> None:

@@ -21,12 +21,10 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from mcp_server.atomic import check_replace
-from mcp_server.errors import InputError
+from mcp_server.atomic import check_replace, inside
+from mcp_server.errors import ConfinementError
 
-
-class ConfinementError(InputError):
-    """An output path outside the allowed roots, or a file the call may not replace."""
+__all__ = ["ConfinementError", "check_outputs", "inside", "roots_from_env", "roots_from_uris"]
 
 
 def roots_from_env(cwd: str | os.PathLike | None = None) -> list[Path]:
@@ -45,19 +43,6 @@ def roots_from_uris(uris: Iterable[str]) -> list[Path]:
         if u.scheme == "file" and u.path:
             out.append(Path(unquote(u.path)))
     return out
-
-
-def _resolved(p: str | os.PathLike) -> Path:
-    return Path(os.path.realpath(os.path.expanduser(os.fspath(p))))
-
-
-def inside(path: Path, roots: Iterable[Path]) -> bool:
-    rp = _resolved(path)
-    for root in roots:
-        rr = _resolved(root)
-        if rp == rr or rr in rp.parents:
-            return True
-    return False
 
 
 def check_outputs(op: Any, req: Any, roots: list[Path] | None) -> None:

@@ -84,6 +84,10 @@ class ProposalError(InputError):
     """A loop proposals file (or one proposal in it) is malformed."""
 
 
+class ConfinementError(InputError):
+    """Over MCP: a path outside the allowed roots (``KERNELSCOPE_ROOTS``), or a file the call may not replace."""
+
+
 class ChangeConflictError(KernelscopeError):
     """A file or patch the loop applies is not in the state the ledger expects (edited meanwhile)."""
 

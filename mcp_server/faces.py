@@ -151,15 +151,17 @@ class Operation:
             raise UnknownArgumentError(self, unknown)
         return self.request.model_validate(dict(arguments))
 
-    def call(self, req: Request, progress: ProgressFn | None = None) -> BaseModel:
-        """Run the engine on a validated request; the full result."""
+    def call(self, req: Request, progress: ProgressFn | None = None, roots: Any = None) -> BaseModel:
+        """Run the engine on a validated request; the full result. ``roots``: the MCP face's allowed roots
+        (the call is confined to them: ``atomic.confined_to``); ``None`` on the CLI."""
         takes = engine_parameters(self)
         kwargs = {k: getattr(req, k) for k in self.field_names if k not in FACE_FIELDS or k in takes}
         if self.progress:
             kwargs["progress"] = progress
-        from mcp_server.atomic import forced_writes
+        from mcp_server.atomic import confined_to, forced_writes
 
-        with forced_writes(bool(getattr(req, "overwrite", False))):  # the call may replace read-only outputs
+        # the call may replace read-only outputs (overwrite=true); over MCP it stays inside the roots
+        with forced_writes(bool(getattr(req, "overwrite", False))), confined_to(roots):
             return self.engine_fn()(**kwargs)
 
     def shape(self, result: BaseModel, req: Request) -> BaseModel:

@@ -25,6 +25,8 @@ environment at every call, so a test or a user can change them without restartin
 | ``KERNELSCOPE_MAX_EVENT_NAME`` | 200 | characters of one timeline event name |
 | ``KERNELSCOPE_MAX_TEXT_FILE_BYTES`` | 64 MiB | small text inputs read whole (events names, overhead JSON, rule CSVs) |
 | ``KERNELSCOPE_MAX_WORLD_SIZE`` | 65 536 | a trace set's world size and rank numbers (distributedInfo, file names) |
+| ``KERNELSCOPE_MAX_NESTING`` | 64 | nesting depth of a JSON or TOML document the loop, the ledger and validate |
+| | | read or store (proposals, specs, results, classifications) |
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ DEFAULTS: dict[str, int] = {
     "EVENT_NAME": 200,
     "TEXT_FILE_BYTES": 64 * _M,
     "WORLD_SIZE": 1 << 16,
+    "NESTING": 64,
 }
 
 
@@ -92,6 +95,74 @@ def over(name: str, what: str, found: str | None = None, *, path: str | os.PathL
     text = f"{what} is {found}, over the limit of {shown}" if found else f"{what} exceeds the limit of {shown}"
     return LimitError(text, path=path,
                       hint=f"if the input is genuine, raise it with {env_name(name)}=<larger value>")
+
+
+# --------------------------------------------------------------------------- nesting depth of documents
+
+
+def nesting(obj: object) -> int:
+    """How deep lists and dicts nest in ``obj`` (a scalar: 0), without recursion."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(obj, 0)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, dict):
+            items: object = o.values()
+        elif isinstance(o, (list, tuple)):
+            items = o
+        else:
+            continue
+        d += 1
+        deepest = max(deepest, d)
+        stack.extend((x, d) for x in items)  # type: ignore[attr-defined]
+    return deepest
+
+
+def check_nesting(obj: object, what: str, *, path: str | os.PathLike | None = None) -> object:
+    """Refuse ``obj`` when it nests deeper than ``KERNELSCOPE_MAX_NESTING``; returns it."""
+    d = nesting(obj)
+    if d > limit("NESTING"):
+        raise over("NESTING", f"{what} nesting depth", f"{d} levels" if d < 10**6 else "over a million levels",
+                   path=path)
+    return obj
+
+
+def text_nesting(text: str) -> int:
+    """How deep ``[``/``{`` nest in JSON text (brackets inside strings ignored), without parsing it."""
+    import re
+
+    depth = deepest = 0
+    for ch in re.sub(r'"(?:[^"\\]|\\.)*"', "", text):
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def loads_json(text: str, what: str, *, path: str | os.PathLike | None = None) -> object:
+    """``json.loads`` with the nesting bound checked first (a deep document never reaches the parser)."""
+    import json
+
+    d = text_nesting(text)
+    if d > limit("NESTING"):
+        raise over("NESTING", f"{what} nesting depth", f"{d} levels", path=path)
+    return json.loads(text)
+
+
+def loads_toml(text: str, what: str, *, path: str | os.PathLike | None = None) -> dict:
+    """``tomllib.loads`` bounded in nesting depth (the parser recurses: a deep document is a LimitError, never a
+    RecursionError). Syntax errors are ``tomllib.TOMLDecodeError`` as usual."""
+    import tomllib
+
+    try:
+        doc = tomllib.loads(text)
+    except RecursionError:
+        raise over("NESTING", f"{what} nesting depth", "deeper than the TOML parser can follow",
+                   path=path) from None
+    check_nesting(doc, what, path=path)
+    return doc
 
 
 # --------------------------------------------------------------------------- process address space

@@ -203,3 +203,56 @@ def run_watched(args: list[str], *, timeout: float, watch: str | os.PathLike | N
         stderr=err[-65536:].decode("utf-8", "replace"),
         timed_out=timed_out,
     )
+
+
+# --------------------------------------------------------------------------- git without the repository's programs
+
+#: Settings given on every git command line (they override the repository's own config): no fsmonitor hook,
+#: no hooks at all, no untracked cache, no external diff or pager, no ssh or editor program.
+GIT_SAFE_CONFIG = ("core.fsmonitor=false", "core.hooksPath=/dev/null", "core.untrackedCache=false",
+                   "diff.external=", "core.pager=cat", "core.sshCommand=ssh", "core.editor=true",
+                   "core.askPass=", "credential.helper=", "protocol.allow=never")
+
+
+def _git_drivers(git: str, directory: str, env: Mapping[str, str], timeout: float) -> list[str]:
+    """``-c`` settings emptying every clean/smudge/process filter the repository's config names (reading
+    config runs nothing; an empty command is no command to git)."""
+    r = run([git, "-C", directory, *_flags(GIT_SAFE_CONFIG), "config", "-z", "--get-regexp", r"^filter\."],
+            timeout=timeout, env=env)
+    names = set()
+    for item in r.stdout.split("\0") if r.rc == 0 else []:
+        key = item.split("\n", 1)[0]
+        if key.startswith("filter.") and key.count(".") >= 2:
+            names.add(key[len("filter."):key.rindex(".")])
+    out: list[str] = []
+    for n in sorted(names):
+        out += [f"filter.{n}.clean=", f"filter.{n}.smudge=", f"filter.{n}.process=", f"filter.{n}.required=false"]
+    return out
+
+
+def _flags(settings: "tuple[str, ...] | list[str]") -> list[str]:
+    return [x for s in settings for x in ("-c", s)]
+
+
+def git_env() -> dict[str, str]:
+    """The environment of a safe git command: no system config, no prompts, no optional index writes, and none
+    of the caller's GIT_* variables (GIT_DIR, GIT_EXTERNAL_DIFF, GIT_CONFIG_PARAMETERS, ...)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", GIT_PAGER="cat",
+               GIT_ATTR_NOSYSTEM="1")
+    return env
+
+
+def git(directory: "str | os.PathLike", *args: str, timeout: float = 30.0) -> ProcResult:
+    """Run ``git -C directory ARGS`` without executing any program the repository configures (fsmonitor, hooks,
+    clean/smudge/process filters, external diff, pager, ssh, editor, credential helpers): a directory a caller
+    names may hold a hostile ``.git/config``. Diff commands must still pass ``--no-ext-diff --no-textconv``."""
+    import shutil
+
+    exe = shutil.which("git")
+    if exe is None:
+        return ProcResult(rc=127, stdout="", stderr="git not found", timed_out=False)
+    d = os.fspath(directory)
+    env = git_env()
+    extra = _git_drivers(exe, d, env, timeout)
+    return run([exe, "-C", d, *_flags(GIT_SAFE_CONFIG), *_flags(extra), *args], timeout=timeout, env=env)

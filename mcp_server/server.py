@@ -140,18 +140,22 @@ def make_tool_function(op: Operation):
             raise ToolError(str(exc)) from None
         progress = _progress_bridge(ctx) if op.progress else None
         try:
+            # every call is confined to the roots: its declared outputs here, and what the engine writes or
+            # reads beyond them (the loop's apply and restore, a ledger candidate's patch) there
+            roots = [*await _client_roots(ctx), *roots_from_env()] if op.outputs else roots_from_env()
             if op.outputs:
-                check_outputs(op, req, [*await _client_roots(ctx), *roots_from_env()])
+                check_outputs(op, req, roots)
             if isolation_enabled():
                 stop = threading.Event()
                 try:
                     data = await anyio.to_thread.run_sync(
-                        lambda: worker_pool().call(op, given, progress, stop.is_set), abandon_on_cancel=True)
+                        lambda: worker_pool().call(op, given, progress, stop.is_set, roots=roots),
+                        abandon_on_cancel=True)
                 finally:
                     stop.set()  # a cancelled call stops its worker
                 answer = op.result.model_validate(data)
             else:
-                res = await anyio.to_thread.run_sync(lambda: op.call(req, progress))
+                res = await anyio.to_thread.run_sync(lambda: op.call(req, progress, roots=roots))
                 answer = op.shape(res, req)
             return tool_result(answer, req)
         except KernelscopeError as exc:

@@ -73,8 +73,10 @@ def _worker_main(conn: Any, memory: Optional[int]) -> None:
             return
         if msg is None:
             return
-        op, args, env = msg  # the Operation itself (its models and engine importable by name) and the
-        tool = op.tool       # server's environment at call time, so a warm worker sees what a fresh one would
+        # the Operation itself (its models and engine importable by name), the server's environment at call
+        # time (so a warm worker sees what a fresh one would) and the roots the call is confined to
+        op, args, env, roots = msg
+        tool = op.tool
         if env != dict(os.environ):
             os.environ.clear()
             os.environ.update(env)
@@ -87,7 +89,7 @@ def _worker_main(conn: Any, memory: Optional[int]) -> None:
 
         try:
             req = op.make_request(args)
-            res = op.shape(op.call(req, progress if op.progress else None), req)
+            res = op.shape(op.call(req, progress if op.progress else None, roots=roots), req)
             conn.send(("ok", res.model_dump(mode="json")))
         except ValidationError as exc:
             parts = [f"{'.'.join(str(x) for x in e.get('loc', ())) or 'arguments'}: {e.get('msg')}"
@@ -177,14 +179,15 @@ class WorkerPool:
         w.kill()
 
     def call(self, op: Any, args: dict[str, Any], progress: Optional[Callable[..., None]] = None,
-             cancelled: Callable[[], bool] = lambda: False) -> dict[str, Any]:
-        """Run one call in a worker (blocking; call from a thread). Returns the answer as JSON data."""
+             cancelled: Callable[[], bool] = lambda: False, roots: Optional[list[Any]] = None) -> dict[str, Any]:
+        """Run one call in a worker (blocking; call from a thread). Returns the answer as JSON data.
+        ``roots``: the directories the call is confined to (the MCP face's; None: not confined)."""
         lim = limits_for(op, args)
         with self._slots:
             w = self._take(lim.memory_bytes)
             deadline = time.monotonic() + lim.timeout_s
             try:
-                w.conn.send((op, args, dict(os.environ)))
+                w.conn.send((op, args, dict(os.environ), None if roots is None else [str(r) for r in roots]))
                 while True:
                     if cancelled():
                         w.kill()

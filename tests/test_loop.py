@@ -152,14 +152,15 @@ def test_editing_a_rejected_proposal_makes_it_new(proj):
     assert [(s.proposal_id, s.decision) for s in again.steps] == [("slow", "accepted")]
 
 
-def test_validation_that_cannot_run_is_abandoned_and_restored(proj):
+def test_validation_that_cannot_run_is_an_error_and_restored(proj):
     props = _write(proj,
                    '[[proposal]]\nid = "bad"\n[proposal.spec]\nfake_error = "spec.toml: no baseline"\n'
                    '[proposal.apply]\nfile = "proj/kernel.py"\nwith = "variants/fast.py"\n')
     fake = FakeSteps(proj / "proj" / "kernel.py")
     res = drive(TARGET, steps=fake.steps(), iters=5, proposals=props, ledger="l.db")
     [step] = res.steps
-    assert step.decision == "abandoned" and "no baseline" in step.why and step.verdict is None
+    assert step.decision == "error" and "no baseline" in step.why and step.verdict is None
+    assert res.errors == 1 and res.rejected == 0
     assert fake.validated[0][1] == FAST  # it was applied for the attempt
     assert (proj / "proj" / "kernel.py").read_text() == BASE
 
@@ -276,14 +277,18 @@ def test_git_patch_applied_and_reverted(proj):
     ("[[proposal]]\nid = 'a'\nspce = 'x'\n[proposal.spec]\nx = 1\n", "proposal 1: spce: Extra inputs"),
     ("[[proposal]]\nid = 'a'\n[proposal.spec]\nx = 1\n[proposal.apply]\nfile = 'proj/kernel.py'\n",
      "needs both apply.file and apply.with"),
-    ("[[proposal]]\nid = 'a'\n[proposal.spec]\nx = 1\n[proposal.apply]\nfile = 'gone.py'\nwith = 'variants/fast.py'\n",
-     "apply.file not found: gone.py"),
     ("proposal = 3\nextra = 1\n", "unknown top-level key"),
     ("[[proposal\n", "not valid TOML"),
 ])
 def test_bad_proposals_files_name_the_problem(proj, text, match):
     with pytest.raises(ProposalError, match=match):
         load_proposals(_write(proj, text))
+
+
+def test_a_missing_apply_file_is_the_proposal_s_problem_not_the_file_s(proj):
+    [p] = load_proposals(_write(proj, "[[proposal]]\nid = 'a'\n[proposal.spec]\nx = 1\n[proposal.apply]\n"
+                                      "file = 'gone.py'\nwith = 'variants/fast.py'\n"))
+    assert p.change.problem == "proposal 'a': apply.file not found: gone.py"
 
 
 def test_inline_spec_paths_are_made_absolute_and_fingerprinted(proj):
@@ -333,14 +338,14 @@ def test_loop_operation_is_declared():
     assert req.target == ["python", "x.py"]
 
 
-def test_a_validation_answer_that_is_not_a_result_is_abandoned_and_restored(proj):
+def test_a_validation_answer_that_is_not_a_result_is_an_error_and_restored(proj):
     props = _write(proj, _proposal("fast", swap="fast", speedup=2.0, expect=FAST))
     fake = FakeSteps(proj / "proj" / "kernel.py")
     steps = fake.steps()
     steps.validate = lambda spec: {"speedup": 9.9}  # not a validate_candidate answer: never accepted
     res = drive(TARGET, steps=steps, proposals=props, ledger="l.db")
     [step] = res.steps
-    assert step.decision == "abandoned" and "not a validate_candidate result" in step.why
+    assert step.decision == "error" and "not a validate_candidate result" in step.why
     assert (proj / "proj" / "kernel.py").read_text() == BASE
 
 

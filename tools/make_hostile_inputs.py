@@ -24,6 +24,10 @@ tests/fixtures/README.md ("hostile") says what each one does and what kernelscop
   variant of the issue is the same recipe with 4096 members: ``gzip_zeros(path, 4096)``).
 * ``categories_long_field.csv``: a categories CSV whose line 3 has a 140 000-character pattern field.
 
+The loop, ledger and validate reproducers of issue 21 (execution and confinement) hold absolute paths, so
+the tests build them in a temporary folder with the functions of the section "loop, ledger, validate"
+below (``loop_escape``, ``fsmonitor_repo``, ``ledger_inputs``, ``validate_escapes``, ``deep_documents``).
+
 The base reports are written by kernelscope itself from the committed trace fixture
 ``tests/fixtures/traces/llama_prefill_sdpa.json.gz`` (no GPU needed).
 
@@ -377,6 +381,87 @@ def disclosure_and_bounds(out: Path) -> None:
     gpu_specs_token(out / "gpu_specs_token.toml")
     events_passwd(out / "events_passwd.events")
     spec_secret_value(out / "spec_secret_value.toml")
+
+
+# ----------------------------------------------------------------------------- loop, ledger, validate (issue 21)
+
+LOOP_BASE = "VERSION = 'base'\n"
+VICTIM = "export PATH=/usr/bin  # the user's own file: no proposal may change it\n"
+
+
+def _sh_git(cwd: Path, *args: str) -> None:
+    import subprocess
+
+    subprocess.run(["git", "-C", str(cwd), "-c", "user.email=k@s", "-c", "user.name=ks", *args], check=True,
+                   capture_output=True)
+
+
+def _patch(path: str, old: str, new: str) -> str:
+    return (f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-{old}+{new}")
+
+
+#: (proposal id, what it tries): every one must end as an ``error`` with nothing written outside
+LOOP_ESCAPES = {
+    "absolute": "apply.file is an absolute path outside the project (the victim)",
+    "dotdot": "apply.file goes up with '..' to the victim",
+    "symlink": "apply.file is a symlink in the repository pointing at the victim",
+    "gitdir": "apply.file lies inside the repository's .git",
+    "repo-root": "a patch applied with repo = '/'",
+    "patch-dotdot": "a patch whose paths go up with '..' to the victim",
+    "patch-git": "a patch that writes .git/config",
+    "stale-patch": "a patch that no longer applies (the tree moved on)",
+    "not-a-patch": "a 'patch' that is the victim's text, no diff",
+    "int8-spec": "an inline spec validate_candidate refuses (dtype = 'int8'), its swap applied then restored",
+    "with-outside": "apply.with names a file outside the server's roots (refused over MCP; the CLI reads it, "
+                    "then the spec is refused)",
+}
+
+
+def loop_escape(root: Path) -> dict[str, Path]:
+    """A project whose proposals each try to write outside it (``LOOP_ESCAPES``). ``root/work`` is the
+    server's root and the loop's working folder (target ``python proj/bench.py``, ``proj`` a git repository);
+    ``root/outside/bashrc`` is the victim. Returns the paths a test needs."""
+    work, outside = root / "work", root / "outside"
+    proj = work / "proj"
+    for d in (proj, work / "variants", work / "patches", outside):
+        d.mkdir(parents=True, exist_ok=True)
+    (proj / "kernel.py").write_text(LOOP_BASE)
+    (proj / "bench.py").write_text("import kernel\n")
+    _sh_git(proj, "init", "-q")
+    _sh_git(proj, "add", ".")
+    _sh_git(proj, "commit", "-q", "-m", "base")
+    victim = outside / "bashrc"
+    victim.write_text(VICTIM)
+    (outside / "secret.txt").write_text("VERSION = 'read from outside the roots'\n")
+    (proj / "link.py").symlink_to(victim)
+    (work / "variants" / "evil.py").write_text("echo pwned\n")
+    (work / "variants" / "fast.py").write_text("VERSION = 'fast'\n")
+    (work / "patches" / "stale.patch").write_text(_patch("kernel.py", "VERSION = 'moved on'\n", "VERSION = 'fast'\n"))
+    (work / "patches" / "dotdot.patch").write_text(_patch("../../outside/bashrc", VICTIM, "echo pwned\n"))
+    (work / "patches" / "gitdir.patch").write_text(_patch(".git/config", "[core]\n", "[core] fsmonitor = x\n"))
+    (work / "patches" / "notpatch.patch").write_text(VICTIM)
+    spec = '[proposal.spec]\nbaseline = "proj/kernel.py:f"\ninputs = "proj/kernel.py:g"\nshapes = [{M = 1}]\n'
+    bad_spec = spec + 'candidate = "proj/kernel.py:f"\ndtype = "int8"\ndevice = "cpu"\n'
+    apply = {
+        "absolute": f'file = "{victim}"\nwith = "variants/evil.py"',
+        "dotdot": 'file = "../outside/bashrc"\nwith = "variants/evil.py"',
+        "symlink": 'file = "proj/link.py"\nwith = "variants/evil.py"',
+        "gitdir": 'file = "proj/.git/config"\nwith = "variants/evil.py"',
+        "repo-root": 'patch = "patches/stale.patch"\nrepo = "/"',
+        "patch-dotdot": 'patch = "patches/dotdot.patch"\nrepo = "proj"',
+        "patch-git": 'patch = "patches/gitdir.patch"\nrepo = "proj"',
+        "stale-patch": 'patch = "patches/stale.patch"\nrepo = "proj"',
+        "not-a-patch": 'patch = "patches/notpatch.patch"\nrepo = "proj"',
+        "int8-spec": 'file = "proj/kernel.py"\nwith = "variants/fast.py"',
+        "with-outside": f'file = "proj/kernel.py"\nwith = "{outside / "secret.txt"}"',
+    }
+    text = ""
+    for pid, what in LOOP_ESCAPES.items():
+        s = bad_spec if pid in ("int8-spec", "with-outside") else spec
+        text += f'[[proposal]]\nid = "{pid}"\ntext = "{what}"\n{s}[proposal.apply]\n{apply[pid]}\n\n'
+    (work / "proposals.toml").write_text(text)
+    return {"work": work, "proj": proj, "victim": victim, "proposals": work / "proposals.toml",
+            "kernel": proj / "kernel.py"}
 
 
 def main() -> None:

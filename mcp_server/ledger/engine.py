@@ -5,11 +5,12 @@ agent calling ``ledger_record`` produce the same records.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Optional
 
+from mcp_server import limits
+from mcp_server.atomic import check_confined
 from mcp_server.errors import FileMissingError, LedgerError, redact
 from mcp_server.ledger import env as envmod
 from mcp_server.ledger.models import (
@@ -25,8 +26,9 @@ from mcp_server.ledger.models import (
     ProfileRow,
     ValidationRow,
 )
+from mcp_server.ledger.patches import patch_paths
 from mcp_server.ledger.requests import REQUIRED_BY_KIND
-from mcp_server.ledger.store import Ledger
+from mcp_server.ledger.store import DECISIONS, Ledger
 
 #: Patches up to this size are kept in the ledger itself (change_text).
 MAX_CHANGE_TEXT = 256 * 1024
@@ -35,6 +37,23 @@ MAX_CHANGE_TEXT = 256 * 1024
 # ---------------------------------------------------------------------------
 # Typed writers (one committed transaction each)
 # ---------------------------------------------------------------------------
+
+def _regular_file(value: str, field: str, what: str, *, confined: bool = True) -> Path:
+    """``value`` as a readable regular file (over MCP inside the roots, when ``confined``): never a FIFO or a
+    device, which hashing would read forever."""
+    import stat
+
+    p = Path(value).expanduser()
+    if confined:
+        check_confined(p, field)
+    try:
+        st = p.stat()
+    except OSError:
+        raise FileMissingError(f"{what} not found ({field})", path=p) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise LedgerError(f"{field} is not a regular file", path=p)
+    return p
+
 
 def record_experiment(led: Ledger, target: list[str], *, cwd: Optional[str] = None, note: Optional[str] = None,
                       key: Optional[str] = None, environment: Optional[dict[str, Any]] = None) -> tuple[int, bool]:
@@ -61,9 +80,7 @@ def record_profile(led: Ledger, experiment_id: Optional[int], *, report_path: Op
     led.require("experiments", experiment_id, "experiment_id")
     sha = None
     if report_path:
-        p = Path(report_path)
-        if not p.is_file():
-            raise FileMissingError("ncu report not found", path=p, hint="record the report file run_ncu wrote")
+        p = _regular_file(report_path, "report_path", "ncu report", confined=False)  # read as its format
         sha = envmod.sha256_file(p)
         report_path = str(p.resolve())
     elif classification is None:
@@ -90,15 +107,15 @@ def record_candidate(led: Ledger, experiment_id: Optional[int], *, profile_id: O
     if change_kind in ("file", "patch"):
         if not change_path:
             raise LedgerError(f"change_kind={change_kind} needs change_path", path=led.path)
-        p = Path(change_path)
-        if not p.is_file():
-            raise FileMissingError("change file not found", path=p)
+        p = _regular_file(change_path, "change_path", "change file")
+        if change_kind == "patch":
+            text = _patch_text(p)
         sha = envmod.sha256_file(p)
         change_path = str(p.resolve())
-        if change_kind == "patch" and p.stat().st_size <= MAX_CHANGE_TEXT:
-            text = p.read_text(encoding="utf-8", errors="replace")
-        if change_kind == "file" and change_target and base_sha256 is None and Path(change_target).is_file():
-            base_sha256 = envmod.sha256_file(Path(change_target))
+        if change_kind == "file" and change_target and base_sha256 is None:
+            check_confined(Path(change_target), "change_target")
+            if Path(change_target).is_file():
+                base_sha256 = envmod.sha256_file(_regular_file(change_target, "change_target", "change target"))
     return led.insert("candidates", {
         "experiment_id": experiment_id, "profile_id": profile_id, "key": key, "proposal_id": proposal_id,
         "fingerprint": fingerprint, "kernel": kernel, "diagnosis": diagnosis, "proposal": proposal,
@@ -106,11 +123,24 @@ def record_candidate(led: Ledger, experiment_id: Optional[int], *, profile_id: O
         "change_sha256": sha, "base_sha256": base_sha256, "change_text": text, "spec": spec})
 
 
+def _patch_text(p: Path) -> Optional[str]:
+    """A patch's text, kept in the ledger (up to MAX_CHANGE_TEXT): refused, without a word of it, when the file
+    is not a unified diff."""
+    size = p.stat().st_size
+    with open(p, "rb") as fh:
+        head = fh.read(min(size, MAX_CHANGE_TEXT)).decode("utf-8", errors="replace")
+    if patch_paths(head) is None:
+        raise LedgerError("change_path is not a patch (no unified diff: a ---/+++ header with a hunk, or a "
+                          "'diff --git' line)", path=p, hint="give the file `git diff` wrote, or change_kind=file")
+    return head if size <= MAX_CHANGE_TEXT else None
+
+
 def record_validation(led: Ledger, candidate_id: Optional[int], result: Any,
                       *, key: Optional[str] = None) -> tuple[int, bool]:
     led.require("candidates", candidate_id, "candidate_id")
     if hasattr(result, "model_dump"):
         result = result.model_dump(mode="json")
+    limits.check_nesting(result, "result")
     if not isinstance(result, dict) or not isinstance(result.get("accepted"), bool) \
             or not isinstance(result.get("verdict"), str):
         raise LedgerError("result is not a validate_candidate result (needs boolean 'accepted' and "
@@ -122,8 +152,8 @@ def record_validation(led: Ledger, candidate_id: Optional[int], result: Any,
 def record_decision(led: Ledger, candidate_id: Optional[int], decision: Optional[str], *, by: Optional[str],
                     why: Optional[str], key: Optional[str] = None) -> tuple[int, bool]:
     led.require("candidates", candidate_id, "candidate_id")
-    if decision not in ("accepted", "reverted", "abandoned"):
-        raise LedgerError("decision must be accepted, reverted or abandoned", path=led.path)
+    if decision not in DECISIONS:
+        raise LedgerError("decision must be accepted, reverted, abandoned or error", path=led.path)
     if not by or not why:
         raise LedgerError("a decision needs by (who decided) and why (one line)", path=led.path)
     hit = led.by_key("decisions", key) if key is not None else None
@@ -160,7 +190,7 @@ def validation_summary(result: dict[str, Any]) -> dict[str, Any]:
 
 def _summary(led: Ledger, exp: dict[str, Any]) -> ExperimentSummary:
     cands = led.candidates(exp["id"])
-    counts = {"accepted": 0, "reverted": 0, "abandoned": 0, "pending": 0}
+    counts = {"accepted": 0, "reverted": 0, "abandoned": 0, "error": 0, "pending": 0}
     for c in cands:
         counts[led.status(c["id"])] += 1
     last = led.query(
@@ -193,6 +223,8 @@ def show(led: Ledger, experiment_id: int, *, full_results: bool = True) -> Ledge
             if not full_results:
                 v["result"] = validation_summary(v["result"])
             vals.append(ValidationRow(**v))
+        if c.get("change_text") and patch_paths(c["change_text"]) is None:
+            c = {**c, "change_text": None}  # an older ledger may hold a file that is no patch: never shown
         views.append(CandidateView(candidate=CandidateRow(**c), status=led.status(c["id"]), validations=vals,
                                    decisions=[DecisionRow(**d) for d in led.decisions(c["id"])]))
     return LedgerShowResult(ledger=str(led.path), summary=_summary(led, exp), experiment=_experiment_row(exp),
@@ -218,6 +250,8 @@ def ledger_record(ledger: Optional[str] = None, kind: str = "experiment", key: O
     if missing:
         raise LedgerError(f"{' and '.join(missing)} is required for a record of kind={kind}",
                           hint="`kernelscope ledger list` / `ledger show ID` give the ids")
+    for name, value in (("classification", classification), ("spec", spec), ("result", result)):
+        limits.check_nesting(value, name)
     with Ledger.open(ledger) as led:
         cand_id: Optional[int] = None
         if kind == "experiment":
@@ -235,13 +269,16 @@ def ledger_record(ledger: Optional[str] = None, kind: str = "experiment", key: O
             exp_id, cand_id = int(experiment_id), rid  # type: ignore[arg-type]
         elif kind == "validation":
             if result is None and result_path:
-                p = Path(result_path)
-                if not p.is_file():
-                    raise FileMissingError("validation result file not found", path=p)
+                p = _regular_file(result_path, "result_path", "validation result file")
+                if p.stat().st_size > limits.limit("TEXT_FILE_BYTES"):
+                    raise limits.over("TEXT_FILE_BYTES", "result_path", path=p)
                 try:
-                    result = json.loads(p.read_text(encoding="utf-8"))
+                    loaded = limits.loads_json(p.read_text(encoding="utf-8"), "result_path", path=p)
                 except (ValueError, UnicodeDecodeError) as exc:
                     raise LedgerError(f"result_path is not JSON ({exc})", path=p) from None
+                if not isinstance(loaded, dict):
+                    raise LedgerError("result_path holds no JSON object (a validate_candidate result)", path=p)
+                result = loaded
             if result is None:
                 raise LedgerError("a validation needs result (or result_path)", path=led.path)
             rid, created = record_validation(led, candidate_id, result, key=key)
@@ -287,6 +324,7 @@ def ledger_export(ledger: Optional[str] = None, format: str = "md", output: Opti
         text = to_markdown(str(led.path), shows) if format == "md" else to_json(str(led.path),
                                                                                  led.schema_version, shows)
         path = str(led.path)
+    text = redact(text)  # a token a candidate printed (its error text) never reaches an export
     if output:
         atomic_write_text(output, text, what="ledger export")
         return LedgerExportResult(ledger=path, format=format, output=str(output), experiments=len(shows))

@@ -40,21 +40,43 @@ def target_repo_dir(target: list[str], cwd: Optional[str] = None) -> Path:
 
 
 def git_state(directory: Path, timeout: float = 5.0) -> dict[str, Any]:
-    """``{"repo", "git_rev", "git_dirty"}`` of the git work tree holding ``directory`` (Nones outside git)."""
+    """``{"repo", "git_rev", "git_dirty"}`` of the git work tree holding ``directory`` (Nones outside git).
+
+    Read through ``proc.git``: the repository is one a caller names, so nothing it configures runs (an
+    fsmonitor hook, hooks, clean filters). A file with a clean filter is compared unfiltered, so it may count
+    as a change the filter would have hidden (the flag errs towards dirty)."""
     out: dict[str, Any] = {"repo": None, "git_rev": None, "git_dirty": None}
     if shutil.which("git") is None or not directory.is_dir():
         return out
-    top = proc.run(["git", "-C", str(directory), "rev-parse", "--show-toplevel"], timeout=timeout)
+    top = proc.git(directory, "rev-parse", "--show-toplevel", timeout=timeout)
     if top.rc != 0:
         return out
     out["repo"] = top.stdout.strip()
-    rev = proc.run(["git", "-C", str(directory), "rev-parse", "HEAD"], timeout=timeout)
+    rev = proc.git(directory, "rev-parse", "--verify", "-q", "HEAD", timeout=timeout)
     if rev.rc == 0:
         out["git_rev"] = rev.stdout.strip()
-    st = proc.run(["git", "-C", str(directory), "status", "--porcelain", "--untracked-files=no"], timeout=timeout)
+    st = proc.git(directory, "status", "--porcelain", "--untracked-files=no", "--ignore-submodules=all",
+                  timeout=timeout)
     if st.rc == 0:
         out["git_dirty"] = bool(st.stdout.strip())
     return out
+
+
+def work_tree(directory: Path) -> Optional[Path]:
+    """The top of the git work tree holding ``directory`` (the nearest folder with a ``.git`` entry), found
+    without running git; None outside one."""
+    d = directory.resolve()
+    for c in (d, *d.parents):
+        if (c / ".git").exists():
+            return c
+    return None
+
+
+def target_repository(target: list[str], cwd: Optional[str] = None) -> Path:
+    """The folder the loop may change for this target: the git work tree holding it, else the target's own
+    folder (``target_repo_dir``)."""
+    d = target_repo_dir(target, cwd)
+    return work_tree(d) or d
 
 
 def _dist_version(name: str) -> Optional[str]:

@@ -182,7 +182,7 @@ def experiment_markdown(s: LedgerShowResult) -> list[str]:
         out.append(f"| GPU | none found ({_cell(e.env.get('gpu_source'))}) |")
     out.append(f"| versions | {_env_line(e.env)} |")
     out.append(f"| outcome | {sm.accepted} accepted, {sm.reverted} reverted, {sm.abandoned} abandoned, "
-               f"{sm.pending} pending |")
+               + (f"{sm.error} error, " if sm.error else "") + f"{sm.pending} pending |")
     if e.note:
         out.append(f"| note | {_cell(e.note, 300)} |")
     out.append("")

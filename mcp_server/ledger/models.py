@@ -8,9 +8,9 @@ from pydantic import Field
 from mcp_server.models import Model, Warning_
 
 RecordKind = Literal["experiment", "profile", "candidate", "validation", "decision"]
-Decision = Literal["accepted", "reverted", "abandoned"]
+Decision = Literal["accepted", "reverted", "abandoned", "error"]
 ChangeKind = Literal["file", "patch", "none"]
-Status = Literal["pending", "accepted", "reverted", "abandoned"]
+Status = Literal["pending", "accepted", "reverted", "abandoned", "error"]
 ExportFormat = Literal["json", "md"]
 
 
@@ -100,6 +100,7 @@ class ExperimentSummary(Model):
     accepted: int = 0
     reverted: int = 0
     abandoned: int = 0
+    error: int = Field(0, description="candidates whose change could not be applied or whose spec was refused")
     pending: int = Field(0, description="candidates without a decision (a loop stopped mid-way)")
     last_activity: Optional[str] = None
 

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from mcp_server.ledger.models import LedgerExportResult, LedgerListResult, LedgerRecordResult, LedgerShowResult
 
-_STATUS_STYLE = {"accepted": "green", "reverted": "red", "abandoned": "yellow", "pending": "magenta"}
+_STATUS_STYLE = {"accepted": "green", "reverted": "red", "abandoned": "yellow", "error": "red", "pending": "magenta"}
 
 
 def render_record(res: LedgerRecordResult, console: Console, request: Any = None) -> None:
@@ -30,6 +30,8 @@ def render_list(res: LedgerListResult, console: Console, request: Any = None) ->
     for e in res.experiments:
         rev = (e.git_rev or "")[:8] + ("*" if e.git_dirty else "")
         parts = [f"[green]{e.accepted} acc[/]", f"[red]{e.reverted} rev[/]", f"{e.abandoned} aband"]
+        if e.error:
+            parts.append(f"[red]{e.error} error[/]")
         if e.pending:
             parts.append(f"[magenta]{e.pending} pending[/]")
         t.add_row(str(e.id), e.created_at[5:16].replace("T", " "), escape(" ".join(e.target))[:48], rev,

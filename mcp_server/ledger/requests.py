@@ -46,7 +46,8 @@ class LedgerRecordRequest(WritesOutputs):
     proposal: Optional[str] = Field(default=None, description="candidate: the proposal text from the agent or person")
     proposal_id: Optional[str] = Field(default=None, description="candidate: a short name of the proposal")
     change_kind: Literal["file", "patch", "none"] = Field(default="none", description=(
-        "candidate: file (a replacement file for change_target), patch (a git patch), none (the spec alone)"))
+        "candidate: file (a replacement file for change_target), patch (a git patch: a unified diff, kept in the "
+        "ledger; over MCP inside the server's roots), none (the spec alone)"))
     change_path: Optional[str] = Field(default=None, description="candidate: the replacement file or the patch file")
     change_target: Optional[str] = Field(default=None, description=(
         "candidate: the file a file swap replaces, or the repository a patch applies to"))
@@ -55,8 +56,9 @@ class LedgerRecordRequest(WritesOutputs):
     result: Optional[dict[str, Any]] = Field(default=None, description="validation: the validate_candidate result JSON")
     result_path: Optional[str] = Field(default=None, description=(
         "validation: a file holding the validate_candidate result JSON (instead of result)"))
-    decision: Optional[Literal["accepted", "reverted", "abandoned"]] = Field(default=None, description=(
-        "decision: accepted (needs an accepted validation), reverted (validated and rolled back), abandoned"))
+    decision: Optional[Literal["accepted", "reverted", "abandoned", "error"]] = Field(default=None, description=(
+        "decision: accepted (needs an accepted validation), reverted (validated and rolled back), abandoned, "
+        "error (the change could not be applied or its spec was refused)"))
     by: Optional[str] = Field(default=None, description="decision: who decided (agent, person, loop)")
     why: Optional[str] = Field(default=None, description="decision: the reason in one line")
 

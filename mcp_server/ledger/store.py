@@ -26,10 +26,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from mcp_server.errors import LedgerError
+from mcp_server.errors import LedgerError, redact_data
+from mcp_server.limits import loads_json
 
 #: Schema version this code writes; files with a higher version are refused.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Seconds a writer waits for another writer's lock before giving up.
 BUSY_TIMEOUT_S = 30.0
 
@@ -107,9 +108,33 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         )""",
         """CREATE INDEX decisions_candidate ON decisions(candidate_id)""",
     ),
+    # 2: the 'error' decision (a change that could not be applied, a spec validate_candidate refused)
+    2: (
+        """CREATE TABLE decisions_v2 (
+            id INTEGER PRIMARY KEY,
+            candidate_id INTEGER NOT NULL REFERENCES candidates(id),
+            key TEXT UNIQUE,
+            created_at TEXT NOT NULL,
+            decision TEXT NOT NULL CHECK (decision IN ('accepted', 'reverted', 'abandoned', 'error')),
+            by TEXT NOT NULL,
+            why TEXT NOT NULL
+        )""",
+        """INSERT INTO decisions_v2 (id, candidate_id, key, created_at, decision, by, why)
+           SELECT id, candidate_id, key, created_at, decision, by, why FROM decisions""",
+        """DROP TABLE decisions""",
+        """ALTER TABLE decisions_v2 RENAME TO decisions""",
+        """CREATE INDEX decisions_candidate ON decisions(candidate_id)""",
+    ),
 }
 
+#: Decisions a candidate can end in (``error``: its change could not be applied or its spec was refused).
+DECISIONS = ("accepted", "reverted", "abandoned", "error")
+
 TABLES = ("experiments", "profiles", "candidates", "validations", "decisions")
+#: Columns stored as given, never redacted: keys and hashes the ledger matches on, paths the loop acts on.
+_VERBATIM = {"id", "key", "target_key", "fingerprint", "report_sha256", "change_sha256", "base_sha256", "created_at",
+             "experiment_id", "profile_id", "candidate_id", "change_path", "change_target", "report_path", "cwd",
+             "repo", "git_rev", "git_dirty", "accepted"}
 _JSON_COLUMNS = {"target", "env", "classification", "spec", "result"}
 
 
@@ -127,11 +152,28 @@ def resolve_path(ledger: Optional[str] = None) -> Path:
     return DEFAULT_PATH
 
 
+def _check_header(path: Path, *, allow_empty: bool) -> None:
+    """Refuse a file that is not SQLite (read from its first 100 bytes, nothing opened)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(100)
+    except OSError as exc:
+        raise LedgerError(f"cannot read the ledger: {exc.strerror or exc}", path=path) from None
+    if not head:
+        if allow_empty:
+            return
+        raise LedgerError("an empty file, not a kernelscope ledger", path=path,
+                          hint="point --ledger / KERNELSCOPE_LEDGER at a ledger file")
+    if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
+        raise LedgerError("not a kernelscope ledger (not an SQLite file)", path=path,
+                          hint="point --ledger / KERNELSCOPE_LEDGER at a ledger file or a new path")
+
+
 def _decode(row: sqlite3.Row) -> dict[str, Any]:
     out = dict(row)
     for k in _JSON_COLUMNS & out.keys():
         if out[k] is not None:
-            out[k] = json.loads(out[k])
+            out[k] = loads_json(out[k], f"the ledger's {k} record")
     return out
 
 
@@ -148,22 +190,26 @@ class Ledger:
     def open(cls, ledger: Optional[str | os.PathLike] = None, *, create: bool = True) -> "Ledger":
         """Open (and, with ``create``, make and migrate) the ledger file.
 
-        ``create=False`` refuses a missing file (read-only operations never make one).
-        """
+        ``create=False`` (the read operations) opens the file read-only and changes nothing on disk: a
+        missing file, an empty one, one that is not SQLite or an SQLite file that is not a ledger is refused
+        as it is (no WAL switch, no schema), and an older schema is read as it is."""
         path = resolve_path(str(ledger) if ledger is not None else None)
         if path.is_dir():
             raise LedgerError("the ledger path is a directory, expected a file", path=path,
                               hint="give a file name such as .kernelscope/ledger.db")
-        if not path.exists():
-            if not create:
-                raise LedgerError("no ledger here", path=path,
-                                  hint="run `kernelscope loop` or ledger_record first, or pass --ledger / "
-                                  "set KERNELSCOPE_LEDGER")
+        if not create:
+            return cls._open_read_only(path)
+        if path.exists():
+            _check_header(path, allow_empty=True)
+        else:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise LedgerError(f"cannot create the ledger directory: {exc.strerror or exc}",
                                   path=path.parent) from None
+        if path.exists() and path.stat().st_size:
+            with cls._open_read_only(path, check_tables=False):  # a foreign SQLite file is refused unchanged
+                pass
         try:
             conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                    check_same_thread=False)
@@ -184,6 +230,56 @@ class Ledger:
             conn.close()
             raise LedgerError(f"not a kernelscope ledger ({exc})", path=path,
                               hint="point --ledger / KERNELSCOPE_LEDGER at a ledger file or a new path") from None
+        except BaseException:
+            conn.close()
+            raise
+        return led
+
+    @classmethod
+    def _open_read_only(cls, path: Path, *, check_tables: bool = True) -> "Ledger":
+        """A read-only connection (``mode=ro``): refuses a missing, empty or foreign file without touching it."""
+        if not path.exists():
+            raise LedgerError("no ledger here", path=path,
+                              hint="run `kernelscope loop` or ledger_record first, or pass --ledger / "
+                              "set KERNELSCOPE_LEDGER")
+        _check_header(path, allow_empty=False)
+        with open(path, "rb") as fh:
+            wal_format = fh.read(20)[18:20] == b"\x02\x02"
+        from urllib.parse import quote
+
+        # a WAL file with no writer left (no -wal beside it) is read as immutable: a read-only connection would
+        # otherwise create the -wal and -shm files and leave them behind; with a writer about, mode=ro shares
+        # its -shm (which exists)
+        quiet = wal_format and not Path(f"{path}-wal").exists()
+        flags = "mode=ro&immutable=1" if quiet else "mode=ro"
+        try:
+            conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?{flags}", uri=True, timeout=BUSY_TIMEOUT_S,
+                                   isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"cannot open the ledger: {exc}", path=path) from None
+        conn.row_factory = sqlite3.Row
+        led = cls(path, conn)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])  # the header's may sit in the WAL
+            if version > SCHEMA_VERSION:
+                raise LedgerError(f"written by a newer kernelscope (schema {version}, this one reads up to "
+                                  f"{SCHEMA_VERSION})", path=path, hint="upgrade kernelscope")
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if check_tables and version == 0:
+                raise LedgerError("an SQLite file that is not a kernelscope ledger (no schema version)", path=path,
+                                  hint="point --ledger / KERNELSCOPE_LEDGER at a ledger file")
+            if version == 0 and tables:
+                raise LedgerError("an SQLite file that is not a kernelscope ledger (it has tables but no schema "
+                                  "version)", path=path, hint="choose another path")
+            if check_tables and version > 0 and not set(TABLES) <= tables:
+                raise LedgerError(f"an SQLite file that is not a kernelscope ledger (schema version {version} but "
+                                  f"no {', '.join(sorted(set(TABLES) - tables))} table)", path=path,
+                                  hint="choose another path")
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise LedgerError(f"not a kernelscope ledger ({exc})", path=path,
+                              hint="point --ledger / KERNELSCOPE_LEDGER at a ledger file") from None
         except BaseException:
             conn.close()
             raise
@@ -251,6 +347,8 @@ class Ledger:
     def insert(self, table: str, row: dict[str, Any]) -> tuple[int, bool]:
         """Insert ``row``; with a ``key`` already present, return that record's id and ``False``."""
         assert table in TABLES
+        # tokens never reach the file (a candidate's error text, a note): every other column is redacted
+        row = {k: v if k in _VERBATIM else redact_data(v) for k, v in row.items()}
         vals = {k: (json.dumps(v, sort_keys=True, default=str) if k in _JSON_COLUMNS and v is not None else v)
                 for k, v in row.items()}
         vals.setdefault("created_at", now_utc())

@@ -7,7 +7,11 @@
   (``base_sha256`` before, ``change_sha256`` after), so a process killed anywhere in
   between is put right on the next start.
 * **git patch**: ``git apply`` / ``git apply -R`` in the target repository; the state is
-  whichever of ``git apply --check`` / ``git apply -R --check`` succeeds.
+  whichever of ``git apply --check`` / ``git apply -R --check`` succeeds. git runs through
+  ``proc.git``: nothing the repository configures (hooks, filters, fsmonitor) is executed.
+
+Every write is checked first, whatever the ledger says (a ledger is a file too): over MCP the
+files read and written lie inside the call's roots, and nothing is written inside ``.git``.
 """
 from __future__ import annotations
 
@@ -17,8 +21,9 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from mcp_server import proc
-from mcp_server.atomic import atomic_write_bytes, unlink_quietly
-from mcp_server.errors import ChangeConflictError, ToolMissingError
+from mcp_server.atomic import atomic_write_bytes, check_confined, real_path, unlink_quietly
+from mcp_server.errors import ChangeConflictError, ConfinementError, ToolMissingError
+from mcp_server.ledger.patches import bad_patch_path, patch_paths
 
 State = Literal["base", "applied", "conflict"]
 
@@ -71,10 +76,37 @@ class AppliedChange:
                 path=self.target, hint="it was edited meanwhile: restore it (the original is kept at "
                 f"{self.backup}) or record the candidate as abandoned")
         return ChangeConflictError(f"cannot {doing}: the patch {self.source} neither applies nor reverts cleanly",
-                                   path=self.target, hint="the tree was edited meanwhile: fix it by hand, then resume")
+                                   path=self.target, hint="the tree differs from what the patch expects, before "
+                                   "and after it: update the patch, or fix the tree by hand")
+
+    # -- checks ----------------------------------------------------------------------------
+    def guard(self) -> None:
+        """Refuse a change that would read or write out of bounds: outside the roots (over MCP), inside .git,
+        a patch that is none or names an absolute, '..' or .git path."""
+        if self.kind == "none":
+            return
+        for p, what in ((self.target, "the change's target"), (self.source, "the change's file"),
+                        (self.backup, "the loop's backup")):
+            if p is not None:
+                check_confined(p, what)
+        if self.target is not None and any(x.lower() == ".git" for x in real_path(self.target).parts):
+            raise ConfinementError(f"the change's target {self.target} lies inside .git: the loop never writes there")
+        if self.kind == "patch" and self.source is not None:
+            try:
+                text = self.source.read_text(encoding="utf-8", errors="replace")
+            except OSError as exc:
+                raise ChangeConflictError(f"patch unreadable: {exc.strerror or exc}", path=self.source) from None
+            paths = patch_paths(text)
+            if not paths:
+                raise ConfinementError("not a unified diff: the loop applies patches only", path=self.source)
+            for raw in paths:
+                why = bad_patch_path(raw)
+                if why is not None:
+                    raise ConfinementError(f"the patch is refused: {why}", path=self.source)
 
     # -- actions ---------------------------------------------------------------------------
     def apply(self) -> None:
+        self.guard()
         st = self.state()
         if st == "applied" or self.kind == "none":
             return
@@ -92,6 +124,7 @@ class AppliedChange:
 
     def revert(self) -> None:
         """Put the baseline back (nothing to do when it is already there)."""
+        self.guard()
         st = self.state()
         if st == "base" or self.kind == "none":
             self.drop_backup()
@@ -121,4 +154,5 @@ class AppliedChange:
     def _git(self, *args: str) -> proc.ProcResult:
         if shutil.which("git") is None:
             raise ToolMissingError("git not found: patch proposals need git", hint="install git or use a file swap")
-        return proc.run(["git", "-C", str(self.target), *args, str(self.source)], timeout=60)
+        assert self.target is not None and self.source is not None
+        return proc.git(self.target, *args, str(self.source), timeout=60)

@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from mcp_server.errors import FileMissingError, InputError, KernelscopeError
+from mcp_server.errors import ChangeConflictError, FileMissingError, InputError, KernelscopeError
 from mcp_server.ledger import engine as rec
-from mcp_server.ledger.env import sha256_file, target_key, target_repo_dir
+from mcp_server.ledger.env import sha256_file, target_key, target_repo_dir, target_repository
 from mcp_server.ledger.store import Ledger
 from mcp_server.loop.changes import AppliedChange
 from mcp_server.loop.models import LoopResult, LoopSkip, LoopStep
@@ -104,7 +104,9 @@ class _Run:
         vals = self.led.validations(cid)
         result: Optional[dict[str, Any]] = vals[-1]["result"] if vals else None
         if result is None:
-            ch.apply()
+            failed = self.apply_or_fail(cand, ch, resumed)
+            if failed is not None:
+                return failed
             self.tell(f"validating {cand['proposal_id']} on {cand['kernel'] or 'the target'}")
             try:
                 res = self.steps.validate(_spec_arg(cand["spec"]))
@@ -113,9 +115,7 @@ class _Run:
                 rec.record_validation(self.led, cid, res, key=f"c{cid}:validation")
             except KernelscopeError as exc:
                 ch.revert()
-                why = f"validation could not run: {exc}"
-                rec.record_decision(self.led, cid, "abandoned", by=self.by, why=why, key=f"c{cid}:decision")
-                return self._step(cand, None, "abandoned", why, resumed)
+                return self.error(cand, f"validation could not run: {exc}", resumed)
             except BaseException:
                 ch.revert()  # a crash or an interrupt never leaves the change in place
                 raise
@@ -129,6 +129,33 @@ class _Run:
         ch.revert()
         rec.record_decision(self.led, cid, "reverted", by=self.by, why=why, key=f"c{cid}:decision")
         return self._step(cand, result, "reverted", why, resumed)
+
+    def apply_or_fail(self, cand: dict[str, Any], ch: AppliedChange, resumed: bool) -> Optional[LoopStep]:
+        """Apply the candidate's change; when it cannot be (a patch that no longer applies, a path out of
+        bounds, an unwritable file) and nothing of it is in place, record an ``error`` and return its step.
+        A file swap found edited meanwhile on a resumed run is the user's to settle (the original is kept)."""
+        try:
+            ch.apply()
+            return None
+        except ChangeConflictError as exc:
+            if resumed and ch.kind == "file":
+                raise
+            reason = str(exc)
+        except KernelscopeError as exc:
+            reason = str(exc)
+        if ch.kind == "file":
+            try:
+                if ch.state() == "base":
+                    ch.drop_backup()
+            except KernelscopeError:
+                pass
+        return self.error(cand, f"not applied: {reason}", resumed)
+
+    def error(self, cand: dict[str, Any], why: str, resumed: bool) -> LoopStep:
+        """Record that the candidate ended in an error (its change is not in place) and return its step."""
+        cid = int(cand["id"])
+        rec.record_decision(self.led, cid, "error", by=self.by, why=why, key=f"c{cid}:decision")
+        return self._step(cand, None, "error", why, resumed)
 
     def _step(self, cand: dict[str, Any], result: Optional[dict[str, Any]], decision: str, why: str,
               resumed: bool) -> LoopStep:
@@ -235,7 +262,7 @@ def drive(target: list[str], *, steps: LoopSteps, iters: int = 5, proposals: Opt
     target = list(target)
     if not target:
         raise InputError("target is empty: give the command to profile after --")
-    props = load_proposals(proposals) if proposals else []
+    props = load_proposals(proposals, target_repository(target)) if proposals else []
     given = Path(profile) if profile else None
     if given is not None and not given.is_file():
         raise FileMissingError("ncu report not found", path=given, hint="give the .ncu-rep or CSV run_ncu wrote")
@@ -255,7 +282,7 @@ def drive(target: list[str], *, steps: LoopSteps, iters: int = 5, proposals: Opt
             if led.status(c["id"]) == "pending" and run.done < iters:
                 step = run.finish(c, resumed=True)
                 run.done += 1
-                rejects = 0 if step.decision == "accepted" else rejects + 1
+                rejects = rejects if step.decision == "error" else 0 if step.decision == "accepted" else rejects + 1
                 run.tell(f"{step.proposal_id}: {step.decision}")
         tried: set[str] = {s.proposal_id for s in run.steps_out}
         pid: Optional[int] = None
@@ -286,9 +313,17 @@ def drive(target: list[str], *, steps: LoopSteps, iters: int = 5, proposals: Opt
                     st, cid = settled[p.fingerprint]
                     if st != "pending":
                         run.skipped.append(LoopSkip(proposal_id=p.id, candidate_id=cid, reason=(
-                            f"already {st} (candidate {cid}); edit the proposal or give it a new id to try again")))
+                            f"already {_settled_word(st)} (candidate {cid}); edit the proposal or give it a new "
+                            "id to try again")))
                         continue
                 if not p.matches(sel.kernel, sel.short_name):
+                    continue
+                if p.change.problem is not None:  # refused before anything is applied: an error, then the next
+                    with led.write():
+                        cid, _ = _record_candidate(led, exp_id, pid, sel, p)
+                        run.error(led.get("candidates", cid) or {"id": cid, "proposal_id": p.id, "kernel": sel.kernel},
+                                  f"not applied: {p.change.problem}", False)
+                    tried.add(p.id)
                     continue
                 avoid = _advised_against(p, sel)
                 if avoid and not p.force:
@@ -312,7 +347,7 @@ def drive(target: list[str], *, steps: LoopSteps, iters: int = 5, proposals: Opt
             step = run.finish(led.get("candidates", cid) or {}, resumed=False)
             tried.add(chosen.id)
             run.done += 1
-            rejects = 0 if step.decision == "accepted" else rejects + 1
+            rejects = rejects if step.decision == "error" else 0 if step.decision == "accepted" else rejects + 1
             run.tell(f"{step.proposal_id}: {step.decision}")
         # proposals this run never reached
         handled = tried | {s.proposal_id for s in run.skipped}
@@ -323,7 +358,7 @@ def drive(target: list[str], *, steps: LoopSteps, iters: int = 5, proposals: Opt
                 st, cid = _settled(led, tkey)[p.fingerprint]
                 if st != "pending":
                     run.skipped.append(LoopSkip(proposal_id=p.id, candidate_id=cid,
-                                                reason=f"already {st} (candidate {cid})"))
+                                                reason=f"already {_settled_word(st)} (candidate {cid})"))
                     continue
             if sel is not None and sel.kernel is not None and not p.matches(sel.kernel, sel.short_name):
                 reason = f"for kernel {p.kernel!r}, not the selected {sel.kernel}"
@@ -331,16 +366,26 @@ def drive(target: list[str], *, steps: LoopSteps, iters: int = 5, proposals: Opt
                 reason = f"not reached ({stopped})"
             run.skipped.append(LoopSkip(proposal_id=p.id, reason=reason))
         accepted = sum(1 for s in run.steps_out if s.decision == "accepted")
+        errors = sum(1 for s in run.steps_out if s.decision == "error")
         return LoopResult(
             ledger=str(led.path), experiment_id=exp_id, resumed=resumed, profile_id=pid,
             report=str(report) if report else None, candidate=sel.kernel if sel else None,
             diagnosis=sel.diagnosis if sel else None, steps=run.steps_out, skipped=run.skipped,
-            accepted=accepted, rejected=len(run.steps_out) - accepted, stopped=stopped,
+            accepted=accepted, rejected=len(run.steps_out) - accepted - errors, errors=errors, stopped=stopped,
             stop_message=message, warnings=run.warnings)
+
+
+def _settled_word(status: str) -> str:
+    return "recorded as an error" if status == "error" else status
 
 
 def _record_candidate(led: Ledger, exp_id: int, pid: Optional[int], sel: Selection, p: Proposal) -> tuple[int, bool]:
     ch = p.change
+    if ch.problem is not None:  # refused: nothing of it is read or recorded but the proposal and the reason
+        return rec.record_candidate(
+            led, exp_id, profile_id=pid, kernel=sel.kernel, diagnosis=sel.diagnosis, proposal=p.text or None,
+            proposal_id=p.id, change_kind="none", spec=p.spec_record(), fingerprint=p.fingerprint,
+            key=f"e{exp_id}:{p.fingerprint}")
     return rec.record_candidate(
         led, exp_id, profile_id=pid, kernel=sel.kernel, diagnosis=sel.diagnosis, proposal=p.text or None,
         proposal_id=p.id, change_kind=ch.kind, change_path=str(ch.source) if ch.source else None,

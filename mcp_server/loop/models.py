@@ -17,7 +17,9 @@ class LoopStep(Model):
     candidate_id: int
     kernel: Optional[str] = None
     verdict: Optional[str] = Field(None, description="validate_candidate's verdict (null when it could not run)")
-    decision: Literal["accepted", "reverted", "abandoned"]
+    decision: Literal["accepted", "reverted", "abandoned", "error"] = Field(description=(
+        "error: the change could not be applied (refused before anything was written, or a patch that no "
+        "longer applies) or validate_candidate refused the spec; nothing of it stays in place"))
     why: str
     speedup: Optional[dict[str, Any]] = Field(None, description="median and confidence interval of the speedup")
     resumed: bool = Field(False, description="this candidate was pending from an interrupted run and was finished now")
@@ -45,6 +47,7 @@ class LoopResult(Model):
     skipped: list[LoopSkip] = Field(default_factory=list)
     accepted: int = 0
     rejected: int = Field(0, description="reverted or abandoned in this run")
+    errors: int = Field(0, description="proposals that ended in an error in this run (not applied, spec refused)")
     stopped: StopReason
     stop_message: str
     warnings: list[Warning_] = Field(default_factory=list)

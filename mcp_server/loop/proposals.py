@@ -18,7 +18,12 @@ with = "proposals/attn_kernel_int4.py"    # ... replaced by this one while valid
 # repo  = "."
 ```
 
-Paths are relative to the proposals file. A proposal's fingerprint hashes its id, its
+Paths are relative to the proposals file. A change may only write inside the target's repository (the
+git work tree holding the target's script, else the script's folder), never inside ``.git``:
+``apply.file`` is a relative path without ``..`` that resolves (symlinks followed) there, a patch names
+only such paths and applies in a ``repo`` there; over MCP every file the change reads or writes also lies
+inside the server's roots. A proposal that breaks a rule is not applied: the loop records it as an
+``error`` with the reason and moves on. A proposal's fingerprint hashes its id, its
 spec (the spec file's text, or the inline table), its change (the replacement file's or the
 patch's bytes) and ``force``: edit any of them and it counts as a new proposal; otherwise a
 proposal the ledger holds as decided is never tried again. The files the spec's functions
@@ -30,14 +35,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 import sys
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mcp_server.errors import FileMissingError, ProposalError
+from mcp_server import limits
+from mcp_server.atomic import call_roots, inside, real_path
+from mcp_server.errors import FileMissingError, LimitError, ProposalError
+from mcp_server.ledger.patches import bad_patch_path, patch_paths, strip_prefix
 from mcp_server.userregex import compile_user_regex
 
 if sys.version_info >= (3, 11):
@@ -46,6 +56,8 @@ else:  # pragma: no cover - Python 3.10
     tomllib = None
 
 _SPEC_FILE_FIELDS = ("baseline", "candidate", "inputs")
+#: A replacement file or a patch larger than this is refused (it is read whole and hashed).
+MAX_CHANGE_BYTES = 64 << 20
 
 
 class ApplySpec(BaseModel):
@@ -72,11 +84,14 @@ class ProposalSpec(BaseModel):
 @dataclass(frozen=True)
 class Change:
     """A resolved change: ``kind`` file (``target`` replaced by ``source``), patch (``source`` applied in
-    ``target``, a directory) or none."""
+    ``target``, a directory) or none. ``problem``: why it may not be applied (then nothing is read or written;
+    ``raw`` holds the paths as written, for the fingerprint)."""
 
     kind: str
     target: Optional[Path] = None
     source: Optional[Path] = None
+    problem: Optional[str] = None
+    raw: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,21 +143,29 @@ def fingerprint(p: ProposalSpec, spec: Union[Path, dict[str, Any]], change: Chan
         doc["spec"] = _sha_file(spec)
     else:
         doc["spec"] = json.dumps(spec, sort_keys=True, default=str)
-    if change.source is not None:
+    if change.problem is not None:
+        doc["refused"] = list(change.raw)
+    elif change.source is not None:
         doc["change"] = _sha_file(change.source)
         doc["target"] = str(change.target)
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def load_proposals(path: Union[str, Path]) -> list[Proposal]:
-    """Read and check a proposals file (TOML, ``[[proposal]]`` tables); every path must exist."""
+def load_proposals(path: Union[str, Path], repository: Optional[Path] = None) -> list[Proposal]:
+    """Read and check a proposals file (TOML, ``[[proposal]]`` tables). ``repository``: the folder changes may
+    write in (the target's repository); a change that breaks the rules (see the module's text) carries its
+    ``problem`` instead of failing the file."""
     src = Path(path)
     if not src.is_file():
         raise FileMissingError("proposals file not found", path=src)
     if tomllib is None:  # pragma: no cover
         raise ProposalError("reading TOML needs Python 3.11", path=src)
+    if src.stat().st_size > MAX_CHANGE_BYTES:
+        raise ProposalError(f"over {MAX_CHANGE_BYTES >> 20} MiB: not a proposals file", path=src)
     try:
-        doc = tomllib.loads(src.read_text(encoding="utf-8"))
+        doc = limits.loads_toml(src.read_text(encoding="utf-8"), "proposals file", path=src)
+    except LimitError:
+        raise
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProposalError(f"not valid TOML ({exc})", path=src) from None
     extra = sorted(set(doc) - {"proposal"})
@@ -172,33 +195,95 @@ def load_proposals(path: Union[str, Path]) -> list[Proposal]:
             spec: Union[Path, dict[str, Any]] = spec_file
         else:
             spec = _resolve_spec_fields(p.spec, base)
-        change = _change(p, base, src)
+        change = _change(p, base, src, repository)
         out.append(Proposal(id=p.id, text=p.text, kernel=p.kernel, kind=p.kind, force=p.force, spec=spec,
                             change=change, fingerprint=fingerprint(p, spec, change), index=i))
     return out
 
 
-def _change(p: ProposalSpec, base: Path, src: Path) -> Change:
+def _file_problem(p: Path, what: str, raw: str) -> Optional[str]:
+    """Why ``p`` cannot be read as a change's file (missing, not a regular file, too large), or None."""
+    try:
+        st = os.stat(p)
+    except OSError:
+        return f"{what} not found: {raw}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{what} is not a regular file: {raw}"
+    if st.st_size > MAX_CHANGE_BYTES:
+        return f"{what} is over {MAX_CHANGE_BYTES >> 20} MiB: {raw}"
+    return None
+
+
+def _outside(p: Path, what: str, raw: str, repository: Optional[Path], *, writes: bool) -> Optional[str]:
+    """Why the resolved path ``p`` is out of bounds: inside ``.git`` or outside the target's repository (what
+    the change writes), outside the server's roots (anything it reads or writes, over MCP); or None."""
+    if writes and any(part.lower() == ".git" for part in p.parts):
+        return f"{what} {raw} resolves inside .git ({p})"
+    if writes and repository is not None and not inside(p, [repository]):
+        return f"{what} {raw} resolves to {p}, outside the target's repository {real_path(repository)}"
+    roots = call_roots()
+    if roots is not None and not inside(p, roots):
+        return (f"{what} {raw} resolves to {p}, outside the directories this server may use "
+                f"({', '.join(str(r) for r in roots)})")
+    return None
+
+
+def _change(p: ProposalSpec, base: Path, src: Path, repository: Optional[Path] = None) -> Change:
     a = p.apply
     if a is None or (a.file is None and a.with_ is None and a.patch is None):
         return Change("none")
     if a.patch is not None:
         if a.file or a.with_:
             raise ProposalError(f"proposal {p.id!r}: apply has both a patch and a file swap; give one", path=src)
-        patch = (base / a.patch).resolve()
-        if not patch.is_file():
-            raise ProposalError(f"proposal {p.id!r}: patch not found: {a.patch}", path=src)
-        repo = (base / a.repo).resolve() if a.repo else patch.parent
-        if not repo.is_dir():
-            raise ProposalError(f"proposal {p.id!r}: repo is not a directory: {a.repo}", path=src)
+        raw = (a.patch, a.repo or "")
+        patch = real_path(base / a.patch)
+        repo = real_path(base / a.repo) if a.repo else patch.parent
+        problem = _file_problem(patch, "patch", a.patch) or _outside(patch, "patch", a.patch, None, writes=False)
+        if problem is None and not repo.is_dir():
+            problem = f"repo is not a directory: {a.repo}"
+        problem = problem or _outside(repo, "repo", a.repo or str(repo), repository, writes=True)
+        if problem is None:
+            problem = _patch_problem(patch, repo, repository)
+        if problem is not None:
+            return Change("patch", problem=f"proposal {p.id!r}: {problem}", raw=raw)
         return Change("patch", target=repo, source=patch)
     if not (a.file and a.with_):
         raise ProposalError(f"proposal {p.id!r}: a file swap needs both apply.file and apply.with", path=src)
-    target, source = (base / a.file).resolve(), (base / a.with_).resolve()
-    if not target.is_file():
-        raise ProposalError(f"proposal {p.id!r}: apply.file not found: {a.file}", path=src)
-    if not source.is_file():
-        raise ProposalError(f"proposal {p.id!r}: apply.with not found: {a.with_}", path=src)
-    if target == source:
-        raise ProposalError(f"proposal {p.id!r}: apply.file and apply.with are the same file", path=src)
+    raw = (a.file, a.with_)
+    written = PurePath(a.file)
+    problem = None
+    if written.is_absolute() or a.file.startswith("~"):
+        problem = f"apply.file {a.file} is absolute: give it relative to the proposals file, inside the repository"
+    elif ".." in written.parts:
+        problem = f"apply.file {a.file} goes up a folder ('..'): give a path inside the repository"
+    target, source = real_path(base / a.file), real_path(base / a.with_)
+    problem = problem or _file_problem(target, "apply.file", a.file) or _outside(
+        target, "apply.file", a.file, repository, writes=True)
+    problem = problem or _file_problem(source, "apply.with", a.with_) or _outside(
+        source, "apply.with", a.with_, None, writes=False)
+    if problem is None and target == source:
+        problem = "apply.file and apply.with are the same file"
+    if problem is not None:
+        return Change("file", problem=f"proposal {p.id!r}: {problem}", raw=raw)
     return Change("file", target=target, source=source)
+
+
+def _patch_problem(patch: Path, repo: Path, repository: Optional[Path]) -> Optional[str]:
+    """Why the patch may not be applied in ``repo``: not a unified diff, or a path it writes that is absolute,
+    goes up, lies in .git or resolves (symlinks followed) outside the repository or the roots."""
+    try:
+        text = patch.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return f"patch unreadable: {exc.strerror or exc}"
+    paths = patch_paths(text)
+    if not paths:
+        return f"{patch.name} is not a unified diff (no ---/+++ header with a hunk, no 'diff --git' line)"
+    for raw in paths:
+        why = bad_patch_path(raw)
+        if why is not None:
+            return f"patch {patch.name}: {why}"
+        dest = real_path(repo / strip_prefix(raw))
+        why = _outside(dest, f"patch {patch.name}: path", raw, repository or repo, writes=True)
+        if why is not None:
+            return why
+    return None

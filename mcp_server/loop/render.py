@@ -8,7 +8,7 @@ from rich.markup import escape
 
 from mcp_server.loop.models import LoopResult
 
-_STYLE = {"accepted": "green", "reverted": "red", "abandoned": "yellow"}
+_STYLE = {"accepted": "green", "reverted": "red", "abandoned": "yellow", "error": "red"}
 
 
 def render_loop(res: LoopResult, console: Console, request: Any = None) -> None:
@@ -30,7 +30,8 @@ def render_loop(res: LoopResult, console: Console, request: Any = None) -> None:
         console.print(f"    [dim]{escape(s.why)}[/]")
     for k in res.skipped:
         console.print(f"  [dim]skipped {escape(k.proposal_id)}: {escape(k.reason)}[/]")
-    console.print(f"  {res.accepted} accepted, {res.rejected} rejected; stopped: {res.stopped} "
+    errs = f", {res.errors} error(s)" if res.errors else ""
+    console.print(f"  {res.accepted} accepted, {res.rejected} rejected{errs}; stopped: {res.stopped} "
                   f"({escape(res.stop_message)})")
     for w in res.warnings:
         console.print(f"  [yellow]warning[/] {w.code}: {escape(w.message)}")

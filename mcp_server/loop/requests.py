@@ -22,7 +22,8 @@ class LoopRequest(WritesOutputs):
     gpu: Optional[str] = Field(default=None, description="GPU of the spec table for the roofline, e.g. h200")
     cache_control: Optional[Literal["all", "none"]] = Field(default=None, description=(
         "ncu cache control: none (warm) is needed for L2-residency verdicts; default run_ncu's"))
-    max_rejects: int = Field(default=3, ge=1, description="Stop after this many rejected proposals in a row")
+    max_rejects: int = Field(default=3, ge=1, description=(
+        "Stop after this many rejected proposals in a row (an error, a change not applied, does not count)"))
     by: str = Field(default="loop", min_length=1, description="Who the decisions are recorded as made by")
     fresh: bool = Field(default=False, description=(
         "Start a new experiment instead of resuming the last one of this target (rejected proposals stay skipped)"))

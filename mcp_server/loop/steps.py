@@ -57,10 +57,20 @@ def _operation(tool: str):
 def call_tool(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """Call a declared operation as the MCP face would (validated request, full answer) and return its JSON."""
     op = _operation(tool)
+    from pydantic import ValidationError
+
+    from mcp_server.errors import InputError
+
     args = {k: v for k, v in arguments.items() if k in op.field_names}
     if "detail" in op.field_names:
         args["detail"] = True
-    res = op.call(op.make_request(args))
+    try:
+        req = op.make_request(args)
+    except ValidationError as exc:  # a spec the tool refuses (dtype="int8"): the same one-line text as its faces
+        parts = [f"{'.'.join(str(x) for x in e.get('loc', ())) or 'arguments'}: {e.get('msg')}"
+                 for e in exc.errors()]
+        raise InputError(f"{tool}: invalid argument(s): " + "; ".join(parts)) from None
+    res = op.call(req)
     return res.model_dump(mode="json")
 
 
