@@ -80,13 +80,13 @@ def test_engine_refuses_every_escape_and_moves_on(case, monkeypatch):
 def test_cli_face(case):
     code, out, err = cli(["loop", "--proposals", "proposals.toml", "--profile", str(FIXTURE), "--ledger", "l.db",
                           "--json", "--", *TARGET], case["work"])
-    assert code == 0, err[-3000:]
+    assert code == 3, err[-3000:]  # completed, nothing accepted (vocab.ExitCode.not_accepted)
     assert "Traceback" not in err
     _check_steps(json.loads(out)["steps"], mcp_face=False)
     _untouched(case)
     code, out, err = cli(["loop", "--proposals", "proposals.toml", "--profile", str(FIXTURE), "--ledger", "l.db",
                           "--", *TARGET], case["work"])
-    assert code == 0 and "Traceback" not in err, err[-3000:]
+    assert code == 3 and "Traceback" not in err, err[-3000:]
     assert "already recorded as an error" in out and "0 accepted" in out
 
 
