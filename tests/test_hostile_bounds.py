@@ -55,13 +55,16 @@ def _cases(sets):
         "fifo_in_a_set": (["analyze", SDPA, sets["fifo"]],
                           ("analyze_trace_set", {"paths": [SDPA, sets["fifo"]]}),
                           (f"{sets['fifo']}: not a regular file (a FIFO, socket or device)",)),
+        "spec_pow": (["validate", str(HOSTILE / "spec_pow_flops.toml")],
+                     ("validate_candidate", {"spec_path": str(HOSTILE / "spec_pow_flops.toml")}),
+                     ("spec_pow_flops.toml: 'flops' = a string of 10 character(s) overflows a float on shape #1",)),
         "fifo_alone": (["analyze", sets["fifo"]],
                        ("analyze_trace", {"trace_path": sets["fifo"]}),
                        (f"{sets['fifo']}: not a regular file",)),
     }
 
 
-CASE_NAMES = ["world_size", "rank_huge", "dist_deep", "workers", "fifo_in_a_set", "fifo_alone"]
+CASE_NAMES = ["world_size", "rank_huge", "dist_deep", "workers", "fifo_in_a_set", "fifo_alone", "spec_pow"]
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)

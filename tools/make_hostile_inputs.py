@@ -368,6 +368,14 @@ def spec_secret_value(path: Path) -> None:
     path.write_text(f'mode = "{SECRET_MARK}"\n')
 
 
+def spec_pow_flops(path: Path) -> None:
+    """A validate spec (over the CPU fixtures in ../validate) whose flops expression is 9**9**9**9: the integer
+    power ran for ever before the spec was accepted."""
+    path.write_text('baseline = "../validate/base.py:matmul"\ncandidate = "../validate/cand_wrong.py:candidate"\n'
+                    'inputs = "../validate/base.py:make_inputs"\nshapes = [{M = 1, K = 64, N = 128}]\n'
+                    'dtype = "float32"\ndevice = "cpu"\nflops = "9**9**9**9"\n')
+
+
 def disclosure_and_bounds(out: Path) -> None:
     trace_world_size(out / "trace_world_size.json")
     trace_rank_huge(out / "trace_rank_huge.json")
@@ -381,6 +389,7 @@ def disclosure_and_bounds(out: Path) -> None:
     gpu_specs_token(out / "gpu_specs_token.toml")
     events_passwd(out / "events_passwd.events")
     spec_secret_value(out / "spec_secret_value.toml")
+    spec_pow_flops(out / "spec_pow_flops.toml")
 
 
 # ----------------------------------------------------------------------------- loop, ledger, validate (issue 21)

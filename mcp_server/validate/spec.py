@@ -253,7 +253,10 @@ _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 
 
 def eval_expr(expr: str, shape: dict[str, Any], dtype_bytes: int) -> float:
-    """Evaluate ``expr`` with the shape's keys (and ``elem`` = bytes per element) as variables."""
+    """Evaluate ``expr`` with the shape's keys (and ``elem`` = bytes per element) as variables.
+
+    Arithmetic is in floats, so no expression can ask for an unbounded integer (``9**9**9**9`` ran for ever):
+    an overflow is an ``OverflowError``, a result that is not finite a ``ValueError``."""
     names = {**{k: v for k, v in shape.items() if isinstance(v, (int, float))}, "elem": dtype_bytes}
 
     def ev(node: ast.AST) -> float:
@@ -261,11 +264,11 @@ def eval_expr(expr: str, shape: dict[str, Any], dtype_bytes: int) -> float:
             return ev(node.body)
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and \
                 not isinstance(node.value, bool):
-            return node.value
+            return float(node.value)
         if isinstance(node, ast.Name):
             if node.id not in names:
                 raise KeyError(node.id)
-            return names[node.id]
+            return float(names[node.id])
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
             return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
@@ -273,7 +276,14 @@ def eval_expr(expr: str, shape: dict[str, Any], dtype_bytes: int) -> float:
             return -v if isinstance(node.op, ast.USub) else v
         raise ValueError(f"unsupported syntax {type(node).__name__}")
 
-    return float(ev(ast.parse(expr, mode="eval")))
+    value = ev(ast.parse(expr, mode="eval"))
+    if not math.isfinite(value):
+        raise ValueError("the value is not finite")
+    return value
+
+
+#: characters of a flops / bytes expression (real ones: "2*M*N*K", "(M*K + K*N + M*N)*elem")
+EXPR_CHARS = 1000
 
 
 def _expr(val: Any, name: str, where: str, shapes: list[dict[str, Any]], shown: bool = True,
@@ -284,14 +294,21 @@ def _expr(val: Any, name: str, where: str, shapes: list[dict[str, Any]], shown: 
         val = repr(val)
     if not isinstance(val, str):
         raise InputError(f"{where}: '{name}' must be an expression string such as \"2*M*N*K\"")
-    for s in shapes:
+    if len(val) > EXPR_CHARS:
+        raise InputError(f"{where}: '{name}' is {len(val):,} characters long, over the bound of {EXPR_CHARS} for an "
+                         "expression", hint="write the arithmetic over the shape keys, e.g. 2*M*N*K")
+    for i, s in enumerate(shapes):
+        shape = repr(s) if shapes_shown else f"#{i + 1}"
         try:
             eval_expr(val, s, 2)
         except KeyError as exc:
             used = exc.args[0] if shown else "a name"
-            raise InputError(f"{where}: '{name}' = {_got(val, shown)} uses {used}, which shape "
-                             f"{_got(s, shapes_shown)} lacks") from None
-        except (ValueError, SyntaxError, ZeroDivisionError, OverflowError) as exc:
+            raise InputError(f"{where}: '{name}' = {_got(val, shown)} uses {used}, which shape {shape} lacks") from None
+        except OverflowError:
+            raise InputError(f"{where}: '{name}' = {_got(val, shown)} overflows a float on shape {shape}") from None
+        except (RecursionError, MemoryError):
+            raise InputError(f"{where}: '{name}' is nested too deeply") from None
+        except (ValueError, SyntaxError, ZeroDivisionError) as exc:
             raise InputError(f"{where}: '{name}' = {_got(val, shown)} is not plain arithmetic over the shape keys "
                              f"({type(exc).__name__ if not shown else exc})") from None
     return val
