@@ -80,10 +80,14 @@ def _length(field: FieldInfo) -> int | None:
 
 
 def _json_value(text: str) -> Any:
+    from mcp_server.limits import loads_json
+
     try:
-        return json.loads(text)
+        return loads_json(text, "JSON value")  # nesting bounded before the parser recurses
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(f"not JSON: {exc.msg}") from None
+    except KernelscopeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def option_spec(name: str, field: FieldInfo) -> dict[str, Any]:
@@ -286,6 +290,9 @@ def run_operation(op: Operation, given: dict[str, Any], as_json: bool, width: in
     render = op.render_fn()
     if width:
         out.width = max(40, width)
+    from mcp_server.errors import redact_model
+
+    res = redact_model(res)  # the text view shows what --json shows: no token a candidate printed
     if render is None:
         emit_json(op.shape(res, req))
     elif "request" in inspect.signature(render).parameters:

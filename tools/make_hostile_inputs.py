@@ -473,6 +473,74 @@ def loop_escape(root: Path) -> dict[str, Path]:
             "kernel": proj / "kernel.py"}
 
 
+MARKERS = ("FSMONITOR_RAN", "CLEAN_FILTER_RAN", "HOOK_RAN", "TEXTCONV_RAN", "EXTDIFF_RAN")
+
+
+def fsmonitor_repo(root: Path) -> Path:
+    """A git repository whose config runs a program on every command that would let it: core.fsmonitor, a
+    clean filter (required) and a textconv/external diff on *.py, a post-index-change hook. Each program
+    only creates a marker file (``MARKERS``) beside the repository, so a test sees whether it ran. The
+    script is left modified (so ``git status`` has work to do). Returns the repository."""
+    repo = root / "repo"
+    repo.mkdir(parents=True)
+    (repo / "bench.py").write_text("print(1)\n")
+    _sh_git(repo, "init", "-q")
+    _sh_git(repo, "add", ".")
+    _sh_git(repo, "commit", "-q", "-m", "base")
+    mark = {m: root / m for m in MARKERS}
+    (repo / ".gitattributes").write_text("*.py filter=evil diff=evil\n")
+    for key, value in (("core.fsmonitor", f"touch {mark['FSMONITOR_RAN']}; false"),
+                       ("filter.evil.clean", f"touch {mark['CLEAN_FILTER_RAN']}; cat"),
+                       ("filter.evil.required", "true"),
+                       ("diff.evil.textconv", f"touch {mark['TEXTCONV_RAN']}; cat"),
+                       ("diff.external", f"touch {mark['EXTDIFF_RAN']}; true")):
+        _sh_git(repo, "config", key, value)
+    hook = repo / ".git" / "hooks" / "post-index-change"
+    hook.parent.mkdir(exist_ok=True)
+    hook.write_text(f"#!/bin/sh\ntouch {mark['HOOK_RAN']}\n")
+    hook.chmod(0o755)
+    (repo / "bench.py").write_text("print(2)\n")
+    return repo
+
+
+SECRET_LINE = "root:x:0:0:kernelscope-secret-line:/root:/bin/bash"
+TOKEN = "ghp_" + "kernelscopeHostileToken0123456789"
+
+
+def ledger_inputs(root: Path) -> dict[str, Path]:
+    """Files a hostile caller hands the ledger: a 'patch' that is a password file, a real patch, a foreign
+    SQLite file, an empty file, a validation result 900 levels deep, and one whose reasons carry a token."""
+    import json
+    import sqlite3
+
+    root.mkdir(parents=True, exist_ok=True)
+    out = {"passwd": root / "passwd", "patch": root / "ok.patch", "foreign": root / "foreign.db",
+           "empty": root / "empty.db", "deep": root / "deep.json", "token": root / "token.json"}
+    out["passwd"].write_text(SECRET_LINE + "\n")
+    out["patch"].write_text(_patch("kernel.py", LOOP_BASE, "VERSION = 'fast'\n"))
+    con = sqlite3.connect(out["foreign"])
+    con.execute("CREATE TABLE accounts (name TEXT, balance INTEGER)")
+    con.execute("INSERT INTO accounts VALUES ('a', 1)")
+    con.commit()
+    con.close()
+    out["empty"].write_bytes(b"")
+    out["deep"].write_text('{"accepted": false, "verdict": "error", "x": ' + "[" * 900 + "]" * 900 + "}")
+    out["token"].write_text(json.dumps({"accepted": False, "verdict": "error",
+                                        "reasons": [f"candidate raised: auth failed for token {TOKEN}"]}))
+    return out
+
+
+def deep_documents(root: Path, depth: int = 5000) -> dict[str, Path]:
+    """A proposals file and a validate spec whose one value nests ``depth`` arrays deep (the TOML parser
+    recurses: a RecursionError without the bound)."""
+    root.mkdir(parents=True, exist_ok=True)
+    deep = "[" * depth + "]" * depth
+    out = {"proposals": root / "deep_proposals.toml", "spec": root / "deep_spec.toml"}
+    out["proposals"].write_text(f'[[proposal]]\nid = "deep"\nspec = "spec.toml"\nx = {deep}\n')
+    out["spec"].write_text(f'baseline = "a.py:f"\nshapes = {deep}\n')
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="tests/fixtures/hostile")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_server.errors import FileMissingError, InputError
+from mcp_server.limits import check_nesting, loads_toml
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -148,7 +149,7 @@ def load_spec(spec_path: str | None = None, overrides: dict[str, Any] | None = N
         if tomllib is None:  # pragma: no cover
             raise InputError("reading a TOML spec needs Python 3.11 (tomllib); pass the fields as arguments")
         try:
-            raw = tomllib.loads(p.read_text(encoding="utf-8"))
+            raw = loads_toml(p.read_text(encoding="utf-8"), "spec file", path=p)
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"{p}: not valid TOML ({exc})", hint="see docs/validate.md for the spec format") \
                 from None
@@ -158,6 +159,7 @@ def load_spec(spec_path: str | None = None, overrides: dict[str, Any] | None = N
         file_dir = p.resolve().parent
         where = str(p)
     over = {k: v for k, v in (overrides or {}).items() if v is not None}
+    check_nesting(over, "validate arguments")
     unknown = sorted(set(over) - set(DEFAULTS))
     if unknown:
         raise InputError(f"validate: unknown field(s) {', '.join(unknown)}")
