@@ -134,6 +134,10 @@ class WarningCode(StrEnum):
     ranks_missing = "ranks_missing"  # the set holds fewer traces than its world size
     rank_failed = "rank_failed"  # one rank's trace could not be analysed; the others were
     ranks_differ = "ranks_differ"  # compare: the two runs hold different ranks
+    collective_group_incomplete = "collective_group_incomplete"  # a collective's process group is not all in the set
+    collective_set_unverified = "collective_set_unverified"  # collectives name no group; the set may lack ranks
+    collective_no_overlap = "collective_no_overlap"  # matched collective kernels do not overlap in time on every rank
+    collective_mismatch = "collective_mismatch"  # ranks ran collectives of other names / sizes at one position
 
 
 # ---------------------------------------------------------------------------

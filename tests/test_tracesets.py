@@ -557,3 +557,79 @@ def test_odd_distributed_info_falls_back_to_the_file_name(tmp_path, dist):
     refs, world, warnings = resolve_ranks([str(tmp_path)])
     assert [(r.rank, r.rank_source) for r in refs] == [(1, "file name")]
     assert world in (None, 4) and [w.code for w in warnings][:1] == ["rank_from_filename"]
+
+
+# --------------------------------------------------------------------------- collectives matched with evidence (issue 23)
+
+
+def test_two_ranks_of_a_128_rank_job_give_a_warning_not_waits():
+    """Point-to-point SendRecv kernels of two ranks of a 128-rank job, profiled in windows sampled apart
+    (tools/make_collective_traits.py): each k-th kernel of rank 1 starts after rank 0's ended, and the other
+    126 ranks of the group are absent. Matched by kind and order these gave rank 0 a 2,400 us wait against
+    720 us of NCCL time; now nothing is computed and the warning says why."""
+    for sub, code in (("p2p_2of128", "collective_group_incomplete"), ("p2p_2of128_bare", "collective_set_unverified")):
+        res = analyze_trace_set(_set(sub), executor="inline")
+        assert res.collectives is None, sub
+        w = next(w for w in res.warnings if w.code == code)
+        assert w.count == 6 and "no wait is computed" in w.message
+        assert "ranks_missing" in {x.code for x in res.warnings}
+    w = next(w for w in analyze_trace_set(_set("p2p_2of128"), executor="inline").warnings
+             if w.code == "collective_group_incomplete")
+    assert "the set holds 2 of its ranks" in w.message and "ranks 0-1" in w.message
+
+
+def _tp2_pair(tmp_path, shift_us: float) -> Path:
+    """Rank 0's TP=2 NCCL trace as both ranks of a complete 2-rank set, rank 1's clock shifted by ``shift_us``."""
+    from conftest import TRACES
+
+    for rank in (0, 1):
+        def edit(d, rank=rank):
+            d["distributedInfo"]["rank"] = rank
+            for e in d["traceEvents"]:
+                if rank and "ts" in e:
+                    e["ts"] = e["ts"] + shift_us
+        _rewrite(TRACES / "tp2_decode_mixed.json.gz", tmp_path / f"tp-{rank}.trace.json.gz", edit)
+    return tmp_path
+
+
+def test_collective_waits_never_exceed_the_kernels(tmp_path):
+    """Rank 1 runs 2 us behind: each of rank 0's all-reduce kernels waits 2 us for it, within its own kernel,
+    and wait + transfer is exactly rank 0's NCCL kernel time."""
+    from conftest import TRACES
+
+    res = analyze_trace_set([str(_tp2_pair(tmp_path, 2.0))], executor="inline")
+    c = res.collectives
+    one = analyze_trace(TRACES / "tp2_decode_mixed.json.gz").kernels
+    nccl_us = float(one[one["category"] == "communication"]["dur_us"].sum())
+    assert c is not None and c.matched == 32 and c.unmatched == 0
+    assert not [w for w in res.warnings if w.code.startswith("collective")]
+    r0 = next(r for r in c.per_rank if r.rank == 0)
+    assert r0.wait_us == pytest.approx(32 * 2.0, abs=0.01)
+    assert r0.wait_us + r0.transfer_us == pytest.approx(nccl_us, abs=0.01)
+    assert all(i.last_rank == 1 and i.per_rank_wait_us[0] == pytest.approx(2.0, abs=1e-6) for i in c.instances)
+
+
+def test_collective_kernels_that_do_not_overlap_are_not_matched(tmp_path):
+    """Rank 1's clock 5 ms off (another host, or another window): the k-th all-reduces never overlap, so no
+    wait is computed; a warning with the first case instead."""
+    res = analyze_trace_set([str(_tp2_pair(tmp_path, 5000.0))], executor="inline")
+    assert res.collectives is None
+    w = next(w for w in res.warnings if w.code == "collective_no_overlap")
+    assert w.count == 32 and "AllReduce #0" in w.message and "before rank 1 started" in w.message
+
+
+def test_collectives_of_other_sizes_at_one_position_are_not_matched(tmp_path):
+    """The same all-reduce position recording other message sizes on the two ranks: a warning, no wait."""
+    from conftest import TRACES
+
+    for rank in (0, 1):
+        def edit(d, rank=rank):
+            d["distributedInfo"]["rank"] = rank
+            for e in d["traceEvents"]:
+                if rank and e.get("cat") == "kernel" and "In msg nelems" in e.get("args", {}):
+                    e["args"]["In msg nelems"] = 8192
+        _rewrite(TRACES / "tp2_decode_mixed.json.gz", tmp_path / f"tp-{rank}.trace.json.gz", edit)
+    res = analyze_trace_set([str(tmp_path)], executor="inline")
+    w = next(w for w in res.warnings if w.code == "collective_mismatch")
+    assert w.count == 8 and "4096, 8192 elements" in w.message  # the 8 eager kernels; the 24 replays match
+    assert res.collectives is not None and res.collectives.matched == 24

@@ -92,6 +92,16 @@ class _Args(msgspec.Struct, gc=False):
     kernel: Optional[str] = None  # the kernel a HIP launch starts (roctracer's launch events)
     input_dims: msgspec.Raw = msgspec.field(default=None, name="Input Dims")  # type: ignore[assignment]
     input_dims_old: msgspec.Raw = msgspec.field(default=None, name="Input dims")  # type: ignore[assignment]
+    # what PyTorch records about a collective on its communication kernels (any JSON type: read in tracesets)
+    coll_name: Any = msgspec.field(default=None, name="Collective name")
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    seq: Any = msgspec.field(default=None, name="Seq")
+    src: Any = msgspec.field(default=None, name="Src Rank")
+    dst: Any = msgspec.field(default=None, name="Dst Rank")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -166,6 +176,13 @@ class RawTrace:
     skipped_gpu: int = 0  # of ``skipped``: GPU activities (kernel/memcpy/memset events)
     profiler_ranges: int = 0  # ``cuda_profiler_range`` events (CUPTI range profiler: counters, no timeline)
     skipped_examples: list[str] = field(default_factory=list)
+    #: GPU activity index -> COMM_FIELDS values, for the kernels that carry a ``Collective name``
+    k_comm: dict[int, tuple] = field(default_factory=dict)
+
+
+#: the collective metadata kept per communication kernel, in this order (``RawTrace.k_comm``)
+COMM_FIELDS = ("Collective name", "Process Group Name", "Process Group Ranks", "Group size", "In msg nelems",
+               "Out msg nelems", "Seq", "Src Rank", "Dst Rank")
 
 
 _NAN = float("nan")
@@ -347,8 +364,10 @@ class _Collector:
                 stream = [a.stream for a in args]
                 if None in stream:  # no args.stream: the tid stands in ("stream 7" in PyTorch 1.8/1.9), else -1
                     stream = [s if s is not None else e.tid for s, e in zip(stream, good)]
+                comm = [(i, (a.coll_name, a.pg_name, a.pg_ranks, a.group_size, a.in_nelems, a.out_nelems, a.seq,
+                             a.src, a.dst)) for i, a in enumerate(args) if a.coll_name is not None]
                 self.k.append((self._intern_names(good), kind, kts, kdur, _int_col(dev), _int_col(stream),
-                               [a.correlation for a in args]))
+                               [a.correlation for a in args], comm))
         if lau:
             lau = [e for e in lau if e.args is not None and _fix_corr(e.args)]
             good = [e for e in lau if e.ts is not None and e.name is not None]
@@ -476,6 +495,13 @@ class _Collector:
             for r, ex in st["examples"].items():
                 ranked.setdefault(r, []).extend(ex)
         examples = [e for r in sorted(ranked) for e in ranked[r]][:5]
+        k_comm: dict[int, tuple] = {}
+        off = 0
+        for st in parts:
+            for t in st["k"]:
+                for i, meta in t[7]:
+                    k_comm[off + i] = meta
+                off += len(t[2])
         N, D, T = 0, 1, 2
         return RawTrace(
             path=path, names=names, dims=dims, metadata=metadata, threads=threads,
@@ -489,7 +515,7 @@ class _Collector:
             event_count=sum(st["events"] for st in parts), skipped=sum(st["skipped"] for st in parts),
             skipped_gpu=sum(st["skipped_gpu"] for st in parts),
             profiler_ranges=sum(st["profiler_ranges"] for st in parts),
-            skipped_examples=examples,
+            skipped_examples=examples, k_comm=k_comm,
         )
 
 

@@ -149,7 +149,8 @@ def _assemble(refs: list[RankRef], world: Optional[int], found_warnings: list[Wa
     layer_rows, layer_source = combine.layers(summaries)
     from mcp_server.tracesets.collectives import analyze_collectives
 
-    comm = analyze_collectives(summaries, {x.index: x.name for x in layer_rows})
+    comm, comm_warnings = analyze_collectives(summaries, {x.index: x.name for x in layer_rows}, world=world)
+    warnings += comm_warnings
     return TraceSetAnalysis(
         world_size=world, rank_count=len(summaries), executor=executor, workers=run.used_workers,
         imbalance_threshold=threshold, total_kernel_us=sum(s.total_kernel_us for s in summaries), ranks=totals,

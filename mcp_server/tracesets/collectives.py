@@ -3,30 +3,47 @@
 Per rank (in the worker, from the single-trace analysis; no second read), the
 collectives in time order: the communication kernels of the kernel table (NCCL /
 RCCL, arrival = kernel start, end = kernel end, layer from the kernel's module
-path) or, when the trace has none, the host-side ``c10d::<collective>`` ops of a
-gloo run (arrival = op start, no end: gloo's work runs on its own threads;
-layer from the enclosing decoder-layer span). In the parent the k-th collective
-of each kind is matched across ranks (the same program issues them in the same
-order on every rank); the last arrival sets its start; each rank's wait is
-start - its arrival and, for kernels, its transfer is its end - start. Ranks of
-one host share a clock; across hosts the clock offsets enter the waits.
-See docs/ARCHITECTURE.md, "Trace sets".
+path) with what PyTorch recorded about each on the kernel (collective name,
+process group and its ranks, message size, sequence number, point-to-point peer:
+``CollectiveMeta``) or, when the trace has none, the host-side ``c10d::<collective>``
+ops of a gloo run (arrival = op start, no end: gloo's work runs on its own threads;
+layer from the enclosing decoder-layer span).
+
+In the parent, collectives are matched by what the traces say about them: the
+process group (a point-to-point pair for send / recv with their peers), then the
+sequence number where every event of the group carries one, else the kind and
+its order within the group. A kernel without metadata (a CUDA-graph replay)
+takes the group of the same kind's recorded kernels on its rank when they name
+one group. A collective is computed only when every rank of its group is in the
+set, every one of them holds it, the ranks agree on its name (and size, for
+collectives whose size is the same on every rank), and, for kernels, the kernels
+overlap in time; otherwise it is counted and warned about (``collective_*``
+codes), never turned into a wait. Events that name no group are matched by kind
+and order only in a set known to hold every rank of the run (distributedInfo's
+world size). The last arrival sets the start; each rank's wait is start - its
+arrival and, for kernels, its transfer is its end - start: with the overlap
+required, the wait never exceeds the rank's own kernel. Ranks of one host share
+a clock; across hosts the clock offsets enter the waits (and can break the
+overlap, which is then reported, not computed). See docs/ARCHITECTURE.md, "Trace sets".
 """
 from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from typing import Any, Optional
 
+from mcp_server.models import Warning_
 from mcp_server.tracesets.models import (
     CollectiveAnalysis,
     CollectiveInstance,
     CollectiveLayer,
+    CollectiveMeta,
     CollectiveRank,
     LayerTime,
     RankSummary,
 )
-from mcp_server.vocab import COMMUNICATION
+from mcp_server.vocab import COMMUNICATION, WarningCode
 
 _NCCL_KIND = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.I)
 _C10D = re.compile(r"^c10d::_?([a-z_]+?)_?$")
@@ -42,14 +59,54 @@ def _kind(name: str) -> str:
     return m.group(1) if m else name.split("(", 1)[0]
 
 
-def _gpu_events(df: Any, layer_of: dict[str, int]) -> tuple[list[Event], Optional[float]]:
-    """Communication kernels in time order, and the share of their time that overlaps compute on other streams."""
+def _int(v: Any) -> Optional[int]:
+    """An integer field as recorded (int, or a string of digits); None otherwise."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str) and re.fullmatch(r"\s*-?\d+\s*", v):
+        return int(v)
+    return None
+
+
+def _ranks(v: Any) -> Optional[list[int]]:
+    """'Process Group Ranks' ("[0, 1]" or a list); None when cut short ("[0, 1, ..., 127]") or unreadable."""
+    if isinstance(v, list):
+        items: list[Any] = v
+    elif isinstance(v, str) and re.fullmatch(r"\s*\[[\d\s,]*\]\s*", v):
+        items = [x for x in v.strip()[1:-1].split(",") if x.strip()]
+    else:
+        return None
+    out = [_int(x) for x in items]
+    return None if not out or any(x is None for x in out) else [x for x in out if x is not None]
+
+
+def parse_meta(values: Optional[tuple]) -> Optional[CollectiveMeta]:
+    """``CollectiveMeta`` from the loader's ``COMM_FIELDS`` values of one kernel (None without a name)."""
+    if not values or not isinstance(values[0], str) or not values[0]:
+        return None
+    name, group, ranks, size, nelems, _out, seq, src, dst = (tuple(values) + (None,) * 9)[:9]
+    return CollectiveMeta(name=name, group=str(group) if group is not None else "", ranks=_ranks(ranks),
+                          size=_int(size), nelems=_int(nelems), seq=_int(seq), src=_int(src), dst=_int(dst))
+
+
+def _gpu_events(df: Any, layer_of: dict[str, int], comm_meta: Optional[dict] = None,
+                ) -> tuple[list[Event], list[Optional[CollectiveMeta]], Optional[float]]:
+    """Communication kernels in time order with what the trace records about each, and the share of their
+    time that overlaps compute on other streams. ``comm_meta``: (correlation, start us) -> COMM_FIELDS values."""
     comm = df[df["category"] == COMMUNICATION].sort_values("ts_us", kind="stable")
     events: list[Event] = []
-    for name, ts, dur, path in zip(comm["name"], comm["ts_us"], comm["dur_us"], comm["module_path"]):
+    metas: list[Optional[CollectiveMeta]] = []
+    meta_of = comm_meta or {}
+    for name, ts, dur, path, corr in zip(comm["name"], comm["ts_us"], comm["dur_us"], comm["module_path"],
+                                         comm["correlation"]):
         layer = next((layer_of[p] for p in str(path).split("/") if p in layer_of), -1)
         events.append((_kind(str(name)), float(ts), float(ts + dur), layer))
-    return events, _overlap(df, comm)
+        metas.append(parse_meta(meta_of.get((int(corr), float(ts)))) if meta_of else None)
+    return events, metas, _overlap(df, comm)
 
 
 def _merged(starts: Any, ends: Any) -> tuple[Any, Any]:
@@ -120,87 +177,274 @@ def _cpu_events(rt: Any, layer_of: dict[str, int]) -> list[Event]:
     return events
 
 
-def rank_collectives(res: Any, layers: list[LayerTime]) -> tuple[str, list[Event], Optional[float]]:
-    """(source, events, overlap share) of one rank's analysis; source "" when it has no collectives."""
+def rank_collectives(res: Any, layers: list[LayerTime],
+                     ) -> tuple[str, list[Event], list[Optional[CollectiveMeta]], Optional[float]]:
+    """(source, events, what the trace records about each, overlap share) of one rank's analysis;
+    source "" when it has no collectives."""
     layer_of = {x.name: x.index for x in layers}
-    if any(c.category == COMMUNICATION and c.count for c in res.categories):  # the kernel table only then
-        events, overlap = _gpu_events(res.kernels, layer_of)
-        return "communication kernels", events, overlap
     rt = getattr(res, "raw", None)
+    if any(c.category == COMMUNICATION and c.count for c in res.categories):  # the kernel table only then
+        k_comm = getattr(rt, "k_comm", None) or {}
+        meta = {(int(rt.k_corr[i]), float(rt.k_ts[i])): v for i, v in k_comm.items()} if rt is not None else None
+        events, metas, overlap = _gpu_events(res.kernels, layer_of, meta)
+        return "communication kernels", events, metas, overlap
     if rt is not None:
         events = _cpu_events(rt, layer_of)
         if events:
-            return "host c10d ops (gloo)", events, None
-    return "", [], None
+            return "host c10d ops (gloo)", events, [None] * len(events), None
+    return "", [], [], None
 
 
-def analyze_collectives(summaries: list[RankSummary], layer_names: dict[int, str], top_n_instances: int = 200,
-                        ) -> Optional[CollectiveAnalysis]:
-    """Match the ranks' collectives and read waits, transfers, last arrivals per rank and per layer."""
+_P2P = {"send", "recv", "sendrecv", "batch_isend_irecv", "isend", "irecv"}
+#: collectives whose message size is the same on every rank of the group (checked when recorded)
+_SAME_SIZE = {"allreduce", "broadcast", "reduce", "allreduce_coalesced"}
+
+
+@dataclass(frozen=True)
+class _Group:
+    """A process group (or a point-to-point pair) as the traces name it."""
+
+    gid: str
+    members: Optional[frozenset]  # global ranks; None when the trace cut the list short
+    size: Optional[int]
+
+
+def _group_of(m: CollectiveMeta, world: Optional[int]) -> Optional[_Group]:
+    """The group a recorded collective runs in; for send / recv with both peers known, the pair."""
+    ranks = m.ranks
+    if m.name.lower() in _P2P and m.src is not None and m.dst is not None:
+        def glob(r: int) -> Optional[int]:  # peers are ranks of the group: global through its rank list
+            if ranks is not None:
+                return ranks[r] if 0 <= r < len(ranks) else None
+            return r if world is not None and m.size == world else None
+        a, b = glob(m.src), glob(m.dst)
+        if a is not None and b is not None:
+            lo, hi = min(a, b), max(a, b)
+            return _Group(f"p2p {lo}<->{hi}", frozenset((lo, hi)), 2 if lo != hi else 1)
+    if not m.group and ranks is None and m.size is None:
+        return None
+    label = f"group {m.group or '?'}"
+    if ranks is not None:
+        label += f" ranks {_ranges(ranks)}"
+    elif m.size is not None:
+        label += f" ({m.size} ranks)"
+    return _Group(label, frozenset(ranks) if ranks is not None else None,
+                  len(ranks) if ranks is not None else m.size)
+
+
+def _ranges(ranks: Any) -> str:
+    xs = sorted(set(ranks))
+    out, i = [], 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        out.append(f"{xs[i]}-{xs[j]}" if j > i else str(xs[i]))
+        i = j + 1
+    return ",".join(out)
+
+
+def _keyed(summaries: list[RankSummary], world: Optional[int],
+           ) -> tuple[dict[int, dict[tuple, tuple]], dict[str, _Group]]:
+    """Per rank: match key -> (event, meta, group id or None). Keys: (group id, 'seq', seq) where every event of the
+    group carries a sequence number, else (group id, kind, order within the group and kind)."""
+    groups: dict[str, _Group] = {}
+    assigned: dict[int, list[tuple[Event, Optional[CollectiveMeta], Optional[str]]]] = {}
+    for s in summaries:
+        metas = list(s.collective_meta) + [None] * (len(s.collectives) - len(s.collective_meta))
+        rows: list[tuple[Event, Optional[CollectiveMeta], Optional[str]]] = []
+        kind_groups: dict[str, set[str]] = defaultdict(set)
+        for ev, m in zip(s.collectives, metas):
+            g = _group_of(m, world) if m is not None else None
+            if g is not None:
+                groups.setdefault(g.gid, g)
+                kind_groups[ev[0]].add(g.gid)
+            rows.append((tuple(ev), m, g.gid if g else None))  # type: ignore[arg-type]
+        # a kernel without metadata (a graph replay) joins the one group its kind's recorded kernels name
+        rows = [(ev, m, gid if gid is not None or len(kind_groups[ev[0]]) != 1 else next(iter(kind_groups[ev[0]])))
+                for ev, m, gid in rows]
+        assigned[s.rank] = rows
+    with_seq = {gid: all(m is not None and m.seq is not None for rows in assigned.values()
+                         for _, m, g in rows if g == gid) for gid in groups}
+    keyed: dict[int, dict[tuple, tuple]] = {}
+    for rank, rows in assigned.items():
+        seen: Counter = Counter()
+        out: dict[tuple, tuple] = {}
+        for ev, m, gid in rows:
+            if gid is not None and with_seq.get(gid) and m is not None:
+                key: tuple = (gid, "seq", m.seq, ev[0])
+            else:
+                key = (gid, ev[0], seen[(gid, ev[0])])
+                seen[(gid, ev[0])] += 1
+            out[key] = (ev, m, gid)
+        keyed[rank] = out
+    return keyed, groups
+
+
+def analyze_collectives(summaries: list[RankSummary], layer_names: dict[int, str], world: Optional[int] = None,
+                        top_n_instances: int = 200) -> tuple[Optional[CollectiveAnalysis], list[Warning_]]:
+    """Match the ranks' collectives and read waits, transfers, last arrivals per rank and per layer, with a warning
+    (and no figure) for every collective that cannot be matched with evidence (see the module doc)."""
     with_events = [s for s in summaries if s.collectives]
     if len(with_events) < 2:
-        return None
+        return None, []
+    set_ranks = {s.rank for s in summaries}
+    whole_run = world is not None and set(range(world)) <= set_ranks
     sources = sorted({s.collective_source for s in with_events})
-    keyed: dict[int, dict[tuple[str, int], Event]] = {}
-    for s in with_events:
-        seen: Counter = Counter()
-        keyed[s.rank] = {}
-        for ev in s.collectives:
-            keyed[s.rank][(ev[0], seen[ev[0]])] = tuple(ev)  # type: ignore[assignment]
-            seen[ev[0]] += 1
+    keyed, groups = _keyed(with_events, world)
     ranks = sorted(keyed)
-    common = set.intersection(*(set(k) for k in keyed.values()))
-    unmatched = sum(len(k) for k in keyed.values()) - len(common) * len(ranks)
+    all_keys = sorted({k for d in keyed.values() for k in d}, key=lambda k: min(
+        d[k][0][1] for d in keyed.values() if k in d))
+    incomplete: Counter = Counter()  # group id (or '') -> collectives skipped for ranks outside the set
+    missing_of: dict[str, set[int]] = {}
+    held_of: dict[str, int] = {}  # groups whose rank list the trace cut short: how many of their ranks the set holds
+    unverified = 0
+    no_overlap: list[str] = []
+    mismatch: list[str] = []
+    computed: list[tuple[tuple, list[int]]] = []
+    for key in all_keys:
+        gid = key[0]
+        if gid is None:
+            if not whole_run:
+                unverified += 1
+                continue
+            members = ranks
+        else:
+            g = groups[gid]
+            if g.members is not None:
+                out = g.members - set_ranks
+                if out:
+                    incomplete[gid] += 1
+                    missing_of[gid] = set(out)
+                    continue
+                members = sorted(g.members)
+            else:
+                present = [r for r in ranks if any(v[2] == gid for v in keyed[r].values())]
+                if g.size is None or len(present) < g.size:
+                    incomplete[gid] += 1
+                    held_of[gid] = len(present)
+                    continue
+                members = present
+        if len(members) < 2 or any(key not in keyed[r] for r in members):
+            continue  # not on every rank of the group: counted as unmatched below
+        metas = [keyed[r][key][1] for r in members]
+        names = {m.name.lower() for m in metas if m is not None}
+        sizes = {m.nelems for m in metas if m is not None and m.nelems is not None}
+        p2p = bool(names & _P2P)
+        if (len(names) > 1 and not p2p) or (len(sizes) > 1 and names <= _SAME_SIZE):
+            mismatch.append(f"{key[1] if key[1] != 'seq' else key[3]} #{key[2]} of {gid}: "
+                            f"{', '.join(sorted(names))} / {', '.join(str(x) for x in sorted(sizes))} elements")
+            continue
+        evs = [keyed[r][key][0] for r in members]
+        ends = [e[2] for e in evs]
+        if all(e is not None for e in ends):
+            first_end = min(e for e in ends if e is not None)
+            last_start = max(e[1] for e in evs)
+            if last_start > first_end:
+                r_end = members[[e[2] for e in evs].index(first_end)]
+                r_start = members[[e[1] for e in evs].index(last_start)]
+                no_overlap.append(f"{evs[0][0]} #{key[-1] if key[1] != 'seq' else key[2]}"
+                                  f"{' of ' + gid if gid else ''}: rank {r_end} ended {last_start - first_end:,.1f} us "
+                                  f"before rank {r_start} started")
+                continue
+        computed.append((key, members))
+    warnings = _warnings(incomplete, missing_of, held_of, groups, unverified, no_overlap, mismatch, world, set_ranks)
+    if not computed:
+        return None, warnings
+    used: dict[int, int] = Counter()
     wait = dict.fromkeys(ranks, 0.0)
     transfer: dict[int, float] = dict.fromkeys(ranks, 0.0)
-    has_end = all(keyed[r][key][2] is not None for r in ranks for key in common)
+    has_end = all(keyed[r][key][0][2] is not None for key, members in computed for r in members)
     last_count: Counter = Counter()
     layer_wait: dict[int, dict[int, float]] = defaultdict(lambda: dict.fromkeys(ranks, 0.0))
     layer_last: dict[int, Counter] = defaultdict(Counter)
     instances = []
-    for key in sorted(common, key=lambda k: min(keyed[r][k][1] for r in ranks)):
-        arrivals = {r: keyed[r][key][1] for r in ranks}
-        last = max(ranks, key=lambda r: (arrivals[r], -r))
+    for key, members in computed:
+        ev = {r: keyed[r][key][0] for r in members}
+        arrivals = {r: ev[r][1] for r in members}
+        last = max(members, key=lambda r: (arrivals[r], -r))
         start = arrivals[last]
-        layer = keyed[last][key][3]
+        layer = ev[last][3]
         last_count[last] += 1
-        waits = {r: start - arrivals[r] for r in ranks}
+        waits = {r: start - arrivals[r] for r in members}
         lateness = min((w for r, w in waits.items() if r != last), default=0.0)
-        for r in ranks:
+        for r in members:
+            used[r] += 1
             wait[r] += waits[r]
             if has_end:
-                end = keyed[r][key][2]
-                transfer[r] += max(0.0, (end or start) - start)
+                end = ev[r][2]
+                transfer[r] += max(0.0, (end if end is not None else start) - start)
             if layer >= 0:
                 layer_wait[layer][r] += waits[r]
         if layer >= 0:
             layer_last[layer][last] += 1
-        instances.append(CollectiveInstance(kind=key[0], index=key[1], layer=layer, last_rank=last, start_us=start,
+        kind = key[3] if key[1] == "seq" else key[1]
+        index = key[2]
+        instances.append(CollectiveInstance(kind=kind, index=index, layer=layer, last_rank=last, start_us=start,
                                             lateness_us=lateness, max_wait_us=max(waits.values()),
                                             per_rank_wait_us=waits))
-    n = len(common)
-    starts = [c.start_us for c in instances]
+    n = len(computed)
+    unmatched = sum(len(d) for d in keyed.values()) - sum(used.values())
+    starts = [c.start_us for c in instances]  # in order of first arrival
     gaps = sorted(b - a for a, b in zip(starts, starts[1:]))
     interval = gaps[len(gaps) // 2] if gaps else 0.0
     per_rank = [CollectiveRank(rank=r, wait_us=wait[r], transfer_us=transfer[r] if has_end else None,
                                last_count=last_count[r], overlap=next(
                                    (s.collective_overlap for s in with_events if s.rank == r), None))
-                for r in ranks]
+                for r in ranks if used[r]]
     per_rank.sort(key=lambda x: (-x.last_count, x.wait_us, x.rank))
     layers = []
     for idx in sorted(layer_wait):
         worst = max((c for c in instances if c.layer == idx), key=lambda c: (c.lateness_us, -c.index))
         late = worst.last_rank if interval > 0 and worst.lateness_us >= LATE_SHARE * interval else None
         layers.append(CollectiveLayer(index=idx, name=layer_names.get(idx, f"layer {idx}"),
-                                      per_rank_wait_us=layer_wait[idx], late_rank=late, lateness_us=worst.lateness_us,
+                                      per_rank_wait_us={r: w for r, w in layer_wait[idx].items() if used[r]},
+                                      late_rank=late, lateness_us=worst.lateness_us,
                                       last_counts=dict(layer_last[idx])))
     straggler, evidence = _verdict(layers, instances, interval)
     instances.sort(key=lambda c: (-c.lateness_us, c.kind, c.index))
     layers.sort(key=lambda x: (-x.lateness_us, x.index))
     return CollectiveAnalysis(
-        source=", ".join(sources), ranks=len(ranks), matched=n, unmatched=unmatched, median_interval_us=interval,
-        straggler_rank=straggler,
-        evidence=evidence, per_rank=per_rank, layers=layers, instances=instances[:top_n_instances])
+        source=", ".join(sources), ranks=sum(1 for r in ranks if used[r]), matched=n, unmatched=unmatched,
+        median_interval_us=interval, straggler_rank=straggler,
+        evidence=evidence, per_rank=per_rank, layers=layers, instances=instances[:top_n_instances]), warnings
+
+
+def _warnings(incomplete: Counter, missing_of: dict[str, set[int]], held_of: dict[str, int],
+              groups: dict[str, _Group], unverified: int, no_overlap: list[str], mismatch: list[str],
+              world: Optional[int], set_ranks: set[int]) -> list[Warning_]:
+    out = []
+    if incomplete:
+        parts = []
+        for gid, n in incomplete.most_common(3):
+            g = groups[gid]
+            miss = missing_of.get(gid)
+            why = (f"its ranks {_ranges(miss)} are not in the set" if miss else
+                   f"the set holds {held_of.get(gid, 0)} of its ranks" if g.size is not None else
+                   "its size is not recorded")
+            parts.append(f"{n} of {gid}: {why}")
+        more = f" and {len(incomplete) - 3} more group(s)" if len(incomplete) > 3 else ""
+        out.append(Warning_(code=WarningCode.collective_group_incomplete, count=sum(incomplete.values()), message=(
+            f"collectives whose process group is not all in the set were not matched, no wait is computed for them: "
+            f"{'; '.join(parts)}{more}; the set holds ranks {_ranges(set_ranks)}. Pass every rank of the group "
+            f"(a collective's waits need all its participants)")))
+    if unverified:
+        why = ("no trace carries distributedInfo's world size" if world is None else
+               f"ranks {_ranges(set(range(world)) - set_ranks)} of the {world}-rank run are not in the set")
+        out.append(Warning_(code=WarningCode.collective_set_unverified, count=unverified, message=(
+            f"{unverified} collective(s) record no process group and {why}: they were not matched by kind and order "
+            f"(their counterparts may be on ranks outside the set), no wait is computed for them. Pass the whole run, "
+            f"or traces from a PyTorch that records collective metadata on its kernels")))
+    if no_overlap:
+        out.append(Warning_(code=WarningCode.collective_no_overlap, count=len(no_overlap), message=(
+            f"{len(no_overlap)} collective(s) matched by group and order whose kernels do not overlap in time on every "
+            f"rank (e.g. {no_overlap[0]}): not the same operation (a profiling window cut differently on each "
+            f"rank) or clocks of different hosts; no wait is computed for them")))
+    if mismatch:
+        out.append(Warning_(code=WarningCode.collective_mismatch, count=len(mismatch), message=(
+            f"{len(mismatch)} collective(s) at the same position differ across ranks in name or message size "
+            f"(e.g. {mismatch[0]}): the ranks ran different collectives there; no wait is computed for them")))
+    return out
 
 
 def _verdict(layers: list[CollectiveLayer], instances: list[CollectiveInstance], interval: float,

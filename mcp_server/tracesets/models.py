@@ -29,6 +29,20 @@ class LayerTime(Model):
     us: float
 
 
+class CollectiveMeta(Model):
+    """What PyTorch recorded about one collective on its kernel (``record_param_comms`` fields), as read."""
+
+    name: str = Field(description="'Collective name' (allreduce, _allgather_base, send, recv, ...)")
+    group: str = Field(default="", description="'Process Group Name'")
+    ranks: Optional[list[int]] = Field(default=None, description=(
+        "'Process Group Ranks' (global ranks; null when the profiler cut the list short or it is unreadable)"))
+    size: Optional[int] = Field(default=None, description="'Group size'")
+    nelems: Optional[int] = Field(default=None, description="'In msg nelems'")
+    seq: Optional[int] = Field(default=None, description="'Seq' (where PyTorch records it)")
+    src: Optional[int] = Field(default=None, description="'Src Rank' (point-to-point)")
+    dst: Optional[int] = Field(default=None, description="'Dst Rank' (point-to-point)")
+
+
 class RankSummary(Model):
     """What one rank's worker sends back: the single-trace analysis cut to what the set needs."""
 
@@ -48,6 +62,8 @@ class RankSummary(Model):
     collective_source: str = ""
     collectives: list[tuple[str, float, Optional[float], int]] = Field(default_factory=list, description=(
         "(kind, arrival us, end us or null, layer index or -1) in time order"))
+    collective_meta: list[Optional[CollectiveMeta]] = Field(default_factory=list, description=(
+        "what the trace records about each of ``collectives`` (same order; null where nothing is recorded)"))
     collective_overlap: Optional[float] = None
 
 
@@ -141,8 +157,11 @@ class CollectiveLayer(Model):
 class CollectiveAnalysis(Model):
     source: str = Field(description="communication kernels (NCCL/RCCL) or host c10d ops (gloo)")
     ranks: int
-    matched: int = Field(description="collectives found on every rank and matched by kind and order")
-    unmatched: int = Field(description="collective events of some ranks with no counterpart on every other")
+    matched: int = Field(description=(
+        "collectives found on every rank of their process group and matched by group, kind and sequence (or order)"))
+    unmatched: int = Field(description=(
+        "collective events left out: no counterpart on every other rank of the group, the group not all in the set, "
+        "kernels that do not overlap in time, or names / sizes that differ (the warnings say which)"))
     median_interval_us: float = Field(default=0.0, description="median time between consecutive collectives")
     straggler_rank: Optional[int] = Field(default=None, description=(
         "the rank that arrives late (by a quarter of the median interval) in at least half of the layers"))

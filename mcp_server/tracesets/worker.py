@@ -85,12 +85,12 @@ def summarize_rank(task: dict[str, Any]) -> dict[str, Any]:
     layers, source = layer_instances(res.tree)
     if not layers:
         layers, source = graph_layers(res)
-    comm_source, comm, overlap = rank_collectives(res, layers)
+    comm_source, comm, comm_meta, overlap = rank_collectives(res, layers)
     summary = RankSummary(
         rank=t.rank, path=t.path, device=res.device, total_kernel_us=res.total_kernel_us,
         kernel_count=res.kernel_count, unattributed_us=res.unattributed_us,
         modules={n.path: (n.name, n.type, n.depth, n.total_us) for n in res.tree},
         layers=layers, layer_source=source, categories={c.category: c.total_us for c in res.categories},
         warnings=res.warnings, output_xlsx=res.output_xlsx, collective_source=comm_source, collectives=comm,
-        collective_overlap=overlap)
+        collective_meta=comm_meta, collective_overlap=overlap)
     return summary.model_dump(mode="json")
