@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "1"
@@ -13,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from mcp_server.kernels import quant  # noqa: E402
+from mcp_server.kernels import quant, tuning  # noqa: E402
 from mcp_server.kernels.w4a16 import w4a16_bmm  # noqa: E402
 from mcp_server.kernels.w8a16 import act_quant_fp8, w8a8_launch, w8a16_bmm  # noqa: E402
 
@@ -39,13 +40,32 @@ def main() -> None:
                     w4a16_bmm(x, qw, config={**cfg, "PF": True}), ref)
             if M == 1 and not zp:
                 out[f"int4_gemv_g{grp}_{tag}"] = rel(w4a16_bmm(x, qw, config=cfg, variant="gemv"), ref)
+            # split-K (the last program of a tile reduces the partials), SUB blocks per step
+            split = 2 if K >= 256 else 1
+            sk = {"variant": "splitk", "BLOCK_N": 32, "BLOCK_M": 16, "SPLIT": split, "SUB": 2 if K >= 512 else 1}
+            out[f"int4_splitk_g{grp}{'_zp' if zp else ''}_{tag}"] = rel(w4a16_bmm(x, qw, config=sk), ref)
+            # the M = 1 GEMV split along K (on the first token of each shape)
+            x1 = x[:, :1].contiguous()
+            gv = {"variant": "gemv", "BLOCK_N": 16, "SPLIT": K // 128, "SUB": 1}
+            out[f"int4_gemvsk_g{grp}{'_zp' if zp else ''}_{tag}"] = rel(
+                w4a16_bmm(x1, qw, config=gv), x1.float() @ quant.dequantize_int4(qw))
         for grp in (0, 64, 128):
             fw = quant.quantize_fp8(w, group=grp)
             ref = x.float() @ quant.dequantize_fp8(fw)
             out[f"fp8_shuffled_g{grp}_{tag}"] = rel(w8a16_bmm(x, fw, config={"BLOCK_N": 32, "SUB": 1}), ref)
+            out[f"fp8_splitk_g{grp}_{tag}"] = rel(w8a16_bmm(x, fw, config={
+                "BLOCK_N": 32, "SUB": 2, "SPLIT": K // 128}), ref)
             nat = quant.quantize_fp8(w, group=grp, layout="natural")
             out[f"fp8_natural_g{grp}_{tag}"] = rel(
                 w8a16_bmm(x, nat, config={"BLOCK_N": 32, "BLOCK_K": 64 if not grp or grp % 64 == 0 else 32}), ref)
+        # no config: the shape dispatch (these CPU shapes are not in the table: one warning each)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            qw = quant.quantize_int4(w)
+            out[f"int4_auto_{tag}"] = rel(w4a16_bmm(x, qw), x.float() @ quant.dequantize_int4(qw))
+            fw = quant.quantize_fp8(w)
+            out[f"fp8_auto_{tag}"] = rel(w8a16_bmm(x, fw), x.float() @ quant.dequantize_fp8(fw))
+        out[f"untuned_warnings_{tag}"] = [str(m.message) for m in seen if m.category is tuning.UntunedShapeWarning]
         nat = quant.quantize_fp8(w, layout="natural")
         x8, xs = quant.quantize_act_fp8(x)
         ref = (x8.float() * xs[..., None]) @ quant.dequantize_fp8(nat)

@@ -34,7 +34,8 @@ def results() -> dict:
 def test_every_variant_matches_the_dequantized_reference(results):
     errs = {k: v for k, v in results.items() if isinstance(v, float)}
     # 3 shapes x (4 int4 + 6 fp8 + w8a8 + act scale) + 2 gemv at M = 1 + 2 x 4 prefetching (K > 128)
-    assert len(errs) == 3 * 12 + 2 + 8
+    # + 3 shapes x (4 split-K int4 + 4 split-K GEMV + 3 split-K fp8 + the 2 dispatched defaults)
+    assert len(errs) == 3 * 12 + 2 + 8 + 3 * 13
     bad = {k: v for k, v in errs.items() if not k.startswith("act_scale") and not (v < 1e-2)}
     assert not bad, bad   # bf16 output rounding is ~3e-3; an indexing or packing bug gives O(1)
 
@@ -43,7 +44,20 @@ def test_every_family_is_covered(results):
     fams = {k.split("_H")[0] for k in results if k.startswith(("int4", "fp8", "w8a8"))}
     assert {"int4_dot_g128", "int4_dot_g128_zp", "int4_dot_g64", "int4_dot_g32_zp", "int4_gemv_g128",
             "int4_dotpf_g128", "int4_dotpf_g128_zp",
-            "fp8_shuffled_g0", "fp8_shuffled_g128", "fp8_natural_g0", "w8a8"} <= fams
+            "fp8_shuffled_g0", "fp8_shuffled_g128", "fp8_natural_g0", "w8a8",
+            "int4_splitk_g128", "int4_splitk_g32_zp", "int4_gemvsk_g128", "int4_gemvsk_g64", "int4_gemvsk_g128_zp",
+            "fp8_splitk_g0", "fp8_splitk_g128", "int4_auto", "fp8_auto"} <= fams
+
+
+def test_untuned_shapes_run_the_heuristic_and_warn_once(results):
+    """The CPU shapes are outside the H200 table: each family warns once, naming the variant it ran
+    and the verb that measures it; K = 128 at M = 1 runs the GEMV, larger K is split."""
+    warned = {k: v for k, v in results.items() if k.startswith("untuned_warnings_")}
+    assert len(warned) == 3 and all(len(v) == 2 for v in warned.values())
+    one = warned["untuned_warnings_H2_M1_K128_N64"]
+    assert "INT4 W4A16: M=1 K=128 N=64" in one[0] and "gemv" in one[0]
+    assert "kernelscope decode-gemm --shapes 128x64 --batch 1" in one[0] and "FP8 W8A16" in one[1]
+    assert "splitk config (SPLIT=2)" in warned["untuned_warnings_H1_M20_K512_N32"][0]
 
 
 def test_activation_scales_match_torch(results):

@@ -122,3 +122,34 @@ def test_without_a_gpu_the_engines_raise_a_typed_error():
         mla_bench()
     with pytest.raises(ToolMissingError, match="no CUDA GPU"):
         l2_sweep()
+
+
+def test_decode_gemm_families_are_tuned_and_other_shapes_get_a_valid_plan():
+    from mcp_server.kernels import decode
+
+    for kind in ("int4", "fp8"):
+        for K, N in decode.DECODE_SHAPES:
+            for M in decode.DECODE_BATCHES:
+                assert tuning.is_tuned(kind, M, K, N), (kind, M, K, N)
+    # measured at M = 1: the CUDA-core GEMV split to one 128-k block per program
+    assert tuning.config_for("int4", 1, 4096, 4096) == {
+        "variant": "gemv", "BLOCK_N": 128, "SPLIT": 32, "SUB": 1, "num_warps": 4, "num_stages": 1}
+    assert tuning.config_for("int4", 8, 7168, 2048)["SPLIT"] == 14
+    # untuned shapes: K divisible by SPLIT x 128 x SUB (64 for fp8), N by BLOCK_N, a few programs per SM
+    for K, N in ((4096, 11008), (11008, 4096), (5120, 640), (1024, 1024), (14336, 4096), (256, 48)):
+        for M in (1, 4, 16, 48, 200):
+            assert not tuning.is_tuned("int4", M, K, N)
+            c = tuning.config_for("int4", M, K, N)
+            assert N % c["BLOCK_N"] == 0 and K % (c.get("SPLIT", 1) * 128 * c.get("SUB", 1)) == 0, (K, N, M, c)
+            assert c["variant"] == ("gemv" if M == 1 else "splitk")
+            f = tuning.config_for("fp8", M, K, N)
+            assert N % f["BLOCK_N"] == 0 and K % (f["SPLIT"] * 64 * f["SUB"]) == 0, (K, N, M, f)
+            if M == 1:
+                progs = (N // c["BLOCK_N"]) * c["SPLIT"]
+                assert progs >= 132 or c["SPLIT"] == K // 128     # fills the SMs unless K runs out
+    assert tuning.config_for("int4", 1, 11008, 4096)["SPLIT"] == 43     # 86 blocks: a divisor, not a power of 2
+    assert tuning.config_for("int4", 8, 4096, 11008)["SPLIT"] == 4      # 172 tiles x 4: nearest 4 per SM
+    with pytest.raises(ValueError, match="multiple of 128"):
+        tuning.config_for("int4", 1, 200, 64)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        tuning.config_for("int4", 1, 256, 40)

@@ -60,13 +60,21 @@ def report(k, tag: str, sass_dir: Path | None):
 
 I4 = {"x_ptr": "*bf16", "qw_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*bf16", "out_ptr": "*bf16",
       "M": "i32", "N": "i32"}
-F8 = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*fp32", "out_ptr": "*bf16", "M": "i32", "N": "i32"}
+F8 = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*fp32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32",
+      "M": "i32", "N": "i32"}
+F8P = {k: v for k, v in F8.items() if k not in ("ws_ptr", "cnt_ptr")}
+I4S = {"x_ptr": "*bf16", "qw_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*bf16", "out_ptr": "*bf16",
+       "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32"}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sass-dir", type=Path, default=None)
+    ap.add_argument("--splitk", action="store_true", help="only the split-K decode-GEMM kernels")
     a = ap.parse_args()
+    if a.splitk:
+        splitk(a.sass_dir)
+        return
     for K in (128, 512):
         for bm in (16, 64):
             for bn, nw in ((128, 4), (256, 8)):
@@ -80,6 +88,18 @@ def main():
 
 
 
+def splitk(sass_dir: Path | None = None):
+    """The split-K decode-GEMM kernels (INT4 and FP8) at the sweep's typical configs."""
+    for K, split in ((4096, 8), (512, 1)):
+        for bn, sub in ((64, 2), (64, 4), (128, 2), (128, 4)):
+            c = {"K": K, "GROUP": 128, "HAS_ZERO": False, "UNPACK": 0, "BLOCK_N": bn, "BLOCK_M": 16,
+                 "SPLIT": split, "SUB": sub}
+            report(compile_one(w4a16._w4a16_splitk_kernel, I4S, c, 4), f"int4_splitk_K{K}_BN{bn}_S{split}_U{sub}",
+                   sass_dir)
+            c = {"K": K, "GROUP": 0, "UNPACK": 0, "SUB": sub, "BLOCK_N": bn, "BLOCK_M": 16, "SPLIT": split}
+            report(compile_one(w8a16._w8a16_shuf_kernel, F8, c, 4), f"fp8_shuf_K{K}_BN{bn}_S{split}_U{sub}", sass_dir)
+
+
 def persistent():
     sig = dict(I4)
     sig["H"] = "i32"
@@ -91,7 +111,7 @@ def persistent():
 
 
 def persistent_fp8():
-    sig = dict(F8)
+    sig = dict(F8P)
     sig["H"] = "i32"
     for K in (128, 512):
         c = {"K": K, "GROUP": 0, "UNPACK": 0, "BLOCK_N": 128, "BLOCK_M": 16}

@@ -183,18 +183,21 @@ ROW_KEYS = ("model", "H", "M", "K", "N", "weight_mb", "cache", "bf16_us", "int4_
             "int4_speedup", "fp8_speedup", "int4_tbps")
 
 
-def bench_row(shape, cache: str, group: int = 128, configs=None) -> dict:
+def bench_row(shape, cache: str, group: int = 128, configs=None, cupti: bool = False) -> dict:
     """One row of the MLA table (the keys of bench/results/mla_h200.json, plus extras).
 
-    ``configs``: optional ``fn(kind, M, K, N) -> config`` (default ``tuning.config_for``).
+    ``configs``: optional ``fn(kind, M, K, N) -> config`` (default ``tuning.config_for``);
+    ``cupti``: also the CUPTI kernel time of each format (``decode.cupti_us``), ``*_cupti_us``.
     """
     from mcp_server.kernels import tuning
 
     pick = configs or tuning.config_for
     buf = ShapeBuffers(shape.H, shape.M, shape.K, shape.N, cache, group=group)
-    bf16 = time_launches(buf.bf16_fns())
-    int4 = time_launches(buf.int4_fns(pick("int4", shape.M, shape.K, shape.N)))
-    fp8 = time_launches(buf.fp8_fns(pick("fp8", shape.M, shape.K, shape.N)))
+    fns = {"bf16": buf.bf16_fns(), "int4": buf.int4_fns(pick("int4", shape.M, shape.K, shape.N)),
+           "fp8": buf.fp8_fns(pick("fp8", shape.M, shape.K, shape.N))}
+    bf16 = time_launches(fns["bf16"])
+    int4 = time_launches(fns["int4"])
+    fp8 = time_launches(fns["fp8"])
     row = {
         "model": shape.model, "H": shape.H, "M": shape.M, "K": shape.K, "N": shape.N,
         "weight_mb": round(shape.weight_mb, 2), "cache": cache,
@@ -205,6 +208,15 @@ def bench_row(shape, cache: str, group: int = 128, configs=None) -> dict:
         "weight": shape.weight, "layers": shape.layers,
         "bf16_tbps": round(buf.tbps("bf16", bf16), 3), "fp8_tbps": round(buf.tbps("fp8", fp8), 3),
     }
+    if cupti:
+        from mcp_server.kernels.decode import cupti_us
+
+        for fmt, f in fns.items():
+            us = cupti_us(f)
+            row[f"{fmt}_cupti_us"] = round(us, 2)
+            row[f"{fmt}_cupti_tbps"] = round(buf.tbps(fmt, us), 3)
+        for fmt in ("int4", "fp8"):
+            row[f"{fmt}_cupti_speedup"] = round(row["bf16_cupti_us"] / row[f"{fmt}_cupti_us"], 3)
     del buf
     return row
 
@@ -243,7 +255,7 @@ def check_shape(shape, group: int = 128, seed: int = 0, configs=None) -> dict:
 
 def run_mla_bench(model: str = "deepseek-v3", batches=(1, 8, 64), stacks=(1, 8, 32),
                   caches=("warm", "cold"), group: int = 128, check: bool = True,
-                  configs=None, progress=None, deadline: float | None = None) -> dict:
+                  configs=None, progress=None, deadline: float | None = None, cupti: bool = False) -> dict:
     """Every shape x cache of the model; plain dict with rows, device facts and checks.
 
     ``deadline`` (``time.monotonic()`` value): no new shape starts after it; ``timed_out`` says so.
@@ -269,7 +281,7 @@ def run_mla_bench(model: str = "deepseek-v3", batches=(1, 8, 64), stacks=(1, 8, 
         if check and shape.layers == 1:
             checks.append({"shape": shape.label, "M": shape.M, **check_shape(shape, group, configs=configs)})
         for cache in caches:
-            rows.append(bench_row(shape, cache, group, configs))
+            rows.append(bench_row(shape, cache, group, configs, cupti))
             done += 1
             if progress:
                 progress(done, total, f"{shape.label} {cache}")

@@ -1,13 +1,27 @@
-"""Measured winning kernel configurations per shape family, recorded as data.
+"""Measured winning kernel configurations per shape family, recorded as data, and the shape
+dispatch for everything else.
 
-A shape family is (kind, M bucket, K, N). The values come from the config sweep of
-``tools/mla_probe.py`` on the H200 (see bench/RESULTS.md, "MLA reconstruction BMMs"); a first
-call uses them directly, with no autotuning. Shapes outside the table get the nearest bucket.
+A shape family is (kind, M bucket, K, N). The values come from the H200 sweeps (bench/RESULTS.md,
+"MLA reconstruction BMMs" and "decode GEMM"); a first call uses them directly, with no
+autotuning. A shape outside the table gets a config from its shape (``heuristic``): the CUDA-core
+GEMV with split-K at M = 1, the split-K tensor-core kernel above, the one-block ``dot`` kernel
+when K = 128, with SPLIT chosen so that a few programs land on every SM; the launchers then warn
+once per family (``UntunedShapeWarning``) that its speed was not measured.
 """
 from __future__ import annotations
 
+import math
+import warnings
+
 #: M buckets: a family is keyed by the smallest bucket >= M.
 M_BUCKETS = (1, 8, 16, 64, 256)
+#: Multiprocessors the heuristic plans for when no device is given (the H200).
+DEFAULT_SMS = 132
+
+
+class UntunedShapeWarning(UserWarning):
+    """A quantized kernel ran a shape family that the recorded sweeps did not measure."""
+
 
 #: Defaults before measurement (replaced by the sweep's winners below).
 _DEFAULTS: dict[str, dict] = {
@@ -42,7 +56,49 @@ TABLE: dict[tuple[str, int, int, int], dict] = {
     ("int4", 256, 512, 128): {"variant": "dot", "BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "PF": True},
 }
 
-SOURCE = "H200 sweep 2026-12-01 (bench/results/mla_sweep_h200.json)"
+#: Issue 26's sweeps (tools/decode_gemm_h200.py, 2026-12-01, bench/results/decode_sweep_h200_r*.json):
+#: FP8 W_UV at M <= 16 runs best as 32-wide mma.sync tiles of one warp (21.8 vs 24.3 us at 8 layers,
+#: M = 1), and the decode GEMMs (H = 1): the CUDA-core GEMV with a fine split-K (one 128-k block per
+#: program) at M = 1, the split-K tensor-core kernel at M = 8 and 16, FP8 split-K everywhere.
+#: INT4 W_UV at M = 1 keeps its issue-11 config: a 2-warp tile measured 3.5 % faster (14.76 vs
+#: 15.30 us) but the kernel-compass worked example's one-layer revert decision sits at 1.027x.
+_F8UV = {"variant": "asm", "BLOCK_N": 32, "SUB": 2, "num_warps": 1, "num_stages": 3}
+TABLE.update({
+    ("fp8", 1, 512, 128): dict(_F8UV), ("fp8", 8, 512, 128): dict(_F8UV), ("fp8", 16, 512, 128): dict(_F8UV),
+})
+
+
+def _gemv(bn: int, split: int) -> dict:
+    return {"variant": "gemv", "BLOCK_N": bn, "SPLIT": split, "SUB": 1, "num_warps": 4, "num_stages": 1}
+
+
+def _sk(bn: int, split: int, nw: int = 4, ns: int = 2) -> dict:
+    return {"variant": "splitk", "BLOCK_N": bn, "SPLIT": split, "SUB": 2, "num_warps": nw, "num_stages": ns}
+
+
+def _f8(split: int, ns: int = 1) -> dict:
+    return {"variant": "asm", "BLOCK_N": 128, "SUB": 2, "SPLIT": split, "num_warps": 4, "num_stages": ns}
+
+
+DECODE_TABLE: dict[tuple[str, int, int, int], dict] = {
+    ("int4", 1, 4096, 4096): _gemv(128, 32), ("int4", 8, 4096, 4096): _sk(64, 8),
+    ("int4", 16, 4096, 4096): _sk(64, 8),
+    ("int4", 1, 8192, 8192): {"variant": "splitk", "BLOCK_N": 32, "SPLIT": 8, "SUB": 2, "num_warps": 1,
+                              "num_stages": 1},
+    ("int4", 8, 8192, 8192): _sk(64, 4), ("int4", 16, 8192, 8192): _sk(64, 4),
+    ("int4", 1, 7168, 2048): _gemv(128, 56), ("int4", 8, 7168, 2048): _sk(64, 14),
+    ("int4", 16, 7168, 2048): _sk(64, 14),
+    ("int4", 1, 2048, 7168): _gemv(128, 16), ("int4", 8, 2048, 7168): _sk(64, 8, 2, 1),
+    ("int4", 16, 2048, 7168): _sk(64, 8, 2, 1),
+    ("fp8", 1, 4096, 4096): _f8(16), ("fp8", 8, 4096, 4096): _f8(16), ("fp8", 16, 4096, 4096): _f8(16),
+    ("fp8", 1, 8192, 8192): _f8(8, 2), ("fp8", 8, 8192, 8192): _f8(8, 2), ("fp8", 16, 8192, 8192): _f8(8, 2),
+    ("fp8", 1, 7168, 2048): _f8(28), ("fp8", 8, 7168, 2048): _f8(28), ("fp8", 16, 7168, 2048): _f8(28),
+    ("fp8", 1, 2048, 7168): _f8(8, 2), ("fp8", 8, 2048, 7168): _f8(8), ("fp8", 16, 2048, 7168): _f8(8),
+}
+TABLE.update(DECODE_TABLE)
+
+SOURCE = ("H200 sweeps 2026-12-01 (bench/results/mla_sweep_h200.json; decode GEMMs and FP8 W_UV: "
+          "bench/results/decode_sweep_h200_r*.json)")
 
 
 def bucket(M: int) -> int:
@@ -52,13 +108,82 @@ def bucket(M: int) -> int:
     return M_BUCKETS[-1]
 
 
-def config_for(kind: str, M: int, K: int, N: int) -> dict:
-    """The recorded config of this family (a copy), else the kind's default."""
+def is_tuned(kind: str, M: int, K: int, N: int) -> bool:
+    """Whether the family of this shape was measured (its config is in ``TABLE``)."""
+    return (kind, bucket(M), K, N) in TABLE
+
+
+def _split(blocks: int, tiles: int, target: int) -> int:
+    """The divisor s of ``blocks`` (<= 64) with ``tiles * s`` nearest ``target`` (1 when the tiles
+    alone already fill the target)."""
+    if tiles >= target:
+        return 1
+    divs = [s for s in range(1, min(blocks, 64) + 1) if blocks % s == 0]
+    return min(divs, key=lambda s: (abs(math.log(tiles * s / target)), s))
+
+
+def _widest(N: int, widths=(128, 64, 32, 16)) -> int:
+    for bn in widths:
+        if N % bn == 0:
+            return bn
+    raise ValueError(f"N={N} must be a multiple of 16")
+
+
+def heuristic(kind: str, M: int, K: int, N: int, H: int = 1, sms: int = DEFAULT_SMS) -> dict:
+    """A config from the shape alone, following what the sweeps measured best: M = 1 INT4 runs the
+    CUDA-core GEMV split into programs of one 128-k block until ~7 programs per SM; other INT4
+    shapes the split-K tensor-core kernel (K = 128: the one-block ``dot`` kernel) at ~4 programs
+    per SM; FP8 the split-K word-tile kernel at ~3.5 programs per SM."""
+    if kind == "fp8":
+        if K % 64:
+            raise ValueError(f"K={K} must be a multiple of 64")
+        bn = _widest(N)
+        sub = 2 if (K // 64) % 2 == 0 else 1
+        bm = 16 if M <= 16 else 64
+        tiles = H * -(-M // bm) * (N // bn)
+        return {"variant": "asm", "BLOCK_N": bn, "SUB": sub, "SPLIT": _split(K // (64 * sub), tiles, 7 * sms // 2),
+                "num_warps": 4, "num_stages": 1}
+    if kind != "int4":
+        return dict(_DEFAULTS[kind])
+    if K % 128:
+        raise ValueError(f"K={K} must be a multiple of 128")
+    if M == 1:
+        bn = _widest(N)
+        return _gemv(bn, _split(K // 128, H * (N // bn), 7 * sms))
+    if K == 128:
+        bn = _widest(N, (256, 128, 64, 32, 16))
+        return {"variant": "dot", "BLOCK_N": bn, "num_warps": 8 if M > 16 and bn >= 256 else 4, "num_stages": 2,
+                "DEP": M <= 16}
+    bn = _widest(N, (64, 32, 16))
+    sub = 2 if (K // 128) % 2 == 0 else 1
+    bm = 16 if M <= 16 else 64
+    tiles = H * -(-M // bm) * (N // bn)
+    return {"variant": "splitk", "BLOCK_N": bn, "SUB": sub, "SPLIT": _split(K // (128 * sub), tiles, 4 * sms),
+            "num_warps": 4, "num_stages": 2}
+
+
+_WARNED: set = set()
+
+
+def config_for(kind: str, M: int, K: int, N: int, H: int = 1, sms: int = DEFAULT_SMS) -> dict:
+    """The recorded config of this family (a copy), else ``heuristic`` for the shape."""
     hit = TABLE.get((kind, bucket(M), K, N))
-    if hit is None:
-        same = [v for (k, b, kk, nn), v in TABLE.items() if k == kind and kk == K and nn == N]
-        hit = same[0] if same else _DEFAULTS[kind]
-    cfg = dict(hit)
+    cfg = dict(hit) if hit is not None else heuristic(kind, M, K, N, H, sms)
     if kind in ("int4", "fp8", "w8a8") and M > 16:
         cfg.setdefault("BLOCK_M", None)
     return cfg
+
+
+def warn_untuned(kind: str, M: int, K: int, N: int, cfg: dict) -> None:
+    """Once per family: the shape's config is the heuristic's, its speed against tinygemm / cuBLAS
+    BF16 was not measured here."""
+    key = (kind, bucket(M), K, N)
+    if key in TABLE or key in _WARNED:
+        return
+    _WARNED.add(key)
+    name = {"int4": "INT4 W4A16", "fp8": "FP8 W8A16"}.get(kind, kind)
+    warnings.warn(UntunedShapeWarning(
+        f"kernelscope {name}: M={M} K={K} N={N} is outside the measured table; running the shape "
+        f"heuristic's {cfg.get('variant')} config (SPLIT={cfg.get('SPLIT', 1)}), whose speed against tinygemm "
+        f"and cuBLAS BF16 is unmeasured: check it with `kernelscope decode-gemm --shapes {K}x{N} --batch {M}`"),
+        stacklevel=3)

@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from mcp_server.kernels.quant import PACK_K, Int4Weights
+from mcp_server.kernels.splitk import splitk_store, workspace
 
 # Two int32 words in ($8, $9) -> eight bf16x2 registers ($0..$7): register j holds nibble j of
 # both words (j < 4 from the low halves, j >= 4 from the high halves), as bf16 q - 8.
@@ -246,6 +247,81 @@ def _w4a16_dot_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, K: tl.constexp
 
 
 @triton.jit
+def _blk_scales(s_row, z_row, k0, N, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr):
+    """The one scale (and zero) row of a 128-k block when a group spans whole blocks."""
+    CH: tl.constexpr = (GROUP if GROUP < 128 else 128) // 16
+    if CH == 8:
+        s = tl.load(s_row + (k0 // GROUP) * N).to(tl.float32)
+        if HAS_ZERO:
+            z = tl.load(z_row + (k0 // GROUP) * N).to(tl.float32)
+        else:
+            z = s
+    else:
+        s = None
+        z = None
+    return s, z
+
+
+@triton.jit
+def _w4a16_splitk_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K: tl.constexpr,
+                         GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, UNPACK: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, SPLIT: tl.constexpr,
+                         SUB: tl.constexpr):
+    """The decode-GEMM form: program (tile, k-slice, head). Each step issues the weight words of
+    SUB 128-k blocks first (HBM), then their activations and scales, then unpacks and multiplies,
+    so SUB x BLOCK_N x 64 bytes of weights are in flight per program; SPLIT programs share a tile
+    along K (``splitk.splitk_store`` reduces them), so a small N still fills the SMs."""
+    pid0 = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    b = tl.program_id(2).to(tl.int64)
+    n_nb = N // BLOCK_N
+    pid_n = pid0 % n_nb
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = (pid0 // n_nb) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_i = tl.arange(0, 16)
+    KW: tl.constexpr = K // 8
+    qw_rows = qw_ptr + b * N * KW + offs_n[:, None] * KW + offs_i[None, :]        # [BN, 16]
+    x_cols = x_ptr + b * M * K + offs_m[None, :] * K + offs_i[:, None]            # [16, BM]
+    m_mask = offs_m[None, :] < M
+    NG: tl.constexpr = K // GROUP
+    s_row = s_ptr + b * NG * N + offs_n
+    z_row = z_ptr + b * NG * N + offs_n
+    KS: tl.constexpr = K // SPLIT
+    k_lo = pid_k * KS
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    for kk in range(0, KS, 128 * SUB):
+        k0 = k_lo + kk
+        p0 = tl.load(qw_rows + k0 // 8)
+        if SUB >= 2:
+            p1 = tl.load(qw_rows + (k0 + 128) // 8)
+        if SUB >= 4:
+            p2 = tl.load(qw_rows + (k0 + 256) // 8)
+            p3 = tl.load(qw_rows + (k0 + 384) // 8)
+        xs0 = _load_x8(x_cols + k0, m_mask)
+        s0, z0 = _blk_scales(s_row, z_row, k0, N, GROUP, HAS_ZERO)
+        if SUB >= 2:
+            xs1 = _load_x8(x_cols + (k0 + 128), m_mask)
+            s1, z1 = _blk_scales(s_row, z_row, k0 + 128, N, GROUP, HAS_ZERO)
+        if SUB >= 4:
+            xs2 = _load_x8(x_cols + (k0 + 256), m_mask)
+            s2, z2 = _blk_scales(s_row, z_row, k0 + 256, N, GROUP, HAS_ZERO)
+            xs3 = _load_x8(x_cols + (k0 + 384), m_mask)
+            s3, z3 = _blk_scales(s_row, z_row, k0 + 384, N, GROUP, HAS_ZERO)
+        acc = _mma_block(acc, _unpack8(p0, UNPACK), xs0, s0, z0, k0, s_row, z_row, N, GROUP, HAS_ZERO,
+                         UNPACK, BLOCK_N, BLOCK_M)
+        if SUB >= 2:
+            acc = _mma_block(acc, _unpack8(p1, UNPACK), xs1, s1, z1, k0 + 128, s_row, z_row, N, GROUP,
+                             HAS_ZERO, UNPACK, BLOCK_N, BLOCK_M)
+        if SUB >= 4:
+            acc = _mma_block(acc, _unpack8(p2, UNPACK), xs2, s2, z2, k0 + 256, s_row, z_row, N, GROUP,
+                             HAS_ZERO, UNPACK, BLOCK_N, BLOCK_M)
+            acc = _mma_block(acc, _unpack8(p3, UNPACK), xs3, s3, z3, k0 + 384, s_row, z_row, N, GROUP,
+                             HAS_ZERO, UNPACK, BLOCK_N, BLOCK_M)
+    tile = b * tl.num_programs(0) + pid0
+    splitk_store(acc, out_ptr, ws_ptr, cnt_ptr, b, pid_k, tile, offs_m, offs_n, M, N, SPLIT)
+
+
+@triton.jit
 def _w4a16_persistent_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, H, K: tl.constexpr,
                              GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, UNPACK: tl.constexpr,
                              BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
@@ -333,32 +409,67 @@ def _w4a16_persistent_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, H, K: t
 
 
 @triton.jit
-def _w4a16_gemv_kernel(x_ptr, qw_ptr, s_ptr, out_ptr, M, N, K: tl.constexpr,
-                       GROUP: tl.constexpr, UNPACK: tl.constexpr, BLOCK_N: tl.constexpr):
-    """M = 1 reference design without tensor cores: fp32 FMAs into a [BN, 16] accumulator."""
+def _gemv_block(acc, p, x_row, k0, s_row, z_row, N, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr,
+                UNPACK: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One 128-k block of the M = 1 product on the CUDA cores: unpacked weights times the
+    activations in fp32 FMAs into the [BN, 16] accumulator (lane i holds k = 16 j + i)."""
+    CH: tl.constexpr = (GROUP if GROUP < 128 else 128) // 16
+    ws = _unpack8(p, UNPACK)
+    for g in tl.static_range(8 // CH):
+        part = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
+        xsum = tl.zeros([16], dtype=tl.float32)
+        for jj in tl.static_range(CH):
+            xj = tl.load(x_row + (k0 + (g * CH + jj) * 16)).to(tl.float32)
+            part += ws[g * CH + jj].to(tl.float32) * xj[None, :]
+            if HAS_ZERO:
+                xsum += xj
+        grp = (k0 + g * CH * 16) // GROUP
+        s = tl.load(s_row + grp * N).to(tl.float32)
+        if HAS_ZERO:
+            z = tl.load(z_row + grp * N).to(tl.float32)
+            part += (8.0 - z)[:, None] * xsum[None, :]
+        acc += part * s[:, None]
+    return acc
+
+
+@triton.jit
+def _w4a16_gemv_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, ws_ptr, cnt_ptr, N, K: tl.constexpr,
+                       GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, UNPACK: tl.constexpr,
+                       BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, SUB: tl.constexpr):
+    """M = 1 without tensor cores (no padded rows at all): program (n-block, k-slice, head), fp32
+    FMAs into a [BN, 16] accumulator reduced across the 16 lanes at the end; SUB blocks' weight
+    words issued together per step; SPLIT programs share an n-block along K (``splitk_store``)."""
     pid_n = tl.program_id(0)
-    b = tl.program_id(1).to(tl.int64)
+    pid_k = tl.program_id(1)
+    b = tl.program_id(2).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_i = tl.arange(0, 16)
-    KW = K // 8
+    KW: tl.constexpr = K // 8
     qw_rows = qw_ptr + b * N * KW + offs_n[:, None] * KW + offs_i[None, :]
     x_row = x_ptr + b * K + offs_i
-    NG = K // GROUP
+    NG: tl.constexpr = K // GROUP
     s_row = s_ptr + b * NG * N + offs_n
-    CH: tl.constexpr = (GROUP if GROUP < 128 else 128) // 16
+    z_row = z_ptr + b * NG * N + offs_n
+    KS: tl.constexpr = K // SPLIT
+    k_lo = pid_k * KS
     acc = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
-    for k0 in range(0, K, 128):
-        p = tl.load(qw_rows + k0 // 8)
-        ws = _unpack8(p, UNPACK)
-        for g in tl.static_range(8 // CH):
-            part = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
-            for jj in tl.static_range(CH):
-                xj = tl.load(x_row + (k0 + (g * CH + jj) * 16)).to(tl.float32)
-                part += ws[g * CH + jj].to(tl.float32) * xj[None, :]
-            grp = (k0 + g * CH * 16) // GROUP
-            s = tl.load(s_row + grp * N).to(tl.float32)
-            acc += part * s[:, None]
-    tl.store(out_ptr + b * N + offs_n, tl.sum(acc, axis=1).to(tl.bfloat16))
+    for kk in range(0, KS, 128 * SUB):
+        k0 = k_lo + kk
+        p0 = tl.load(qw_rows + k0 // 8)
+        if SUB >= 2:
+            p1 = tl.load(qw_rows + (k0 + 128) // 8)
+        if SUB >= 4:
+            p2 = tl.load(qw_rows + (k0 + 256) // 8)
+            p3 = tl.load(qw_rows + (k0 + 384) // 8)
+        acc = _gemv_block(acc, p0, x_row, k0, s_row, z_row, N, GROUP, HAS_ZERO, UNPACK, BLOCK_N)
+        if SUB >= 2:
+            acc = _gemv_block(acc, p1, x_row, k0 + 128, s_row, z_row, N, GROUP, HAS_ZERO, UNPACK, BLOCK_N)
+        if SUB >= 4:
+            acc = _gemv_block(acc, p2, x_row, k0 + 256, s_row, z_row, N, GROUP, HAS_ZERO, UNPACK, BLOCK_N)
+            acc = _gemv_block(acc, p3, x_row, k0 + 384, s_row, z_row, N, GROUP, HAS_ZERO, UNPACK, BLOCK_N)
+    res = tl.sum(acc, axis=1, keep_dims=True)                                     # [BN, 1]
+    tile = b * tl.num_programs(0) + pid_n
+    splitk_store(res, out_ptr, ws_ptr, cnt_ptr, b, pid_k, tile, tl.arange(0, 1), offs_n, 1, N, SPLIT)
 
 
 _SM_COUNT: dict = {}
@@ -389,9 +500,12 @@ def w4a16_bmm(x, w: Int4Weights, out=None, config: dict | None = None, variant: 
 def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, variant: str | None = None):
     """``x[H, M, K]`` bf16 times the INT4 weights -> ``[H, M, N]`` bf16.
 
-    ``config``: BLOCK_N, BLOCK_M, num_warps, num_stages (default: the recorded H200 winner for
-    this shape family, ``tuning.config_for``); ``variant``: "dot" (default), "dot_plain"
-    (no inline asm) or "gemv" (M = 1 only). Returns (compiled kernel, output tensor).
+    ``config``: variant, BLOCK_N, BLOCK_M, SPLIT, SUB, num_warps, num_stages (default: the recorded
+    H200 winner for this shape family, else the shape heuristic with an ``UntunedShapeWarning``,
+    ``tuning.config_for``); ``variant`` overrides the config's: "dot" (one program per output tile,
+    the MLA kernel), "splitk" (K split over SPLIT programs, SUB blocks in flight per step),
+    "gemv" (M = 1 on the CUDA cores, split-K), "persistent", and "*_plain" forms without inline
+    asm. Returns (compiled kernel, output tensor).
     """
     import torch
 
@@ -407,26 +521,46 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
         x = x.contiguous()
     if out is None:
         out = torch.empty((H, M, N), dtype=torch.bfloat16, device=x.device)
-    cfg = dict(config or tuning.config_for("int4", M, K, N))
+    if config is None:
+        cfg = tuning.config_for("int4", M, K, N, H, _sm_count(x.device))
+        tuning.warn_untuned("int4", M, K, N, cfg)
+    else:
+        cfg = dict(config)
     variant = variant or cfg.pop("variant", "dot")
     cfg.pop("variant", None)
-    unpack = 2 if _interpreting() else (1 if variant in ("dot_plain", "gemv_plain", "persistent_plain") else 0)
-    if variant == "persistent_plain":
-        variant = "persistent"
+    unpack = 2 if _interpreting() else (1 if variant.endswith("_plain") else 0)
+    if variant in ("persistent_plain", "splitk_plain"):
+        variant = variant[:-6]
+    zeros = w.zeros if w.zeros is not None else w.scales
     if variant in ("gemv", "gemv_plain"):
         if M != 1:
             raise ValueError("the gemv variant handles M = 1 only")
-        bn = cfg.get("BLOCK_N", 64)
+        bn = cfg.get("BLOCK_N", 32)
+        split, sub = int(cfg.get("SPLIT", 1)), int(cfg.get("SUB", 1))
         if N % bn:
             raise ValueError(f"N={N} is not a multiple of BLOCK_N={bn}")
-        return _w4a16_gemv_kernel[(N // bn, H)](
-            x, w.qweight, w.scales, out, M, N, K, GROUP=w.group, UNPACK=unpack, BLOCK_N=bn,
+        if K % (split * 128 * sub):
+            raise ValueError(f"K={K} is not a multiple of SPLIT*128*SUB={split * 128 * sub}")
+        ws, cnt = workspace(x.device, H * split * N if split > 1 else 1, H * (N // bn))
+        return _w4a16_gemv_kernel[(N // bn, split, H)](
+            x, w.qweight, w.scales, zeros, out, ws, cnt, N, K, GROUP=w.group, HAS_ZERO=w.zeros is not None,
+            UNPACK=unpack, BLOCK_N=bn, SPLIT=split, SUB=sub,
             num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2)), out
     bn = cfg.get("BLOCK_N", 128)
     bm = cfg.get("BLOCK_M") or min(64, max(16, triton.next_power_of_2(M)))
     if N % bn:
         raise ValueError(f"N={N} is not a multiple of BLOCK_N={bn}")
-    zeros = w.zeros if w.zeros is not None else w.scales
+    if variant == "splitk":
+        split, sub = int(cfg.get("SPLIT", 1)), int(cfg.get("SUB", 1))
+        if K % (split * 128 * sub):
+            raise ValueError(f"K={K} is not a multiple of SPLIT*128*SUB={split * 128 * sub}")
+        grid0 = triton.cdiv(M, bm) * (N // bn)
+        ws, cnt = workspace(x.device, H * split * M * N if split > 1 else 1, H * grid0)
+        k = _w4a16_splitk_kernel[(grid0, split, H)](
+            x, w.qweight, w.scales, zeros, out, ws, cnt, M, N, K, GROUP=w.group,
+            HAS_ZERO=w.zeros is not None, UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm, SPLIT=split, SUB=sub,
+            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2))
+        return k, out
     if variant == "persistent":
         tiles = H * (N // bn) * triton.cdiv(M, bm)
         grid = (min(tiles, _sm_count(x.device) * cfg.get("CTAS_PER_SM", 2)),)

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from mcp_server.kernels.quant import FP8_MAX, Fp8Weights
+from mcp_server.kernels.splitk import splitk_store, workspace
 
 _FP8_MAX = tl.constexpr(FP8_MAX)
 
@@ -120,14 +121,17 @@ def _fp8_block(acc, p, xs, s_row, kb, N, GROUP: tl.constexpr, UNPACK: tl.constex
 
 
 @triton.jit
-def _w8a16_shuf_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K: tl.constexpr,
+def _w8a16_shuf_kernel(x_ptr, w_ptr, s_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K: tl.constexpr,
                        GROUP: tl.constexpr, UNPACK: tl.constexpr, SUB: tl.constexpr,
-                       BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
-    """Shuffled-layout W8A16: [BN, 16] int32 word tiles, unpacked to four K=16 f16 dot operands."""
-    pid_n = tl.program_id(1)
+                       BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, SPLIT: tl.constexpr = 1):
+    """Shuffled-layout W8A16: [BN, 16] int32 word tiles, unpacked to four K=16 f16 dot operands.
+    Program (tile, k-slice, head); SPLIT > 1 splits K (``splitk.splitk_store`` reduces)."""
+    pid0 = tl.program_id(0)
+    pid_k = tl.program_id(1)
     b = tl.program_id(2).to(tl.int64)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    n_nb = N // BLOCK_N
+    offs_n = (pid0 % n_nb) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = (pid0 // n_nb) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_i = tl.arange(0, 16)
     KW = K // 4
     w_rows = w_ptr + b * N * KW + offs_n[:, None] * KW + offs_i[None, :]          # [BN, 16] words
@@ -138,21 +142,32 @@ def _w8a16_shuf_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K: tl.constexpr,
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     if GROUP == 0:
         s_ch = tl.load(s_ptr + b * N + offs_n)
-    for k0 in range(0, K, 64 * SUB):
+    KS: tl.constexpr = K // SPLIT
+    for kk in range(0, KS, 64 * SUB):
+        k0 = pid_k * KS + kk
         # every load of the step first (activations, then weight words), so latencies overlap
         xa = _load_x4(x_cols + k0, m_mask)
-        if SUB == 2:
+        if SUB >= 2:
             xb = _load_x4(x_cols + (k0 + 64), m_mask)
+        if SUB >= 4:
+            xc = _load_x4(x_cols + (k0 + 128), m_mask)
+            xd = _load_x4(x_cols + (k0 + 192), m_mask)
         p0 = tl.load(w_rows + k0 // 4)
-        if SUB == 2:
+        if SUB >= 2:
             p1 = tl.load(w_rows + (k0 + 64) // 4)
+        if SUB >= 4:
+            p2 = tl.load(w_rows + (k0 + 128) // 4)
+            p3 = tl.load(w_rows + (k0 + 192) // 4)
         acc = _fp8_block(acc, p0, xa, s_row, k0, N, GROUP, UNPACK, BLOCK_N, BLOCK_M)
-        if SUB == 2:
+        if SUB >= 2:
             acc = _fp8_block(acc, p1, xb, s_row, k0 + 64, N, GROUP, UNPACK, BLOCK_N, BLOCK_M)
+        if SUB >= 4:
+            acc = _fp8_block(acc, p2, xc, s_row, k0 + 128, N, GROUP, UNPACK, BLOCK_N, BLOCK_M)
+            acc = _fp8_block(acc, p3, xd, s_row, k0 + 192, N, GROUP, UNPACK, BLOCK_N, BLOCK_M)
     if GROUP == 0:
         acc = acc * s_ch[:, None]
-    out = out_ptr + b * M * N + offs_m[None, :] * N + offs_n[:, None]
-    tl.store(out, acc.to(tl.bfloat16), mask=m_mask)
+    splitk_store(acc, out_ptr, ws_ptr, cnt_ptr, b, pid_k, b * tl.num_programs(0) + pid0, offs_m, offs_n,
+                 M, N, SPLIT)
 
 
 @triton.jit
@@ -264,7 +279,14 @@ def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
 
     from mcp_server.kernels import tuning
 
-    cfg = dict(config or tuning.config_for("fp8", x.shape[1], x.shape[2], w.N))
+    if config is None:
+        from mcp_server.kernels.w4a16 import _sm_count
+
+        cfg = tuning.config_for("fp8", x.shape[1], x.shape[2], w.N, x.shape[0], _sm_count(x.device))
+        if w.layout == "shuffled":
+            tuning.warn_untuned("fp8", x.shape[1], x.shape[2], w.N, cfg)
+    else:
+        cfg = dict(config)
     if w.layout == "shuffled":
         H, M, K = x.shape
         if K != w.K or H != w.H:
@@ -290,9 +312,14 @@ def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
                 UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
                 num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3))
             return k, out
-        k = _w8a16_shuf_kernel[(triton.cdiv(M, bm), w.N // bn, H)](
-            x, w.weight.view(torch.int32), w.scales, out, M, w.N, K, GROUP=w.group, UNPACK=unpack,
-            SUB=sub, BLOCK_N=bn, BLOCK_M=bm,
+        split = int(cfg.get("SPLIT", 1))
+        if K % (split * 64 * sub):
+            raise ValueError(f"K={K} is not a multiple of SPLIT*64*SUB={split * 64 * sub}")
+        grid0 = triton.cdiv(M, bm) * (w.N // bn)
+        ws, cnt = workspace(x.device, H * split * M * w.N if split > 1 else 1, H * grid0)
+        k = _w8a16_shuf_kernel[(grid0, split, H)](
+            x, w.weight.view(torch.int32), w.scales, out, ws, cnt, M, w.N, K, GROUP=w.group, UNPACK=unpack,
+            SUB=sub, BLOCK_N=bn, BLOCK_M=bm, SPLIT=split,
             num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2))
         return k, out
     H, M, K, bn, bk = _check(x, w, cfg)
