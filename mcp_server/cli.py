@@ -375,9 +375,9 @@ def main(argv: list[str] | None = None, limits: bool = False) -> int:
         return ExitCode.bad_input
     try:
         if op is None:
-            from mcp_server.server import main as serve_main
+            from mcp_server.front import serve_stdio
 
-            serve_main()
+            serve_stdio()
             return 0
         given = {k: v for k, v in vars(args).items() if k in op.request.model_fields}
         if rest is not None:

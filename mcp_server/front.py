@@ -1,0 +1,405 @@
+"""The stdio front of the MCP server: answer the handshake at once, hand the rest to the real server.
+
+A client (Claude Code, the MCP Inspector) counts a server as connected when it answers
+``initialize``; Claude Code gives up after 30 s. The official SDK alone takes most of a second to
+import, and a plugin's first start has no venv at all. The front, standard library only, stands
+between the client and the real server (the "backend") and copies JSON-RPC lines both ways, except:
+
+- ``initialize`` is answered by the front as soon as it can build the answer. The client's request
+  is kept and replayed to the backend, under an id of the front's own, as the backend's first
+  message; the backend's answer to it is dropped. The session the backend holds is then the one the
+  client opened, and every later line passes through unchanged.
+- Lines that arrive before the backend is attached wait in order and are sent when it is.
+- In bootstrap mode (``--bootstrap``: a plugin's first start, the venv still installing) ``ping``
+  and ``tools/list`` are answered too (no tools yet, and ``tools.listChanged`` declared), and once
+  the backend is attached the client is told ``notifications/tools/list_changed``, so the tools
+  appear in the same session.
+
+Two uses:
+
+- ``python -m mcp_server`` (``serve_in_process``): the front runs in threads on the process's
+  stdin/stdout while the main thread imports the SDK and serves on pipes put in place of fds 0
+  and 1. ``initialize`` is answered from the operations' declarations (the tool list in the
+  instructions), cached per source fingerprint, without importing the SDK:
+  bench/bench_cold_start.py measures spawn to initialized. ``KERNELSCOPE_FRONT=0`` turns it off.
+- ``bin/kernelscope-mcp`` when its venv is not ready (``python3 mcp_server/front.py --bootstrap
+  LAUNCHER``): the front serves at once, runs ``LAUNCHER --install`` (its output to stderr), then
+  starts ``LAUNCHER`` as the backend. An install that fails ends the server with its reason on stderr.
+
+The answers the front gives equal the SDK's (tests/test_front.py compares them for every protocol
+version the handshake negotiates). A protocol without ``initialize`` (the 2026 ``server/discover``
+envelope) is passed through untouched.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, Any, Callable, Optional
+
+#: Protocol versions the ``initialize`` handshake negotiates (the SDK's ``HANDSHAKE_PROTOCOL_VERSIONS``);
+#: an unknown request gets the newest.
+HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+#: What the SDK's server declares for kernelscope (tools, and the empty prompt and resource lists).
+CAPABILITIES: dict[str, Any] = {
+    "prompts": {"listChanged": False},
+    "resources": {"listChanged": False, "subscribe": False},
+    "tools": {"listChanged": False},
+}
+#: The id under which the client's ``initialize`` is replayed to the backend (its answer is dropped).
+REPLAY_ID = "kernelscope-front-initialize"
+#: Written to the SDK's stdout when it has stopped: the copier's last line.
+_END = b"kernelscope-front-end-of-output\n"
+
+INSTRUCTIONS_HEAD = (
+    "GPU kernel performance tools for LLM inference. Paths are local file paths on the server's machine. "
+    "Answers are summaries by default (top_n rows per list, a summary_truncated warning saying what was cut; "
+    "detail=true for everything); unknown argument names are refused. Tools:"
+)
+BOOTSTRAP_INSTRUCTIONS = (
+    "kernelscope is installing its Python environment (the plugin's first start, a minute or two); "
+    "its tools appear in this session when that is done.")
+
+
+def negotiate(requested: Any) -> str:
+    return requested if requested in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[-1]
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(f"kernelscope-mcp: {text}\n")
+    sys.stderr.flush()
+
+
+def _parse(line: bytes) -> Optional[dict[str, Any]]:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return None
+    return msg if isinstance(msg, dict) else None
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+class Front:
+    """Routes lines between the client and a backend that is attached later (see the module doc)."""
+
+    def __init__(self, client_out: IO[bytes], answer_initialize: Callable[[dict[str, Any]], Optional[dict[str, Any]]],
+                 bootstrap: bool = False):
+        self._out = client_out
+        self._answer_initialize = answer_initialize
+        self._bootstrap = bootstrap
+        self._lock = threading.Lock()        # routing state
+        self._write_lock = threading.Lock()  # whole lines to the client
+        self._send: Optional[Callable[[Optional[bytes]], None]] = None
+        self._waiting: list[bytes] = []
+        self._replay: Optional[bytes] = None
+        self._listed_early = False
+        self._eof = False
+        self._failed: Optional[str] = None
+
+    # ----------------------------------------------------------------- to the client
+    def write(self, line: bytes) -> None:
+        with self._write_lock:
+            try:
+                self._out.write(line)
+                self._out.flush()
+            except (BrokenPipeError, ValueError):  # the client is gone
+                pass
+
+    def _respond(self, msg_id: Any, result: dict[str, Any]) -> None:
+        self.write(_line({"jsonrpc": "2.0", "id": msg_id, "result": result}))
+
+    def _error(self, msg_id: Any, text: str) -> None:
+        self.write(_line({"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32603, "message": text}}))
+
+    # ----------------------------------------------------------------- from the client
+    def from_client(self, line: bytes) -> None:
+        """One line the client sent (``b""`` at end of input)."""
+        with self._lock:
+            if not line:
+                self._eof = True
+                if self._send is not None:
+                    self._send(None)
+                return
+            if self._replay is None and b'"initialize"' in line:
+                msg = _parse(line)
+                if msg is not None and msg.get("method") == "initialize" and "id" in msg:
+                    result = self._answer_initialize(msg.get("params") or {})
+                    if result is not None:
+                        self._replay = _line({**msg, "id": REPLAY_ID})
+                        self._respond(msg["id"], result)
+                        self._deliver(self._replay)
+                        return
+            if self._send is not None:
+                self._send(line)
+                return
+            msg = _parse(line)
+            if msg is not None and "id" in msg and "method" in msg:
+                if self._failed is not None:
+                    self._error(msg["id"], self._failed)
+                    return
+                if self._bootstrap and msg["method"] == "ping":
+                    self._respond(msg["id"], {})
+                    return
+                if self._bootstrap and msg["method"] == "tools/list":
+                    self._listed_early = True
+                    self._respond(msg["id"], {"tools": []})
+                    return
+            self._waiting.append(line)
+
+    def _deliver(self, line: bytes) -> None:
+        if self._send is not None:
+            self._send(line)
+        else:
+            self._waiting.append(line)
+
+    # ----------------------------------------------------------------- the backend
+    def attach(self, send: Callable[[Optional[bytes]], None]) -> None:
+        """The backend is ready: send what waited (the replayed handshake first), pass everything on from
+        now. ``send(None)`` closes the backend's input."""
+        with self._lock:
+            for line in self._waiting:
+                send(line)
+            self._waiting.clear()
+            self._send = send
+            if self._listed_early:
+                self.write(_line({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}))
+            if self._eof:
+                send(None)
+
+    def from_backend(self, line: bytes) -> None:
+        if REPLAY_ID.encode() in line[:120]:
+            msg = _parse(line)
+            if msg is not None and msg.get("id") == REPLAY_ID and "method" not in msg:
+                return  # the backend's answer to the replayed initialize: the client has one already
+        self.write(line)
+
+    def fail(self, reason: str) -> None:
+        """The backend will never come: answer what waits (and what comes) with ``reason``."""
+        with self._lock:
+            self._failed = reason
+            for line in self._waiting:
+                msg = _parse(line)
+                if msg is not None and "id" in msg and "method" in msg and msg["id"] != REPLAY_ID:
+                    self._error(msg["id"], reason)
+            self._waiting.clear()
+
+
+def _pump(src: IO[bytes], sink: Callable[[bytes], None]) -> None:
+    """Every line of ``src`` to ``sink``, then ``b""`` once at its end."""
+    try:
+        for line in src:
+            sink(line)
+    except (OSError, ValueError):
+        pass
+    sink(b"")
+
+
+# --------------------------------------------------------------------------- python -m mcp_server
+
+def _fingerprint() -> str:
+    """What the instructions are built from: the package version, this file and the operation declarations."""
+    pkg = Path(__file__).resolve().parent
+    parts = []
+    for p in sorted([pkg / "__init__.py", pkg / "faces.py", pkg / "front.py", *pkg.glob("*/ops.py")]):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        parts.append(f"{p}:{st.st_mtime_ns}:{st.st_size}")
+    import hashlib
+
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def _cache_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "kernelscope" / f"front-{_fingerprint()}.json"
+
+
+def server_instructions() -> str:
+    """The server's instructions: what it is, and one line per tool (imports the operation declarations)."""
+    from mcp_server.faces import operations
+
+    return "\n".join([INSTRUCTIONS_HEAD] + [f"- {op.tool}: {op.title}" for op in operations()])
+
+
+def cached_instructions() -> Optional[str]:
+    try:
+        data = json.loads(_cache_file().read_text())
+        return data["instructions"] if isinstance(data.get("instructions"), str) else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def store_instructions(text: str) -> None:
+    """Best effort: a later start answers ``initialize`` without importing the declarations."""
+    try:
+        path = _cache_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for old in path.parent.glob("front-*.json"):
+            if old != path:
+                old.unlink(missing_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"instructions": text}))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def initialize_result(params: dict[str, Any], instructions: str) -> dict[str, Any]:
+    """The SDK's answer to ``initialize`` for kernelscope (tests/test_front.py holds them equal)."""
+    from mcp_server import __version__
+
+    return {"capabilities": CAPABILITIES, "instructions": instructions,
+            "protocolVersion": negotiate(params.get("protocolVersion")),
+            "serverInfo": {"name": "kernelscope", "version": __version__}}
+
+
+def front_enabled() -> bool:
+    return os.environ.get("KERNELSCOPE_FRONT", "1").lower() not in ("0", "off", "no", "false")
+
+
+def serve_stdio() -> None:
+    """``python -m mcp_server`` / ``kernelscope serve``: the MCP server on stdio, behind the front."""
+
+    def run() -> None:
+        from mcp_server.server import main
+
+        main()
+
+    if front_enabled():
+        serve_in_process(run)
+    else:
+        run()
+
+
+def serve_in_process(run_server: Callable[[], None]) -> None:
+    """Serve on stdio with the front before ``run_server`` (which imports the SDK and serves on fds 0/1)."""
+    client_in = os.fdopen(os.dup(0), "rb")
+    client_out = os.fdopen(os.dup(1), "wb")
+    to_sdk_r, to_sdk_w = os.pipe()
+    from_sdk_r, from_sdk_w = os.pipe()
+    os.dup2(to_sdk_r, 0)
+    os.dup2(from_sdk_w, 1)
+    os.close(to_sdk_r)
+    os.close(from_sdk_w)
+
+    ready = threading.Event()
+    known: dict[str, str] = {}
+
+    def answer(params: dict[str, Any]) -> Optional[dict[str, Any]]:
+        ready.wait()
+        return initialize_result(params, known["instructions"]) if "instructions" in known else None
+
+    front = Front(client_out, answer)
+    threading.Thread(target=_pump, args=(client_in, front.from_client), name="front-in", daemon=True).start()
+    cached = cached_instructions()
+    if cached is not None:
+        known["instructions"] = cached
+        ready.set()
+    else:
+        try:
+            known["instructions"] = server_instructions()
+            store_instructions(known["instructions"])
+        finally:
+            ready.set()
+
+    to_sdk = os.fdopen(to_sdk_w, "wb")
+
+    def send(line: Optional[bytes]) -> None:
+        try:
+            if line is None:
+                to_sdk.close()
+            else:
+                to_sdk.write(line)
+                to_sdk.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def from_sdk() -> None:
+        with os.fdopen(from_sdk_r, "rb") as src:
+            for line in src:
+                if line.endswith(_END):  # after the SDK's last line (or, had it stopped mid-line, the part)
+                    if line[: -len(_END)].strip():
+                        front.from_backend(line[: -len(_END)] + b"\n")
+                    break
+                front.from_backend(line)
+
+    out = threading.Thread(target=from_sdk, name="front-out", daemon=True)
+    out.start()
+    threading.Thread(target=front.attach, args=(send,), name="front-attach", daemon=True).start()
+    try:
+        run_server()
+    finally:
+        # the copier stops at this line, after everything the SDK wrote (worker processes hold fd 1 open,
+        # so the pipe's end of file would come only when they have gone)
+        try:
+            sys.stdout.flush()
+            os.write(1, _END)
+        except (OSError, ValueError):
+            pass
+        out.join(timeout=10)
+
+
+# --------------------------------------------------------------------------- bin/kernelscope-mcp, first start
+
+def _version_beside() -> str:
+    """The package version, read from the checkout's ``mcp_server/__init__.py`` (no import: no venv yet)."""
+    import re
+
+    text = (Path(__file__).resolve().parent / "__init__.py").read_text()
+    m = re.search(r'^__version__ = "([^"]+)"', text, re.M)
+    return m.group(1) if m else "0"
+
+
+def bootstrap(launcher: str) -> int:
+    """Serve while ``sh LAUNCHER --install`` runs, then with ``sh LAUNCHER`` as the backend."""
+    version = _version_beside()
+
+    def answer(params: dict[str, Any]) -> dict[str, Any]:
+        return {"capabilities": {"tools": {"listChanged": True}}, "instructions": BOOTSTRAP_INSTRUCTIONS,
+                "protocolVersion": negotiate(params.get("protocolVersion")),
+                "serverInfo": {"name": "kernelscope", "version": version}}
+
+    front = Front(sys.stdout.buffer, answer, bootstrap=True)
+    threading.Thread(target=_pump, args=(sys.stdin.buffer, front.from_client), name="front-in", daemon=True).start()
+    install = subprocess.run(["sh", launcher, "--install"], stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno())
+    if install.returncode != 0:
+        reason = f"kernelscope could not install its environment (sh {launcher} --install failed; see its log)"
+        _say(reason)
+        front.fail(reason)
+        return 1
+    child = subprocess.Popen(["sh", launcher], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert child.stdin is not None and child.stdout is not None
+    child_in = child.stdin
+
+    def send(line: Optional[bytes]) -> None:
+        try:
+            if line is None:
+                child_in.close()
+            else:
+                child_in.write(line)
+                child_in.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    front.attach(send)
+    for line in child.stdout:
+        front.from_backend(line)
+    return child.wait()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--bootstrap":
+        code = bootstrap(sys.argv[2])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # the reader thread may still wait on stdin: no interpreter shutdown around it
+    sys.stderr.write("usage: python3 mcp_server/front.py --bootstrap LAUNCHER\n")
+    sys.exit(2)
