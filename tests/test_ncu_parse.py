@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mcp_server.errors import FileMissingError, KernelscopeError
+from mcp_server.ncu import catalogue as cat
 from mcp_server.ncu.parse import NcuFormatError, convert, parse_ncu, parse_number
 
 NCU = Path(__file__).resolve().parent / "fixtures" / "ncu"
@@ -254,8 +255,97 @@ def test_report_without_the_package(monkeypatch, tmp_path):
         return real(name, *a, **k)
 
     monkeypatch.setattr(builtins, "__import__", fake)
+    monkeypatch.setattr("mcp_server.ncu.parse.ncu_python_dirs", lambda: [])  # and no ncu install to fall back on
     f = tmp_path / "r.ncu-rep"
     shutil.copy(NCU / "targets_all.ncu-rep.xz", tmp_path / "r.ncu-rep.xz")
     f.write_bytes(lzma.decompress((tmp_path / "r.ncu-rep.xz").read_bytes()))
     with pytest.raises(KernelscopeError, match="ncu-report"):
         parse_ncu(str(f))
+
+
+# --------------------------------------------------------------------------- other GPUs and ncu versions (issue 23)
+
+
+def test_metric_aliases_resolve_to_one_catalogue_name():
+    """The H200 raw page rewritten into other spellings (tools/make_ncu_alias_fixtures.py): per-SM FP32 counters
+    (sm__sass_*), one dram__bytes.sum, pipe utilisations under their _elapsed names only; or, as SpeedOfLight's
+    roofline records them on other GPUs, rates per cycle and bytes per second. Every spelling gives the same
+    FLOPs and DRAM bytes per kernel; nothing is reported missing that the file holds under another name."""
+    orig = by_nvtx(parse_ncu(str(NCU / "targets_all.raw.csv")))
+    aliases = parse_ncu(str(NCU / "targets_all.aliases.raw.csv"))
+    rates = parse_ncu(str(NCU / "targets_all.rates.raw.csv"))
+    for prof in (aliases, rates):
+        got = by_nvtx(prof)
+        assert set(got) == set(TARGETS)
+        for t in TARGETS:
+            assert got[t].flops == pytest.approx(orig[t].flops, rel=1e-6), t
+            assert got[t].dram_bytes == pytest.approx(orig[t].dram_bytes, rel=1e-6), t
+            assert not {"ffma_thread_inst", "fadd_thread_inst", "fmul_thread_inst"} & set(got[t].missing)
+    al = by_nvtx(aliases)
+    # ncu's own dram__bytes.sum.per_second x duration is the read + write counters' sum (H200 fma_chain: 8.79 MB)
+    assert by_nvtx(rates)["fma_chain"].dram_bytes == pytest.approx(8_790_400, rel=1e-9)
+    for t in TARGETS:
+        for pipe in ("fma_pipe_pct", "alu_pipe_pct", "lsu_pipe_pct", "tensor_pipe_pct"):
+            assert pipe in al[t].metrics and pipe not in al[t].missing
+    # normalised by elapsed cycles: never above the active-cycle figure of the same launch
+    assert al["fma_chain"].metrics["fma_pipe_pct"] == pytest.approx(96.63, abs=0.01)
+    assert al["fma_chain"].metrics["fma_pipe_pct"] <= orig["fma_chain"].metrics["fma_pipe_pct"]
+
+
+def test_metrics_the_catalogue_does_not_know_are_listed():
+    al = parse_ncu(str(NCU / "targets_all.aliases.raw.csv"))
+    assert al.unrecognized_metrics == ["sm__pipe_fmaheavy_cycles_active.avg.pct_of_peak_sustained_elapsed"]
+    raw = parse_ncu(str(NCU / "targets_all.raw.csv"))
+    assert "sm__pipe_fmaheavy_cycles_active.avg.pct_of_peak_sustained_elapsed" in raw.unrecognized_metrics
+    assert not any(m.startswith("device__attribute_") for m in raw.unrecognized_metrics)
+    assert not set(raw.unrecognized_metrics) & set(cat.BY_NCU_NAME)
+    details = parse_ncu(str(NCU / "targets_all.details.csv"))
+    assert details.unrecognized_metrics and all(": " in m or "__" in m for m in details.unrecognized_metrics)
+    from mcp_server.ncu.classify import classify_bottleneck
+    assert classify_bottleneck(str(NCU / "targets_all.aliases.raw.csv")).unrecognized_metrics == \
+        al.unrecognized_metrics
+
+
+@needs_ncu_report
+def test_ncu_rep_read_through_the_installed_ncus_own_module(tmp_path):
+    """Without the ncu-report package, a .ncu-rep is read through the ncu install's extras/python/ncu_report.py
+    (found from $CUDA_HOME/nsight-compute*): an install laid out like NVIDIA's, holding the same module and
+    native library, in a process where ``import ncu_report`` fails."""
+    import os
+    import subprocess
+    import sys
+
+    import ncu_report
+
+    pkg = Path(ncu_report.__file__).resolve().parent
+    extras = tmp_path / "cuda" / "nsight-compute-2099.1.0" / "extras" / "python"
+    extras.mkdir(parents=True)
+    (extras / "ncu_report.py").symlink_to(pkg / "__init__.py")
+    for lib in pkg.glob("*.so"):
+        (extras / lib.name).symlink_to(lib)
+    rep = tmp_path / "targets_all.ncu-rep"
+    rep.write_bytes(lzma.decompress((NCU / "targets_all.ncu-rep.xz").read_bytes()))
+    code = ("import sys, json; sys.modules['ncu_report'] = None\n"
+            "from mcp_server.ncu.parse import parse_ncu, ncu_python_dirs\n"
+            "p = parse_ncu(sys.argv[1])\n"
+            "print(json.dumps([[str(d) for d in ncu_python_dirs()], p.source.format,"
+            " [(k.nvtx, k.launches, k.duration_ns.total, k.flops) for k in p.kernels]]))")
+    env = {**os.environ, "CUDA_HOME": str(tmp_path / "cuda"), "PATH": "/usr/bin:/bin",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("NCU", None)
+    out = subprocess.run([sys.executable, "-c", code, str(rep)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    import json
+
+    dirs, fmt, kernels = json.loads(out.stdout.strip().splitlines()[-1])
+    assert str(extras) in dirs and fmt == "ncu-rep"  # first unless the machine has an ncu of its own on /usr/bin
+    direct = parse_ncu(str(rep))
+    assert kernels == [[k.nvtx, k.launches, k.duration_ns.total, k.flops] for k in direct.kernels]
+    if dirs != [str(extras)]:
+        return  # this machine has an ncu install of its own: the no-install error cannot be reached here
+    # and with neither the package nor an install: the one-line error says where it looked
+    env["CUDA_HOME"] = str(tmp_path / "nothing")
+    out = subprocess.run([sys.executable, "-c", code, str(rep)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode != 0 and "no Nsight Compute install with extras/python/ncu_report.py" in out.stderr

@@ -36,8 +36,23 @@ class MetricDef:
 
 
 def _pipe(kind: str) -> tuple[str, ...]:
+    # the _elapsed spellings last: what SpeedOfLight's breakdown records on some versions (e.g. the A10G report
+    # of the field corpus); normalised by elapsed rather than active cycles, so never above the _active value
     return (f"sm__pipe_{kind}_cycles_active.avg.pct_of_peak_sustained_active",
-            f"sm__inst_executed_pipe_{kind}.avg.pct_of_peak_sustained_active")
+            f"sm__inst_executed_pipe_{kind}.avg.pct_of_peak_sustained_active",
+            f"sm__pipe_{kind}_cycles_active.avg.pct_of_peak_sustained_elapsed",
+            f"sm__inst_executed_pipe_{kind}.avg.pct_of_peak_sustained_elapsed")
+
+
+def _sass(op: str) -> tuple[str, ...]:
+    """Thread instructions of one SASS op: per SM sub-partition (smsp__) or per SM (sm__), the same sum."""
+    return (f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum",
+            f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum")
+
+
+def _sass_rate(op: str) -> tuple[str, ...]:
+    return (f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum.per_cycle_elapsed",
+            f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum.per_cycle_elapsed")
 
 
 _GMMA = "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
@@ -97,7 +112,8 @@ _DEFS: list[MetricDef] = [
     MetricDef("l1_hit_rate_pct", ("l1tex__t_sector_hit_rate.pct",), "pct", "L1/TEX sector hit rate"),
     # not sm__inst_executed_pipe_tensor_*: one warpgroup MMA keeps the pipe busy for many cycles, so the
     # instruction rate (12 % on the H200 GEMM fixture) says nothing about the pipe's load (97 %)
-    MetricDef("tensor_pipe_pct", (_TENSOR, _HMMA, _GMMA),
+    MetricDef("tensor_pipe_pct", (_TENSOR, _HMMA, _GMMA,
+                                  "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"),
               "pct", "tensor-core pipe utilisation (gmma on Hopper, hmma on Ampere/Ada)",
               by_arch={**{a: _HMMA for a in AMPERE + ADA}, **{a: _TENSOR for a in HOPPER}}),
     MetricDef("fma_pipe_pct", _pipe("fma"), "pct", "FMA pipe utilisation (fp32 multiply-add)"),
@@ -105,26 +121,39 @@ _DEFS: list[MetricDef] = [
     MetricDef("fp64_pipe_pct", ("sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_active",
                                 "sm__inst_executed_pipe_fp64.avg.pct_of_peak_sustained_active"),
               "pct", "FP64 pipe utilisation", collect=False),
-    MetricDef("lsu_pipe_pct", ("sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active",),
+    MetricDef("lsu_pipe_pct", ("sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active",
+                               "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_elapsed"),
               "pct", "load/store pipe utilisation"),
     MetricDef("issue_active_pct", ("sm__inst_issued.avg.pct_of_peak_sustained_active",
-                                   "smsp__issue_active.avg.pct_of_peak_sustained_active"),
+                                   "smsp__issue_active.avg.pct_of_peak_sustained_active",
+                                   "sm__issue_active.avg.pct_of_peak_sustained_elapsed"),
               "pct", "issue slots busy"),
     MetricDef("ipc", ("sm__inst_executed.avg.per_cycle_active",), "ratio",
               "instructions executed per active cycle per SM"),
-    MetricDef("ffma_thread_inst", ("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",),
-              "count", "fp32 FMA thread instructions (2 FLOP each)"),
-    MetricDef("fadd_thread_inst", ("smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",),
-              "count", "fp32 add thread instructions"),
-    MetricDef("fmul_thread_inst", ("smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",),
-              "count", "fp32 multiply thread instructions"),
-    MetricDef("hfma_thread_inst", ("smsp__sass_thread_inst_executed_op_hfma_pred_on.sum",),
-              "count", "fp16 FMA thread instructions", collect=False),
+    MetricDef("ffma_thread_inst", _sass("ffma"), "count", "fp32 FMA thread instructions (2 FLOP each)"),
+    MetricDef("fadd_thread_inst", _sass("fadd"), "count", "fp32 add thread instructions"),
+    MetricDef("fmul_thread_inst", _sass("fmul"), "count", "fp32 multiply thread instructions"),
+    MetricDef("hfma_thread_inst", _sass("hfma"), "count", "fp16 FMA thread instructions", collect=False),
+    # the rates SpeedOfLight's roofline records instead of the counts (count = rate x SM-subpartition clock x
+    # duration, derived per launch by the parser when the count itself is absent)
+    MetricDef("ffma_per_cycle", _sass_rate("ffma"), "ratio", "fp32 FMA thread instructions per elapsed cycle",
+              collect=False),
+    MetricDef("fadd_per_cycle", _sass_rate("fadd"), "ratio", "fp32 add thread instructions per elapsed cycle",
+              collect=False),
+    MetricDef("fmul_per_cycle", _sass_rate("fmul"), "ratio", "fp32 multiply thread instructions per elapsed cycle",
+              collect=False),
+    MetricDef("smsp_frequency_hz", ("smsp__cycles_elapsed.avg.per_second",), "hz",
+              "SM sub-partition clock during the launch (the base of the per-cycle rates)", collect=False),
     MetricDef("tensor_ops_bf16", ("sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum",), "count",
               "math ops in the tensor path, HGMMA bf16 -> fp32 (Hopper)",
               by_arch={a: "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum" for a in HOPPER}),
     MetricDef("dram_read_bytes", ("dram__bytes_read.sum",), "bytes", "bytes read from DRAM"),
     MetricDef("dram_write_bytes", ("dram__bytes_write.sum",), "bytes", "bytes written to DRAM"),
+    MetricDef("dram_bytes", ("dram__bytes.sum",), "bytes",
+              "bytes read and written in DRAM (one counter; where the read / write split is not recorded)",
+              collect=False),
+    MetricDef("dram_bytes_per_s", ("dram__bytes.sum.per_second",), "bytes_per_s",
+              "DRAM bytes per second (SpeedOfLight's roofline; bytes = rate x duration)", collect=False),
     MetricDef("l2_bytes", ("lts__t_bytes.sum",), "bytes", "bytes through L2", collect=False),
     MetricDef("sm_frequency_hz", ("sm__cycles_elapsed.avg.per_second", "SM Frequency"),
               "hz", "SM clock during the launch"),

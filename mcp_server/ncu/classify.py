@@ -362,7 +362,8 @@ def classify_profile(profile: NcuProfile, gpu: Optional[str] = None) -> Classifi
         warnings.append(_warn("metric_missing", f"{n_unknown} kernel(s) classed unknown: speed-of-light "
                               "metrics absent or n/a", n_unknown))
     return Classification(source=profile.source, gpu=key, gpu_spec=_spec_summary(spec),
-                          total_duration_ns=total, kernels=out, warnings=warnings)
+                          total_duration_ns=total, kernels=out, unrecognized_metrics=profile.unrecognized_metrics,
+                          warnings=warnings)
 
 
 def classify_bottleneck(path: str, gpu: Optional[str] = None,

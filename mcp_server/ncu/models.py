@@ -128,6 +128,9 @@ class NcuProfile(Model):
     gpu: Optional[str] = None
     total_duration_ns: float
     kernels: list[KernelProfile]
+    unrecognized_metrics: list[str] = Field(default_factory=list, description=(
+        "metric names (or 'Section: label' of a details page) the report holds that the catalogue does not map: "
+        "shown, not used by the classifier (device attributes, profiler settings and topology are left out)"))
     warnings: list[Warning_] = Field(default_factory=list)
 
 
@@ -141,6 +144,9 @@ class Classification(Model):
         "its source: a measured value overrides the datasheet"))
     total_duration_ns: float
     kernels: list[ClassifiedKernel]
+    unrecognized_metrics: list[str] = Field(default_factory=list, description=(
+        "metric names (or 'Section: label' of a details page) the report holds that the catalogue does not map: "
+        "shown, not used by the classifier (device attributes, profiler settings and topology are left out)"))
     warnings: list[Warning_] = Field(default_factory=list)
 
 

@@ -1,4 +1,5 @@
-"""Read Nsight Compute results: ``.ncu-rep`` (via NVIDIA's ``ncu-report`` package) and CSV.
+"""Read Nsight Compute results: ``.ncu-rep`` (via NVIDIA's ``ncu-report`` package, else the installed ncu's
+own ``extras/python/ncu_report.py``) and CSV.
 
 CSV shapes handled (all seen from ncu 2025.3 on the H200, tests/fixtures/ncu):
 
@@ -12,12 +13,16 @@ CSV shapes handled (all seen from ncu 2025.3 on the H200, tests/fixtures/ncu):
 * NVTX range columns; the older layout without Block/Grid/Device/CC columns.
 
 ``n/a`` (and ``no data``) is *missing*, never 0. Metric names are normalised through the
-catalogue. Launches are grouped per kernel (name, grid, block): launch count, duration
-stats, metrics averaged (rates weighted by duration) and the per-launch rows kept.
+catalogue (aliases across ncu versions and architectures resolve to one canonical name; the
+names it does not know are listed in ``unrecognized_metrics``, never dropped silently).
+FP32 instruction counts and DRAM bytes recorded only as rates (SpeedOfLight's roofline) are
+turned into counts per launch. Launches are grouped per kernel (name, grid, block): launch count,
+duration stats, metrics averaged (rates weighted by duration) and the per-launch rows kept.
 Compressed inputs (``.xz``, ``.gz``) are read transparently.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
@@ -133,6 +138,7 @@ class RawProfile:
     ncu_version: Optional[str] = None
     cache_control: Optional[str] = None
     clock_control: Optional[str] = None
+    unrecognized: list[str] = field(default_factory=list)  # metric names / labels the catalogue does not map
 
 
 def _warn(code: str, message: str, count: int = 1) -> Warning_:
@@ -174,6 +180,10 @@ _INFO_COLS = {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "C
               "Block Size", "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit",
               "Metric Value", "Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type",
               "Estimated Speedup", "Kernel Time", "Function Name", "Demangled Name"}
+
+
+#: report entries that describe the device, the profiler or the topology, not the kernel: not listed as unrecognized
+_NOT_KERNEL_METRICS = ("device__attribute_", "profiler__", "numa__", "nvlink__", "breakdown:")
 
 
 def _is_nvtx_col(col: str) -> bool:
@@ -265,17 +275,18 @@ def read_csv(path: Path) -> RawProfile:
                               f"{n_other} line(s) that are not ncu CSV (the application's own output) were skipped",
                               n_other))
     details = "Metric Name" in header and "Metric Value" in header
+    unknown: list[str] = []
     if details:
-        launches = _details_rows(path, header, body, warnings)
+        launches = _details_rows(path, header, body, warnings, unknown)
         fmt = "csv-details"
     else:
-        launches = _raw_rows(path, header, body, warnings)
+        launches = _raw_rows(path, header, body, warnings, unknown)
         fmt = "csv-raw"
     if not launches:
         raise NcuFormatError("the CSV has a header but no kernel rows", path=path,
                              hint="the ncu run profiled no kernel, or the file was cut; re-export it")
     return RawProfile(path=str(path), format=fmt, launches=launches, warnings=warnings,
-                      cache_control=cache_control_in_log(text))
+                      cache_control=cache_control_in_log(text), unrecognized=sorted(set(unknown)))
 
 
 def _launch_info(header: list[str], r: list[str]) -> dict:
@@ -292,7 +303,8 @@ def _launch_info(header: list[str], r: list[str]) -> dict:
             "cc": get("CC"), "nvtx": "/".join(filter(None, (_nvtx_value(c) for c in nv))) or None}
 
 
-def _raw_rows(path: Path, header: list[str], body: list[list[str]], warnings: list[Warning_]) -> list[RawLaunch]:
+def _raw_rows(path: Path, header: list[str], body: list[list[str]], warnings: list[Warning_],
+              unknown: list[str]) -> list[RawLaunch]:
     units: list[str] = [""] * len(header)
     id_i = header.index("ID")
     if body and body[0][id_i] == "":
@@ -310,6 +322,7 @@ def _raw_rows(path: Path, header: list[str], body: list[list[str]], warnings: li
     for i, c in known:
         if c not in best or order[header[i]] < order[header[best[c]]]:
             best[c] = i
+    unknown.extend(h for h in metric_cols if h not in cat.BY_NCU_NAME and not h.startswith(_NOT_KERNEL_METRICS))
     out: list[RawLaunch] = []
     for r in body:
         ident = parse_number(r[id_i])
@@ -323,11 +336,13 @@ def _raw_rows(path: Path, header: list[str], body: list[list[str]], warnings: li
     return out
 
 
-def _details_rows(path: Path, header: list[str], body: list[list[str]], warnings: list[Warning_]) -> list[RawLaunch]:
+def _details_rows(path: Path, header: list[str], body: list[list[str]], warnings: list[Warning_],
+                  unknown: list[str]) -> list[RawLaunch]:
     col = {h: i for i, h in enumerate(header)}
     si, ni, ui, vi = col.get("Section Name"), col["Metric Name"], col.get("Metric Unit"), col["Metric Value"]
     by_id: dict[int, RawLaunch] = {}
-    rank: dict[tuple[int, str], int] = {}  # prefer an ncu-named metric over a section label
+    rank: dict[tuple[int, str], int] = {}  # an ncu name in catalogue order first, then a section label
+    order = {n: k for d in cat.CATALOGUE.values() for k, n in enumerate(d.names)}
     seen_any = False
     for r in body:
         ident = parse_number(r[col["ID"]])
@@ -340,14 +355,15 @@ def _details_rows(path: Path, header: list[str], body: list[list[str]], warnings
         if not mname:
             continue  # a rule row
         canon = cat.BY_NCU_NAME.get(mname)
-        prio = 0
+        prio = order.get(mname, 0)
         if canon is None and si is not None:
             canon = cat.DETAILS_LABELS.get((r[si].strip(), mname))
-            prio = 1
+            prio = 1000
         if canon is None:
+            unknown.append(f"{r[si].strip()}: {mname}" if si is not None and r[si].strip() else mname)
             continue
         seen_any = True
-        if rank.get((k, canon), 9) < prio:
+        if rank.get((k, canon), 10_000) < prio:
             continue
         rank[(k, canon)] = prio
         unit = r[ui] if ui is not None else ""
@@ -360,13 +376,87 @@ def _details_rows(path: Path, header: list[str], body: list[list[str]], warnings
 
 # --------------------------------------------------------------------------- .ncu-rep
 
-def _load_ncu_report():
-    try:
-        import ncu_report
-    except ImportError:
-        raise ToolMissingError("reading .ncu-rep needs NVIDIA's ncu-report package",
-                               hint="pip install ncu-report, or export a CSV with `ncu --import R --csv`") from None
+#: where an Nsight Compute install keeps its Python report module (``extras/python/ncu_report.py``)
+_EXTRAS = Path("extras") / "python"
+
+
+def ncu_python_dirs() -> list[Path]:
+    """``extras/python`` folders of the Nsight Compute installs found, newest first: the ``ncu`` on PATH
+    (its own folder, or ``../nsight-compute*`` for CUDA's ``bin/ncu``), ``$NCU``, ``$CUDA_HOME`` /
+    ``$CUDA_PATH``, ``/usr/local/cuda*/nsight-compute*``, ``/opt/nvidia/nsight-compute*`` (and their
+    version folders)."""
+    import glob
+    import os
+    import shutil
+
+    roots: list[Path] = []
+    for exe in (os.environ.get("NCU"), shutil.which("ncu")):
+        if exe and os.path.isfile(exe):
+            real = Path(os.path.realpath(exe)).parent
+            roots += [real, real.parent, *sorted(real.parent.glob("nsight-compute*"), reverse=True)]
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        v = os.environ.get(var)
+        if v:
+            roots += sorted(Path(v).glob("nsight-compute*"), reverse=True)
+    roots += [Path(p) for p in sorted(glob.glob("/usr/local/cuda*/nsight-compute*"), reverse=True)]
+    for top in sorted(glob.glob("/opt/nvidia/nsight-compute*"), reverse=True):
+        roots += [Path(top), *sorted(Path(top).glob("*"), reverse=True)]
+    out: list[Path] = []
+    for r in roots:
+        d = r / _EXTRAS
+        if (d / "ncu_report.py").is_file() and d not in out:
+            out.append(d)
+    return out
+
+
+def _import_package():
+    import ncu_report
+
     return ncu_report
+
+
+def _import_from_install(d: Path):
+    """Load ``d/ncu_report.py`` (SWIG; it imports ``_ncu_report`` from its own folder) as a private module."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("_kernelscope_ncu_report", d / "ncu_report.py")
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {d / 'ncu_report.py'}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(d))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(str(d))
+    return mod
+
+
+_from_install: dict[Path, object] = {}  # extras/python folder -> its module, loaded once per process
+
+
+def _load_ncu_report():
+    """NVIDIA's report module: the ``ncu-report`` package, else the installed ncu's ``extras/python``."""
+    try:
+        mod = _import_package()
+    except ImportError:
+        mod = None
+        errors = []
+        for d in ncu_python_dirs():
+            try:
+                mod = _from_install.get(d) or _import_from_install(d)
+                _from_install[d] = mod
+                break
+            except Exception as exc:  # noqa: BLE001 - a foreign module may fail in any way; try the next
+                errors.append(f"{d}: {type(exc).__name__}")
+        if mod is None:
+            where = (f"; the ncu installs' own modules failed to load ({', '.join(errors)})" if errors else
+                     "; no Nsight Compute install with extras/python/ncu_report.py was found (PATH, $NCU, "
+                     "$CUDA_HOME, /usr/local/cuda*/nsight-compute*, /opt/nvidia/nsight-compute*)")
+            raise ToolMissingError("reading .ncu-rep needs NVIDIA's ncu-report package" + where,
+                                   hint="pip install ncu-report, or export a CSV with `ncu --import R --csv`") from None
+    return mod
 
 
 def read_report(path: Path) -> RawProfile:
@@ -395,14 +485,14 @@ def read_report(path: Path) -> RawProfile:
         except Exception as exc:  # noqa: BLE001 - the library raises plain exceptions
             raise NcuFormatError(f"ncu-report cannot read it ({exc})", path=path,
                                  hint="the file is truncated or from an unsupported ncu version") from None
-        launches = _report_launches(ctx)
+        launches, unknown = _report_launches(ctx)
     finally:
         if tmp is not None:
             Path(tmp.name).unlink(missing_ok=True)
     if not launches:
         raise NcuFormatError("the report holds no profiled kernel", path=path,
                              hint="truncated, or the run's filters matched nothing")
-    return RawProfile(path=str(path), format="ncu-rep", launches=launches)
+    return RawProfile(path=str(path), format="ncu-rep", launches=launches, unrecognized=unknown)
 
 
 def _metric_value(action, name: str) -> tuple[bool, Optional[float]]:
@@ -441,8 +531,9 @@ def _dim(action, what: str) -> Optional[str]:
     return f"({vals[0]}, {vals[1]}, {vals[2]})"
 
 
-def _report_launches(ctx) -> list[RawLaunch]:
+def _report_launches(ctx) -> tuple[list[RawLaunch], list[str]]:
     out: list[RawLaunch] = []
+    unknown: set[str] = set()
     n = 0
     for ri in range(ctx.num_ranges()):
         rng = ctx.range_by_idx(ri)
@@ -476,8 +567,14 @@ def _report_launches(ctx) -> list[RawLaunch]:
                 id=n, name=name, grid=_dim(a, "grid"), block=_dim(a, "block"), nvtx=nvtx,
                 device=_str_metric(a, "device__attribute_display_name"),
                 cc=f"{major}.{minor}" if major and minor else None, metrics=m))
+            try:
+                unknown.update(x for x in a.metric_names()
+                               if x not in cat.BY_NCU_NAME and not x.startswith(_NOT_KERNEL_METRICS)
+                               and not x.startswith(("launch__grid_dim_", "launch__block_dim_")))
+            except Exception:  # noqa: BLE001 - an older module without metric_names(): nothing to list
+                pass
             n += 1
-    return out
+    return out, sorted(unknown)
 
 
 # --------------------------------------------------------------------------- sidecar, aggregation
@@ -538,7 +635,26 @@ def _short(name: str) -> str:
 LAUNCH_ROW_METRICS = ("sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct", "l2_hit_rate_pct")
 
 
+def _counts_from_rates(m: dict[str, Optional[float]]) -> None:
+    """Fill a launch's FP32 instruction counts and DRAM bytes from the rates SpeedOfLight's roofline records
+    (per elapsed cycle x SM sub-partition clock x duration; bytes per second x duration) where the counts
+    themselves are absent."""
+    dur = m.get("duration_ns")
+    if not dur:
+        return
+    hz = m.get("smsp_frequency_hz")
+    for op in ("ffma", "fadd", "fmul"):
+        rate = m.get(f"{op}_per_cycle")
+        if m.get(f"{op}_thread_inst") is None and rate is not None and hz:
+            m[f"{op}_thread_inst"] = rate * hz * dur * 1e-9
+    bps = m.get("dram_bytes_per_s")
+    if m.get("dram_bytes") is None and bps is not None:
+        m["dram_bytes"] = bps * dur * 1e-9
+
+
 def _aggregate(launches: list[RawLaunch]) -> list[KernelProfile]:
+    for la in launches:
+        _counts_from_rates(la.metrics)
     groups: dict[tuple, list[RawLaunch]] = {}
     for la in launches:
         groups.setdefault((la.name, la.grid, la.block, la.nvtx), []).append(la)
@@ -607,6 +723,8 @@ def _derive(k: KernelProfile) -> None:
     rd, wr = m.get("dram_read_bytes"), m.get("dram_write_bytes")
     if rd is not None or wr is not None:
         k.dram_bytes = (rd or 0) + (wr or 0)
+    elif m.get("dram_bytes") is not None:  # one counter (dram__bytes.sum, or its rate x duration)
+        k.dram_bytes = m["dram_bytes"]
     if k.flops is not None and k.dram_bytes:
         k.arithmetic_intensity = k.flops / k.dram_bytes
 
@@ -668,4 +786,5 @@ def parse_ncu(path: str, cache_control: Optional[str] = None, gpu: Optional[str]
                       cache_control=cc, cache_control_from=cc_from,
                       clock_control=(side or {}).get("clock_control"), device=device,
                       sidecar=str(side_path) if side_path else None),
-        gpu=gpu, total_duration_ns=sum(k.duration_ns.total for k in kernels), kernels=kernels, warnings=warnings)
+        gpu=gpu, total_duration_ns=sum(k.duration_ns.total for k in kernels), kernels=kernels,
+        unrecognized_metrics=raw.unrecognized, warnings=warnings)

@@ -24,6 +24,16 @@ def _warnings(res: Any, con) -> None:
         con.print(f"[yellow]warning[/] {escape(str(w.code))}: {escape(w.message)}", highlight=False)
 
 
+def _unrecognized(res: Any, con) -> None:
+    from rich.markup import escape
+
+    names = getattr(res, "unrecognized_metrics", None) or []
+    if names:
+        shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more (--json lists them)" if len(names) > 6 else "")
+        con.print(escape(f"{len(names)} metric(s) the catalogue does not map (shown, not used): {shown}"),
+                  highlight=False)
+
+
 def _source_line(src) -> str:
     cc = src.cache_control or "unknown"
     return (f"{src.path} [{src.format}] ncu {src.ncu_version or '?'}, cache-control {cc}"
@@ -44,6 +54,7 @@ def render_profile(res: NcuProfile, con, request: Any = None) -> None:
                   _us(k.duration_ns.median), _p(m.get("sm_throughput_pct")), _p(m.get("memory_throughput_pct")),
                   _p(m.get("dram_throughput_pct")), _p(m.get("l2_hit_rate_pct")))
     con.print(t)
+    _unrecognized(res, con)
     _warnings(res, con)
 
 
@@ -65,6 +76,7 @@ def render_classification(res: Classification, con, request: Any = None) -> None
     for k in res.kernels[:3]:
         con.print(f"[bold]{escape(k.nvtx or k.short_name)}[/]: " + escape("; ".join(k.bottleneck.advice)),
                   highlight=False)
+    _unrecognized(res, con)
     _warnings(res, con)
 
 
