@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mcp_server.kernels import bench, l2sweep
-from mcp_server.kernels.engine import judge_targets
+from mcp_server.kernels.engine import decode_warnings, judge_decode_targets, judge_targets
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "kernels"
 
@@ -102,3 +102,31 @@ def test_engines_wrap_a_real_run_into_typed_results(monkeypatch, tmp_path, sweep
     r2 = engine.l2_sweep(png_path=str(png))
     assert r2.effective_l2_mb == pytest.approx(48.2) and r2.png_path == str(png)
     assert png.read_bytes()[:4] == b"\x89PNG" and len(r2.points) == len(sweep["points"])
+
+
+def test_decode_gemm_table_targets_and_floor():
+    """The H200 decode-GEMM run of issue 26 (bench/results/decode_h200.json): 4 shapes x M 1/8/16, both
+    timing methods, tinygemm present; INT4 never below the slower baseline; the targets judged."""
+    d = json.loads((FIX / "decode_h200.json").read_text())
+    rows = d["rows"]
+    assert d["tinygemm"] is True and len(rows) == 12 and len(d["checks"]) == 12
+    assert {(r["K"], r["N"]) for r in rows} == {(4096, 4096), (8192, 8192), (7168, 2048), (2048, 7168)}
+    for r in rows:
+        assert r["int4_speedup"] == pytest.approx(r["bf16_us"] / r["int4_us"], rel=5e-3)
+        assert r["int4_cupti_us"] < r["int4_us"]            # the graph time adds the launch gaps
+        assert not r["int4_below_floor"] and r["int4_us"] < r["bf16_us"]
+        if r["M"] > 1:                                       # tinygemm's tensor-core path is for M = 1
+            assert r["int4_us"] < r["tinygemm_us"]
+    for c in d["checks"]:       # quantized real weights: bf16 output rounding, same bits twice
+        assert c["int4_rel_err"] < 2e-3 and c["fp8_rel_err"] < 2e-3 and c["int4_max_rel_err"] < 4e-3
+        assert c["int4_repeatable"] and c["fp8_repeatable"]
+    t = {g.target: g for g in judge_decode_targets(rows)}
+    assert t["INT4 >= tinygemm (every row)"].met is False
+    assert t["INT4 >= tinygemm (every row)"].worst == pytest.approx(7.50 / 8.16, abs=2e-3)   # 4096x4096 M=1
+    assert t["INT4 >= 1.5x BF16 at M = 1"].met is False and t["INT4 >= 1.5x BF16 at M = 1"].worst == pytest.approx(
+        10.62 / 7.52, abs=2e-3)                                                           # 2048x7168
+    assert t["FP8 >= 1.3x BF16 at M = 1"].met is False
+    assert decode_warnings(rows) == []
+    slow = [dict(rows[0], int4_below_floor=True, tuned=False)]
+    codes = [w.code for w in decode_warnings(slow)]
+    assert codes == ["below_baseline", "untuned_shape"]

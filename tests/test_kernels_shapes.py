@@ -105,7 +105,7 @@ def test_operations_are_declared_and_not_read_only():
     from mcp_server.faces import operations
 
     ops = {o.tool: o for o in operations()}
-    for tool, verb in (("mla_bench", "mla"), ("l2_sweep", "l2-sweep")):
+    for tool, verb in (("mla_bench", "mla"), ("l2_sweep", "l2-sweep"), ("decode_gemm", "decode-gemm")):
         op = ops[tool]
         assert op.verb == verb and op.progress and not op.hints.read_only
         assert "timeout_s" in op.field_names
@@ -116,10 +116,12 @@ def test_without_a_gpu_the_engines_raise_a_typed_error():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     from mcp_server.errors import ToolMissingError
-    from mcp_server.kernels.engine import l2_sweep, mla_bench
+    from mcp_server.kernels.engine import decode_gemm, l2_sweep, mla_bench
 
     with pytest.raises(ToolMissingError, match="no CUDA GPU"):
         mla_bench()
+    with pytest.raises(ToolMissingError, match="decode_gemm: no CUDA GPU"):
+        decode_gemm()
     with pytest.raises(ToolMissingError, match="no CUDA GPU"):
         l2_sweep()
 
@@ -153,3 +155,18 @@ def test_decode_gemm_families_are_tuned_and_other_shapes_get_a_valid_plan():
         tuning.config_for("int4", 1, 200, 64)
     with pytest.raises(ValueError, match="multiple of 16"):
         tuning.config_for("int4", 1, 256, 40)
+
+
+def test_decode_gemm_request_parses_shapes_and_refuses_bad_ones():
+    from pydantic import ValidationError
+
+    from mcp_server.kernels.requests import DecodeGemmRequest
+
+    r = DecodeGemmRequest(shapes="4096x4096, 7168X2048", batch="1,8")
+    assert r.shapes == [[4096, 4096], [7168, 2048]] and r.batch == [1, 8]
+    assert DecodeGemmRequest().shapes is None and DecodeGemmRequest().batch == [1, 8, 16]
+    assert DecodeGemmRequest(shapes=[[256, 48]]).shapes == [[256, 48]]
+    for bad, msg in (("4096", "is not KxN"), ("4000x4096", "K=4000 must be a multiple of 128"),
+                     ("4096x100", "N=100 must be a multiple of 16"), ("axb", "is not KxN"), (",", "at least one")):
+        with pytest.raises(ValidationError, match=msg):
+            DecodeGemmRequest(shapes=bad)

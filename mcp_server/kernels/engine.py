@@ -7,7 +7,18 @@ from pathlib import Path
 from typing import Optional
 
 from mcp_server.errors import InputError, ToolMissingError
-from mcp_server.kernels.models import DeviceInfo, L2Point, L2SweepResult, MlaBenchResult, MlaCheck, MlaRow, TargetCheck
+from mcp_server.kernels.models import (
+    DecodeGemmCheck,
+    DecodeGemmResult,
+    DecodeGemmRow,
+    DeviceInfo,
+    L2Point,
+    L2SweepResult,
+    MlaBenchResult,
+    MlaCheck,
+    MlaRow,
+    TargetCheck,
+)
 from mcp_server.models import Warning_
 from mcp_server.vocab import ProgressFn, WarningCode
 
@@ -110,6 +121,74 @@ def l2_sweep(heads=None, batch: int = 1, json_path: Optional[str] = None, png_pa
         with atomic_target(png_path, what="png_path", suffix=".png") as tmp:
             l2sweep.plot(res, tmp)
         result.png_path = str(png_path)
+    if json_path:
+        result.json_path = _write_json(json_path, result.model_dump(mode="json"))
+    return result
+
+
+def judge_decode_targets(rows: list[dict]) -> list[TargetCheck]:
+    """Issue 26's decode-GEMM targets: INT4 at least as fast as tinygemm on every row where tinygemm
+    ran (worst = tinygemm / INT4 time), INT4 >= 1.5x and FP8 >= 1.3x cuBLAS BF16 at M = 1."""
+    tiny = [r for r in rows if r.get("tinygemm_us")]
+    m1 = [r for r in rows if r["M"] == 1]
+    out = []
+    for name, sel, val, goal in (
+            ("INT4 >= tinygemm (every row)", tiny, lambda r: r["tinygemm_us"] / r["int4_us"], 1.0),
+            ("INT4 >= 1.5x BF16 at M = 1", m1, lambda r: r["int4_speedup"], 1.5),
+            ("FP8 >= 1.3x BF16 at M = 1", m1, lambda r: r["fp8_speedup"], 1.3)):
+        worst = min((round(val(r), 3) for r in sel), default=None)
+        out.append(TargetCheck(target=name, rows=len(sel), worst=worst, goal=goal,
+                               met=None if worst is None else worst >= goal))
+    return out
+
+
+def decode_warnings(rows: list[dict]) -> list[Warning_]:
+    """``below_baseline`` for rows where INT4 lost to the slower of tinygemm and BF16, ``untuned_shape``
+    for shapes that ran the heuristic's configs."""
+    out = []
+    slow = [r for r in rows if r.get("int4_below_floor")]
+    if slow:
+        where = ", ".join(f"{r['K']}x{r['N']} M={r['M']} ({r['int4_us']:.1f} us)" for r in slow)
+        out.append(Warning_(code=WarningCode.below_baseline, message=(
+            f"INT4 slower than both tinygemm and cuBLAS BF16 at {where}: use BF16 or tinygemm for these shapes")))
+    untuned = sorted({(r["K"], r["N"], r["M"]) for r in rows if not r.get("tuned", True)})
+    if untuned:
+        out.append(Warning_(code=WarningCode.untuned_shape, message=(
+            "outside the measured table, run with the shape heuristic's configs: "
+            + ", ".join(f"{k}x{n} M={m}" for k, n, m in untuned))))
+    return out
+
+
+def decode_gemm(shapes=None, batch=[1, 8, 16], group: int = 128, check: bool = True, cupti: bool = True,  # noqa: B006
+                json_path: Optional[str] = None, timeout_s: float = 600.0,
+                progress: Optional[ProgressFn] = None) -> DecodeGemmResult:
+    """Time ordinary Linear layers at decode: cuBLAS BF16 vs tinygemm vs INT4 W4A16 vs FP8 W8A16 (decode.py)."""
+    import warnings as _w
+
+    from mcp_server.kernels import decode, tuning
+
+    require_gpu("decode_gemm")
+    shp = [tuple(s) for s in shapes] if shapes else list(decode.DECODE_SHAPES)
+    try:
+        with _w.catch_warnings():
+            _w.simplefilter("ignore", tuning.UntunedShapeWarning)   # reported as untuned_shape below
+            res = decode.run_decode_bench(shp, list(batch), group=group, check=check, cupti=cupti,
+                                          progress=progress, deadline=time.monotonic() + timeout_s)
+    except ValueError as exc:   # group / shape checks of the kernels
+        raise InputError(f"decode_gemm: {exc}") from None
+    copy = res["copy_tbps"]
+    for r in res["rows"]:
+        tb = r.get("int4_cupti_tbps") or r["int4_tbps"]
+        r["int4_roof_pct"] = round(100 * tb / copy, 1)
+    warnings = decode_warnings(res["rows"])
+    if res.get("timed_out"):
+        warnings.append(Warning_(code=WarningCode.timeout, message=(
+            f"stopped after {timeout_s:.0f} s: {len(res['rows'])} rows of the requested shapes")))
+    result = DecodeGemmResult(
+        device=_device(res["device"]), copy_tbps=round(copy, 3), tinygemm=res["tinygemm"],
+        rows=[DecodeGemmRow(**{k: r[k] for k in DecodeGemmRow.model_fields if k in r}) for r in res["rows"]],
+        checks=[DecodeGemmCheck(**{k: c[k] for k in DecodeGemmCheck.model_fields}) for c in res["checks"]],
+        targets=judge_decode_targets(res["rows"]), warnings=warnings)
     if json_path:
         result.json_path = _write_json(json_path, result.model_dump(mode="json"))
     return result

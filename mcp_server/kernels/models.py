@@ -101,3 +101,61 @@ class L2SweepResult(Model):
     json_path: Optional[str] = None
     png_path: Optional[str] = None
     warnings: list[Warning_] = Field(default_factory=list)
+
+
+class DecodeGemmRow(Model):
+    """One Linear shape and decode batch, cold, all formats in the same run: CUDA-graph wall time per
+    launch (``*_us``) and CUPTI kernel time (``*_cupti_us``), µs; speedups over cuBLAS BF16."""
+
+    M: int
+    K: int
+    N: int
+    bf16_mb: float = Field(description="BF16 weight bytes, MB")
+    bf16_us: float
+    tinygemm_us: Optional[float] = Field(default=None, description=(
+        "torch.ops.aten._weight_int4pack_mm (W4A16, group 128); None where this torch lacks it"))
+    int4_us: float
+    fp8_us: float
+    tinygemm_speedup: Optional[float] = None
+    int4_speedup: float
+    fp8_speedup: float
+    bf16_cupti_us: Optional[float] = None
+    tinygemm_cupti_us: Optional[float] = None
+    int4_cupti_us: Optional[float] = None
+    fp8_cupti_us: Optional[float] = None
+    int4_cupti_speedup: Optional[float] = None
+    fp8_cupti_speedup: Optional[float] = None
+    int4_tbps: float = Field(description="INT4 bytes (packed weights, scales, activations, output) / graph time")
+    int4_cupti_tbps: Optional[float] = Field(default=None, description="The same bytes over the CUPTI kernel time")
+    int4_roof_pct: Optional[float] = Field(default=None, description=(
+        "int4_cupti_tbps (else int4_tbps) as a percentage of the copy bandwidth measured in the same run"))
+    int4_below_floor: bool = Field(description="INT4 slower than the slower of tinygemm and cuBLAS BF16 (2 % margin)")
+    int4_config: dict = Field(description="The config the INT4 kernel ran (tuning table or shape heuristic)")
+    fp8_config: dict
+    tuned: bool = Field(description="Whether this shape family is in the measured table")
+
+
+class DecodeGemmCheck(Model):
+    """Both kernels on a quantized real-valued bf16 matrix vs x @ dequantized W (fp32), run twice."""
+
+    M: int
+    K: int
+    N: int
+    int4_rel_err: float
+    int4_max_rel_err: float = Field(description="max |out - ref| / max |ref|")
+    int4_repeatable: bool = Field(description="Two runs gave the same bits (split-K reduces in a fixed order)")
+    fp8_rel_err: float
+    fp8_max_rel_err: float
+    fp8_repeatable: bool
+    bf16_rel_err: float = Field(description="cuBLAS BF16 vs the fp32 product (the rounding floor)")
+
+
+class DecodeGemmResult(Model):
+    device: DeviceInfo
+    copy_tbps: float = Field(description="Device-to-device copy of 4 GiB, bytes read + written / time (events)")
+    tinygemm: bool = Field(description="Whether this torch has tinygemm (_weight_int4pack_mm)")
+    rows: list[DecodeGemmRow]
+    checks: list[DecodeGemmCheck]
+    targets: list[TargetCheck]
+    json_path: Optional[str] = None
+    warnings: list[Warning_] = Field(default_factory=list)

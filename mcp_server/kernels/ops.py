@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from mcp_server.faces import Hints, Operation
-from mcp_server.kernels.models import L2SweepResult, MlaBenchResult
-from mcp_server.kernels.requests import L2SweepRequest, MlaBenchRequest
+from mcp_server.kernels.models import DecodeGemmResult, L2SweepResult, MlaBenchResult
+from mcp_server.kernels.requests import DecodeGemmRequest, L2SweepRequest, MlaBenchRequest
 
 #: They run GPU code and may write files: not read-only, not idempotent (timings vary), closed world.
 RUNS_GPU = Hints(read_only=False, destructive=False, idempotent=False, open_world=False, runs_code=True)
@@ -21,6 +21,22 @@ OPERATIONS = [
             "Needs a CUDA GPU with torch and triton (typed error otherwise). Runs GPU code for minutes."),
         request=MlaBenchRequest, result=MlaBenchResult,
         engine="mcp_server.kernels.engine:mla_bench", render="mcp_server.kernels.render:render_mla",
+        hints=RUNS_GPU, progress=True, aliases={"json_path": ("--json-out",)}, outputs={"json_path": "json"},
+    ),
+    Operation(
+        tool="decode_gemm", verb="decode-gemm",
+        title="Time decode Linear layers: BF16 vs tinygemm vs INT4 vs FP8",
+        help="Ordinary Linear shapes at decode (H = 1): cuBLAS BF16 vs torch's tinygemm vs INT4 W4A16 vs FP8 W8A16",
+        description=(
+            "Time x[M, K] @ W[K, N] at decode batch M (default K x N = 4096x4096, 8192x8192, 7168x2048, 2048x7168; "
+            "M = 1, 8, 16) with cuBLAS BF16 F.linear, PyTorch's own W4A16 kernel (_weight_int4pack_mm, 'tinygemm', "
+            "where this torch has it) and kernelscope's INT4 W4A16 and FP8 W8A16 kernels (split-K; a CUDA-core GEMV "
+            "at M = 1), cold (weight sets rotated through >= 512 MiB), CUDA-graph wall time and CUPTI kernel time "
+            "side by side, the INT4 share of the copy bandwidth measured in the same run, correctness on quantized "
+            "real-valued weights, the issue-26 targets, and warnings where INT4 loses to both baselines or a shape "
+            "ran untuned. Needs a CUDA GPU with torch and triton (typed error otherwise)."),
+        request=DecodeGemmRequest, result=DecodeGemmResult,
+        engine="mcp_server.kernels.engine:decode_gemm", render="mcp_server.kernels.render:render_decode",
         hints=RUNS_GPU, progress=True, aliases={"json_path": ("--json-out",)}, outputs={"json_path": "json"},
     ),
     Operation(

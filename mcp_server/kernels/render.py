@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp_server.kernels.models import L2SweepResult, MlaBenchResult
+from mcp_server.kernels.models import DecodeGemmResult, L2SweepResult, MlaBenchResult
 
 
 def _warnings(res: Any, con) -> None:
@@ -68,4 +68,48 @@ def render_l2(res: L2SweepResult, con, request: Any = None) -> None:
     for label, path in (("json", res.json_path), ("png", res.png_path)):
         if path:
             con.print(f"{label}: {escape(path)}", highlight=False)
+    _warnings(res, con)
+
+
+def render_decode(res: DecodeGemmResult, con, request: Any = None) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    d = res.device
+    con.print(escape(f"decode GEMMs on {d.name} ({d.sm_count} SMs), torch {d.torch}, triton {d.triton}; copy "
+                     f"{res.copy_tbps:.2f} TB/s (read + write); tinygemm "
+                     + ("present" if res.tinygemm else "absent in this torch")), highlight=False)
+
+    def us(v):
+        return "-" if v is None else f"{v:.2f}"
+
+    t = Table(title="x[M, K] @ W[K, N], cold: graph µs | CUPTI µs", title_justify="left")
+    for c in ("K", "N", "M", "BF16", "tinygemm", "INT4", "FP8", "INT4 x", "FP8 x", "BF16 cupti", "tiny cupti",
+              "INT4 cupti", "FP8 cupti", "INT4 % roof", "INT4 variant"):
+        t.add_column(c, justify="left" if c == "INT4 variant" else "right")
+    for r in res.rows:
+        v = r.int4_config.get("variant", "dot")
+        if r.int4_config.get("SPLIT", 1) > 1:
+            v += f" x{r.int4_config['SPLIT']}"
+        t.add_row(str(r.K), str(r.N), str(r.M), us(r.bf16_us), us(r.tinygemm_us), us(r.int4_us), us(r.fp8_us),
+                  f"{r.int4_speedup:.2f}", f"{r.fp8_speedup:.2f}", us(r.bf16_cupti_us), us(r.tinygemm_cupti_us),
+                  us(r.int4_cupti_us), us(r.fp8_cupti_us),
+                  "-" if r.int4_roof_pct is None else f"{r.int4_roof_pct:.0f}", escape(v + ("" if r.tuned else " *")))
+    con.print(t)
+    if res.checks:
+        ct = Table(title="correctness on quantized real weights (relative error vs dequantized reference)",
+                   title_justify="left")
+        for h in ("K", "N", "M", "INT4", "INT4 max", "FP8", "FP8 max", "BF16", "repeatable"):
+            ct.add_column(h, justify="right")
+        for k in res.checks:
+            ct.add_row(str(k.K), str(k.N), str(k.M), f"{k.int4_rel_err:.1e}", f"{k.int4_max_rel_err:.1e}",
+                       f"{k.fp8_rel_err:.1e}", f"{k.fp8_max_rel_err:.1e}", f"{k.bf16_rel_err:.1e}",
+                       "yes" if k.int4_repeatable and k.fp8_repeatable else "[red]no[/]")
+        con.print(ct)
+    for g in res.targets:
+        mark = "n/a" if g.met is None else ("[green]met[/]" if g.met else "[red]missed[/]")
+        worst = "n/a" if g.worst is None else f"{g.worst:.2f}x"
+        con.print(f"{escape(g.target)}: worst {worst} over {g.rows} rows: {mark}", highlight=False)
+    if res.json_path:
+        con.print(f"json: {escape(res.json_path)}", highlight=False)
     _warnings(res, con)

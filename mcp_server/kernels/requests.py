@@ -66,3 +66,57 @@ class L2SweepRequest(WritesOutputs):
     @classmethod
     def _heads(cls, v):
         return _int_list(v, "heads", 1, 65536)
+
+
+def _shape_list(value):
+    if value is None:
+        return value
+    items = value.replace(" ", "").split(",") if isinstance(value, str) else list(value)
+    out = []
+    for it in items:
+        if not it:
+            continue
+        if isinstance(it, str):
+            k, sep, n = it.lower().partition("x")
+            try:
+                K, N = int(k), int(n)
+            except ValueError:
+                raise ValueError(f"shapes: {it!r} is not KxN (e.g. 4096x4096)") from None
+            if not sep:
+                raise ValueError(f"shapes: {it!r} is not KxN (e.g. 4096x4096)")
+        else:
+            K, N = (int(v) for v in it)
+        if K % 128 or not 128 <= K <= 65536:
+            raise ValueError(f"shapes: K={K} must be a multiple of 128 in 128..65536")
+        if N % 16 or not 16 <= N <= 65536:
+            raise ValueError(f"shapes: N={N} must be a multiple of 16 in 16..65536")
+        out.append([K, N])
+    if not out:
+        raise ValueError("shapes: give at least one KxN")
+    return out
+
+
+class DecodeGemmRequest(WritesOutputs):
+    shapes: Optional[Union[list[list[int]], str]] = Field(default=None, description=(
+        "Linear shapes KxN (x[M, K] @ W[K, N]), comma-separated, e.g. 4096x4096,7168x2048; default "
+        "4096x4096, 8192x8192, 7168x2048, 2048x7168"))
+    batch: Union[list[int], str] = Field(default=[1, 8, 16], description=(
+        "Decode batch sizes M (1..256), a list or comma-separated"))
+    group: int = Field(default=128, description="INT4 group size along K (128: the size tinygemm is also timed with)")
+    check: bool = Field(default=True, description=(
+        "Check both kernels on quantized real-valued weights against the dequantized reference (and repeatability)"))
+    cupti: bool = Field(default=True, description=(
+        "Also time every format by CUPTI kernel durations (torch.profiler), beside the CUDA-graph wall time"))
+    json_path: Optional[str] = Field(default=None, description="Also write the full result as JSON here")
+    timeout_s: float = Field(default=600.0, gt=0, description=(
+        "Stop starting new shapes after this many seconds (rows so far are returned with a 'timeout' warning)"))
+
+    @field_validator("batch", mode="before")
+    @classmethod
+    def _batch(cls, v):
+        return _int_list(v, "batch", 1, 256)
+
+    @field_validator("shapes", mode="before")
+    @classmethod
+    def _shapes(cls, v):
+        return _shape_list(v)
