@@ -126,6 +126,7 @@ class WarningCode(StrEnum):
     graphs_unavailable = "graphs_unavailable"  # CUDA-graph capture failed; timed with a launch loop
     slower_on_shape = "slower_on_shape"  # the candidate is slower on one of several shapes
     budget_exhausted = "budget_exhausted"  # sampling ended before the interval reached the asked half-width
+    harness_strays_killed = "harness_strays_killed"  # the candidate left processes running; they were killed
     roofline_unchecked = "roofline_unchecked"  # no gpu_specs.toml entry for the device: speed-of-light check skipped
     faster_than_roofline = "faster_than_roofline"  # a time below the roofline floor from inferred bytes (flag only)
     # --- kernels ---

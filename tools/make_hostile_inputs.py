@@ -541,6 +541,36 @@ def deep_documents(root: Path, depth: int = 5000) -> dict[str, Path]:
     return out
 
 
+def validate_escapes(root: Path) -> dict[str, Path]:
+    """Candidates for tests/fixtures/validate/cpu.toml's spec (import its base.py) that attack the machine:
+    ``cand_double_fork.py`` starts a process that double-forks and calls setsid (it records its pid in the file
+    named by $KS_STRAY_PID) and returns a wrong result; ``cand_fill_memory.py`` allocates 64 MiB blocks,
+    touching every page, until it is stopped."""
+    root.mkdir(parents=True, exist_ok=True)
+    out = {"double_fork": root / "cand_double_fork.py", "fill_memory": root / "cand_fill_memory.py"}
+    out["double_fork"].write_text(
+        '"""Hostile: leaves a detached grandchild behind (double fork + setsid), then answers wrongly."""\n'
+        "import os\nimport subprocess\nimport sys\nimport time\n\n"
+        "STRAY = ('import os, sys, time\\nos.setsid()\\nif os.fork():\\n    os._exit(0)\\n'\n"
+        "         'open(sys.argv[1] + \".tmp\", \"w\").write(str(os.getpid()))\\n'\n"
+        "         'os.rename(sys.argv[1] + \".tmp\", sys.argv[1])\\ntime.sleep(600)\\n')\n\n\n"
+        "def candidate(x, w):\n"
+        "    pid_file = os.environ['KS_STRAY_PID']\n"
+        "    if not os.path.exists(pid_file + '.started'):\n"
+        "        open(pid_file + '.started', 'w').close()\n"
+        "        subprocess.Popen([sys.executable, '-c', STRAY, pid_file]).wait()\n"
+        "        while not os.path.exists(pid_file):\n"
+        "            time.sleep(0.01)\n"
+        "    return (x @ w) * 0 + 1\n")
+    out["fill_memory"].write_text(
+        '"""Hostile: fills memory, 64 MiB at a time, every page touched."""\n\n'
+        "HOLD = []\n\n\n"
+        "def candidate(x, w):\n"
+        "    while True:\n"
+        "        HOLD.append(bytearray(b'\\x01') * (64 << 20))\n")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="tests/fixtures/hostile")

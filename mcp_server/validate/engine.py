@@ -70,6 +70,29 @@ def validate_candidate(spec_path: str | None = None, baseline: str | None = None
     return run_spec(spec, timeout_s=limit, progress=progress)
 
 
+#: Seconds the caller waits past the supervisor's own time limit before killing its process group.
+SUPERVISOR_GRACE_S = 20.0
+MEMORY_ENV = "KERNELSCOPE_VALIDATE_MEMORY"
+
+
+def harness_memory_limit() -> int | None:
+    """Bytes of resident memory the harness tree may hold: ``KERNELSCOPE_VALIDATE_MEMORY`` (e.g. 16G; 0, none
+    or off for no limit), else half the machine's memory, at most 64 GiB (a kernel harness needs a few GB;
+    the rest stays for the machine)."""
+    from mcp_server.limits import parse_size
+
+    raw = os.environ.get(MEMORY_ENV, "").strip()
+    if raw.lower() in ("0", "none", "off"):
+        return None
+    if raw:
+        return parse_size(raw)
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 64 << 30
+    return min(64 << 30, total // 2)
+
+
 def child_config(spec: Spec) -> dict[str, Any]:
     return {
         "baseline": spec.baseline.as_dict(),
@@ -92,7 +115,7 @@ def run_spec(spec: Spec, *, timeout_s: float, progress: ProgressFn | None = None
         if importlib.util.find_spec("torch") is None:
             raise ToolMissingError(f"validate needs torch, which is not installed for {sys.executable}",
                                    hint="install the gpu extra (pip install 'kernelscope[gpu]') or run where torch is")
-    state: dict[str, Any] = {"result": None, "last": "starting the harness", "clocks": None}
+    state: dict[str, Any] = {"result": None, "last": "starting the harness", "clocks": None, "supervisor": None}
     is_cuda = spec.device.startswith("cuda")
 
     def on_line(line: str) -> None:
@@ -110,6 +133,8 @@ def run_spec(spec: Spec, *, timeout_s: float, progress: ProgressFn | None = None
                 progress(float(msg.get("done") or 0), msg.get("total"), msg.get("message"))
         elif msg.get("type") == "result":
             state["result"] = msg
+        elif msg.get("type") == "supervisor":
+            state["supervisor"] = msg
 
     env = dict(os.environ)
     root = str(PACKAGE_DIR.parent)
@@ -118,12 +143,24 @@ def run_spec(spec: Spec, *, timeout_s: float, progress: ProgressFn | None = None
     with tempfile.TemporaryDirectory(prefix="kscope-validate-") as tmp:
         cfg_path = Path(tmp) / "config.json"
         atomic_write_text(cfg_path, json.dumps(child_config(spec)), what="harness config")
-        args = [python or sys.executable, "-m", "mcp_server.validate.child", str(cfg_path)]
-        pr = proc.stream(args, timeout=timeout_s, on_line=on_line, cwd=spec.search_dirs[0], env=env)
+        py = python or sys.executable
+        memory = harness_memory_limit()
+        # the supervisor reaps whatever the candidate starts and holds the time and memory limits (supervise.py)
+        args = [py, "-m", "mcp_server.validate.supervise", "--timeout", f"{timeout_s:g}", "--memory", str(memory or 0),
+                "--parent", str(os.getpid()), "--", py, "-m", "mcp_server.validate.child", str(cfg_path)]
+        pr = proc.stream(args, timeout=timeout_s + SUPERVISOR_GRACE_S, on_line=on_line, cwd=spec.search_dirs[0],
+                         env=env)
     if is_cuda and state["clocks"] is None and state["result"] is not None:
         state["clocks"] = _gpu_clocks(spec.device)
-    return build_result(spec, state["result"], timed_out=pr.timed_out, rc=pr.rc, stderr=pr.stderr,
-                        last=state["last"], timeout_s=timeout_s, clocks=state["clocks"])
+    sup = state["supervisor"] or {}
+    res = build_result(spec, state["result"], timed_out=pr.timed_out or sup.get("event") == "time", rc=pr.rc,
+                       stderr=pr.stderr, last=state["last"], timeout_s=timeout_s, clocks=state["clocks"],
+                       memory=sup if sup.get("event") == "memory" else None)
+    if sup.get("stray_killed"):
+        res.warnings.append(Warning_(code=WarningCode.harness_strays_killed, message=(
+            f"the candidate left {sup['stray_killed']} process(es) running after the harness ended (detached "
+            "with a double fork or setsid, say); they were killed")))
+    return res
 
 
 # ---------------------------------------------------------------------------
@@ -131,12 +168,19 @@ def run_spec(spec: Spec, *, timeout_s: float, progress: ProgressFn | None = None
 # ---------------------------------------------------------------------------
 
 def build_result(spec: Spec, raw: dict | None, *, timed_out: bool, rc: int | None, stderr: str,
-                 last: str, timeout_s: float, clocks: dict | None) -> ValidationResult:
+                 last: str, timeout_s: float, clocks: dict | None, memory: dict | None = None) -> ValidationResult:
     warnings: list[Warning_] = []
     reasons: list[str] = []
     settings = spec.settings()
     settings["timeout_s"] = timeout_s
     stderr_tail = "\n".join(stderr.strip().splitlines()[-15:]) or None
+    if memory is not None:
+        limit, peak = memory.get("memory_limit") or 0, memory.get("peak_rss") or 0
+        reasons.append(f"memory: the harness and what it started held {peak >> 20} MiB, over their limit of "
+                       f"{limit >> 20} MiB, and were killed (last step: {last}); raise it with {MEMORY_ENV}=<size>")
+        return ValidationResult(accepted=False, verdict="error", reasons=reasons, stopped_by="memory",
+                                correctness=Correctness(passed=False), mode=spec.mode, settings=settings,
+                                stderr_tail=stderr_tail, warnings=warnings)
     if raw is None:
         if timed_out:
             reasons.append(f"the harness did not finish within timeout_s = {timeout_s:g} s and was killed "
@@ -144,6 +188,7 @@ def build_result(spec: Spec, raw: dict | None, *, timed_out: bool, rc: int | Non
         else:
             reasons.append(f"the harness child exited with status {rc} without a result (last step: {last})")
         return ValidationResult(accepted=False, verdict="error", reasons=reasons,
+                                stopped_by="time" if timed_out else None,
                                 correctness=Correctness(passed=False), mode=spec.mode, settings=settings,
                                 stderr_tail=stderr_tail, warnings=warnings)
     for w in raw.get("warnings", []):

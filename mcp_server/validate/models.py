@@ -132,6 +132,8 @@ class ValidationResult(Model):
     settings: dict[str, Any] = Field(default_factory=dict)
     wall_s: dict[str, float] = Field(default_factory=dict, description="import, correctness, timing, total (s)")
     stderr_tail: str | None = Field(None, description="last lines the child wrote to stderr, on error")
+    stopped_by: Literal["memory", "time"] | None = Field(None, description=(
+        "the harness was killed by its memory limit (KERNELSCOPE_VALIDATE_MEMORY) or its time limit (timeout_s)"))
     warnings: list[Warning_] = Field(default_factory=list)
 
     def exit_code(self) -> int:
