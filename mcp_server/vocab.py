@@ -61,6 +61,10 @@ class WarningCode(StrEnum):
     unattributed_kernels = "unattributed_kernels"  # kernels with no enclosing module
     replays_unattributed = "replays_unattributed"  # CUDA-graph replays with no eager kernels to learn modules from
     no_gpu_events = "no_gpu_events"  # the trace holds no GPU kernel/copy/memset (CPU-only, counters-only, all damaged)
+    # why kernels are unattributed (issue 23: every trace under 95 % attributed says why)
+    no_module_spans = "no_module_spans"  # the trace holds no nn.Module spans: profile with with_stack/with_modules
+    kernels_before_first_step = "kernels_before_first_step"  # GPU events with no launch, before the first launched one
+    thread_without_modules = "thread_without_modules"  # kernels launched from a thread with no module spans (backward)
 
     # --- compare (diff_modules, budget, recategorize) ---
     gpu_kernels_truncated = "gpu_kernels_truncated"  # a report's GPU Kernels sheet is capped at 1000 rows

@@ -209,7 +209,7 @@ def test_summary_workbook_rank_reports_and_heat_map(tmp_path):
     out = tmp_path / "set.xlsx"
     res = analyze_trace_set(_set("straggler"), output_xlsx=str(out), output_html=str(tmp_path / "set.html"))
     wb = load_workbook(out, read_only=True)
-    assert wb.sheetnames == ["Ranks", "Straggler", "Layers", "Modules", "Categories"]
+    assert wb.sheetnames == ["Ranks", "Straggler", "Layers", "Modules", "Categories", "GPU Time"]
     rows = list(wb["Layers"].iter_rows(values_only=True))
     assert rows[0][:6] == ("Layer", "Name", "rank 0 (us)", "rank 1 (us)", "rank 2 (us)", "rank 3 (us)")
     assert [r[7] for r in rows[1:]] == [1, 1, 1, 1]  # slowest rank of every layer

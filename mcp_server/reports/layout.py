@@ -16,8 +16,11 @@ GPU_KERNELS = "GPU Kernels"
 #: kernelscope extras
 FULL_KERNELS = "Kernels (full)"
 METADATA = "Metadata"
+#: the GPU time breakdown (busy / idle / computation / communication / memory), per trace, device, stream
+GPU_TIME = "GPU Time"
 #: sheets that are never detail sheets (upstream also writes "Model Info" in some versions)
-NON_DETAIL_SHEETS = frozenset({SUMMARY, OVERVIEW, MODULE_TREE, GPU_KERNELS, FULL_KERNELS, METADATA, "Model Info"})
+NON_DETAIL_SHEETS = frozenset({SUMMARY, OVERVIEW, MODULE_TREE, GPU_KERNELS, FULL_KERNELS, METADATA, GPU_TIME,
+                                "Model Info"})
 
 
 def full_table_sheet_name(part: int) -> str:
@@ -57,6 +60,9 @@ TREE_HEADERS = ["Module", "Total Time (us)", "Kernels/Ops", "Breakdown", "Phase"
 TREE_PATH_HEADER = "Path"
 GPU_KERNEL_HEADERS = ["Kernel Name", "Category", "Total Duration (us)", "Count", "Avg (us)", "% of Total",
                       "Module Types"]
+GPU_TIME_HEADERS = ["Scope", "Device", "Stream", "GPU events", "Window (us)", "Busy (us)", "Idle (us)",
+                    "Computation (us)", "Communication (us)", "Memcpy+memset (us)", "Exposed communication (us)",
+                    "Exposed memcpy+memset (us)", "Busy %", "Comm overlapped by compute %"]
 DETAIL_CATEGORY_HEADERS = ["Category", "Percentage (%)", "Total Duration (us)"]
 DETAIL_KERNEL_HEADERS = ["Module", "Input Dims", "Kernel Name", "Duration (us)", "% of wall time", "Category",
                          "Formula", "TFLOP", "TFLOPs", "Source"]

@@ -478,6 +478,30 @@ def _write_metadata(wb, analysis, df, plans, peak: float | None = None, peak_src
         s.append([k, v])
 
 
+def gpu_time_rows(b, rank: Any = None) -> list[list[Any]]:
+    """Rows of the GPU Time sheet for one breakdown (``traces.models.GpuBreakdown``), ``GPU_TIME_HEADERS``
+    order; ``rank`` (a trace set) goes in front of each row."""
+    out = []
+    for r in [b.total, *b.devices, *b.streams]:
+        row = [r.scope, "" if r.device is None else r.device, "" if r.stream is None else r.stream, r.kernel_count,
+               r.window_us, r.busy_us, r.idle_us, r.computation_us, r.communication_us, r.memory_us,
+               r.exposed_communication_us, r.exposed_memory_us, round(r.busy_pct, 3),
+               "" if r.comm_overlap_pct is None else round(r.comm_overlap_pct, 3)]
+        out.append(row if rank is None else [rank, *row])
+    return out
+
+
+def _write_gpu_time(wb, analysis) -> None:
+    b = getattr(analysis, "breakdown", None)
+    if b is None:
+        return
+    s = _Sheet(wb, L.GPU_TIME, {"A": 12, "E": 14, "F": 14, "G": 14, "H": 16, "I": 18, "J": 18, "K": 24, "L": 24})
+    s.bold([f"Window: {b.window} ({b.window_note})"])
+    s.header(L.GPU_TIME_HEADERS)
+    for row in gpu_time_rows(b):
+        s.append(row)
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -503,6 +527,7 @@ def write_analysis_report(analysis, path: str | os.PathLike, *, force: bool = Fa
     peak, peak_src = _peak_tflops(analysis.device)
     for p in plans:
         _write_detail(wb, p, df, peak)
+    _write_gpu_time(wb, analysis)
     parts = _write_full(wb, df)
     _write_metadata(wb, analysis, df, plans, peak, peak_src)
     atomic_save(wb, out, full_tables=parts, force=force)

@@ -205,7 +205,8 @@ def analyze_trace(
     report(4, "module tree and statistics")
     res = _summarise(rt, lk, table, arrays, path_code, span_pc, phase, rules)
     res.graph = gstat
-    res.warnings = warnings + res.warnings
+    res.breakdown = _breakdown(rt, lk, rules)
+    res.warnings = warnings + res.warnings + _coverage_warnings(rt, lk, path_code)
     # the DataFrame is built on first access of ``res.kernels`` (pandas is not imported otherwise)
     res.with_kernels(lambda: _kernel_frame(rt, lk, table, arrays, path_code, phase, confidence, layer, rules))
     res._raw = rt  # already held by the kernel-table builder above
@@ -371,6 +372,76 @@ def _attribute_replays(rt: RawTrace, lk: Linked, table: PathTable, rules, refere
                                  f"({', '.join(sorted(methods))}): the eager kernels may come from another model or "
                                  "phase; pass --reference-trace with an eager trace of the same model and batch shape")]
     return []
+
+
+def _us_text(us: float) -> str:
+    return f"{us / 1e3:,.2f} ms" if us >= 1e3 else f"{us:,.1f} us"
+
+
+def _coverage_warnings(rt: RawTrace, lk: Linked, path_code: np.ndarray) -> list[Warning_]:
+    """Why eager kernels are unattributed, one warning per reason found (beside ``unattributed_kernels``; graph
+    replays with nothing to learn from have ``replays_unattributed``)."""
+    un = path_code <= 1
+    if not un.any():
+        return []
+    dur = rt.k_dur
+    total = float(dur.sum())
+
+    def share(mask: np.ndarray) -> str:
+        us = float(dur[mask].sum())
+        pct = 100.0 * us / total if total else 0.0
+        return f"{int(mask.sum())} GPU event(s), {_us_text(us)} ({pct:.1f}% of GPU time)"
+
+    out: list[Warning_] = []
+    eager_un = un & ~lk.graph
+    if not len(lk.modules):
+        if eager_un.any():
+            out.append(Warning_(code=WarningCode.no_module_spans, count=int(eager_un.sum()), message=(
+                f"the trace holds no nn.Module spans, so no kernel has a module ({share(eager_un)}): profile with "
+                "with_stack=True (or with_modules=True) to attribute kernels to modules; categories and kernel "
+                "names are still exact")))
+        return out
+    launched = lk.launch_idx >= 0
+    if launched.any():
+        early = eager_un & ~launched & (rt.k_ts < rt.k_ts[launched].min())
+        if early.any():
+            out.append(Warning_(code=WarningCode.kernels_before_first_step, count=int(early.sum()), message=(
+                f"{share(early)} ran before the first kernel launched in the trace and have no launch event: work "
+                "queued before the profiled steps that was still running when the profiler started recording; "
+                "they cannot be attributed (the GPU time breakdown leaves them out); call "
+                "torch.cuda.synchronize() before the profiled steps begin to keep them out of the trace")))
+    mod_threads = np.unique(lk.modules.thread)
+    idx = np.flatnonzero(eager_un & launched)
+    if len(idx):
+        lth = rt.l_thread[lk.launch_idx[idx]]
+        off = idx[~np.isin(lth, mod_threads)]
+        if len(off):
+            mask = np.zeros(len(un), dtype=bool)
+            mask[off] = True
+            ops = {rt.names[i] for i in np.unique(lk.cpu.name[lk.cpu_op[off][lk.cpu_op[off] >= 0]]).tolist()}
+            why = ("the autograd engine's backward thread" if any("backward" in o.lower() for o in ops)
+                   else "a thread that holds no module spans")
+            out.append(Warning_(code=WarningCode.thread_without_modules, count=len(off), message=(
+                f"{share(mask)} were launched from {why}; module spans exist only on the thread that ran "
+                "forward, so these have no module (backward kernels are listed by category and name)")))
+    return out
+
+
+def _breakdown(rt: RawTrace, lk: Linked, rules):
+    """The GPU time breakdown (``traces.breakdown``): classes from the event kind and the category rules."""
+    from mcp_server.traces import breakdown as B
+
+    n = len(rt.k_name)
+    if not n:
+        return None
+    names = rt.names
+    used = np.unique(rt.k_name)
+    comm_name = np.zeros(len(names), dtype=bool)
+    comm_name[used] = [rules.classify(names[u]) == COMMUNICATION for u in used.tolist()]
+    cls = np.full(n, B.COMPUTATION, dtype=np.int8)
+    cls[comm_name[rt.k_name]] = B.COMMUNICATION
+    cls[rt.k_kind != 0] = B.MEMORY
+    return B.compute_breakdown(rt.k_ts, rt.k_dur, cls, rt.k_device, rt.k_stream, lk.launch_idx >= 0)
 
 
 def _write_report(res: TraceAnalysis, output_xlsx: str | os.PathLike) -> None:

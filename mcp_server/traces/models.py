@@ -70,6 +70,47 @@ class GraphAttribution(Model):
     notes: list[str] = Field(default_factory=list)
 
 
+class TimeBreakdown(Model):
+    """GPU time of one scope (the trace, a device, a stream) over its window (see ``GpuBreakdown``)."""
+
+    scope: Literal["trace", "device", "stream"]
+    device: Optional[int] = None
+    stream: Optional[int] = None
+    kernel_count: int = Field(description="GPU events (kernels, memcpy, memset) measured")
+    window_start_us: float = Field(description="start of the window (trace clock, us)")
+    window_us: float = Field(description="window length: end of the last GPU event - start of the first")
+    busy_us: float = Field(description="time any GPU event runs (union of intervals)")
+    idle_us: float = Field(description="window - busy")
+    computation_us: float = Field(description="time any computation kernel runs (not communication, memcpy, memset)")
+    communication_us: float = Field(description="time any communication kernel runs (category 'communication')")
+    memory_us: float = Field(description="time any memcpy or memset runs")
+    exposed_communication_us: float = Field(description="communication time not overlapped by computation")
+    exposed_memory_us: float = Field(description="memcpy/memset time overlapped by neither computation nor "
+                                                 "communication")
+    busy_pct: float = Field(description="busy / window, percent")
+    comm_overlap_pct: Optional[float] = Field(default=None, description=(
+        "share of communication time overlapped by computation, percent (HTA's comp_comm_overlap; null without "
+        "communication)"))
+
+
+class GpuBreakdown(Model):
+    """Busy / idle / computation / communication / memory / exposed communication, as TraceLens's gpu_timeline
+    and HTA's temporal breakdown define them (times are unions of intervals; computation + exposed
+    communication + exposed memory + idle = window)."""
+
+    window: Literal["all GPU events", "launched GPU events"] = Field(description=(
+        "which GPU events were measured: all of them, or those whose launch is in the trace (when some ran "
+        "before the profiler recorded the CPU side)"))
+    window_note: str = ""
+    excluded_count: int = Field(default=0, description="GPU events outside the measured set")
+    excluded_us: float = 0.0
+    total: TimeBreakdown
+    devices: list[TimeBreakdown] = Field(default_factory=list, description="per device (when several), busiest "
+                                                                           "first")
+    streams: list[TimeBreakdown] = Field(default_factory=list, description="per (device, stream) over the "
+                                                                           "device's window, busiest first")
+
+
 class TraceAnalysis(Model):
     trace: str
     device: Optional[str] = None
@@ -84,6 +125,9 @@ class TraceAnalysis(Model):
     modules: list[ModuleTypeStats] = Field(default_factory=list)
     tree: list[ModuleNode] = Field(default_factory=list)
     graph: GraphAttribution = Field(default_factory=GraphAttribution)
+    breakdown: Optional[GpuBreakdown] = Field(default=None, description=(
+        "GPU time breakdown (busy, idle, computation, communication, memory, exposed communication) for the trace, "
+        "each device and stream; null without GPU events"))
     categories_source: str = ""
     categories_sha256: str = ""
     output_xlsx: Optional[str] = None

@@ -157,7 +157,7 @@ def _assemble(refs: list[RankRef], world: Optional[int], found_warnings: list[Wa
         straggler=combine.straggler(layer_rows, totals, threshold),
         layers=sorted(layer_rows, key=lambda x: (-x.excess_us, x.index)), layer_source=layer_source,
         modules=combine.modules(summaries), categories=combine.categories(summaries), failed=failed,
-        collectives=comm, warnings=warnings)
+        collectives=comm, gpu_time=combine.gpu_time(summaries, totals), warnings=warnings)
 
 
 def analyze_trace_set(

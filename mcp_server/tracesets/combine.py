@@ -12,6 +12,7 @@ from mcp_server.tracesets.models import (
     CategoryAcrossRanks,
     LayerAcrossRanks,
     ModuleAcrossRanks,
+    RankGpuTime,
     RankSummary,
     RankTotal,
     Straggler,
@@ -37,6 +38,14 @@ def rank_totals(summaries: list[RankSummary], sources: Mapping[int, str]) -> lis
             for s in summaries]
     rows.sort(key=lambda r: (-r.total_kernel_us, r.rank))
     return rows
+
+
+def gpu_time(summaries: list[RankSummary], totals: list[RankTotal]) -> list[RankGpuTime]:
+    """Each rank's GPU time breakdown, in the order of ``totals`` (slowest first); ranks without GPU events
+    have none."""
+    by_rank = {s.rank: s.breakdown for s in summaries}
+    return [RankGpuTime(rank=t.rank, window=b.window, total=b.total, streams=b.streams)
+            for t in totals if (b := by_rank.get(t.rank)) is not None]
 
 
 def modules(summaries: list[RankSummary]) -> list[ModuleAcrossRanks]:

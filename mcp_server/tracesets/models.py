@@ -6,6 +6,7 @@ from typing import Literal, Optional, TypeVar
 from pydantic import Field
 
 from mcp_server.models import Model, Warning_
+from mcp_server.traces.models import GpuBreakdown, TimeBreakdown
 
 _R = TypeVar("_R", bound=Model)
 
@@ -65,6 +66,7 @@ class RankSummary(Model):
     collective_meta: list[Optional[CollectiveMeta]] = Field(default_factory=list, description=(
         "what the trace records about each of ``collectives`` (same order; null where nothing is recorded)"))
     collective_overlap: Optional[float] = None
+    breakdown: Optional[GpuBreakdown] = None
 
 
 class RankTotal(Model):
@@ -171,6 +173,16 @@ class CollectiveAnalysis(Model):
     instances: list[CollectiveInstance] = Field(default_factory=list, description="largest lateness first")
 
 
+class RankGpuTime(Model):
+    """One rank's GPU time breakdown (the single-trace ``breakdown``: busy, idle, computation, communication,
+    memcpy/memset, exposed communication) over that rank's window."""
+
+    rank: int
+    window: str = Field(description="which GPU events were measured (see analyze_trace's breakdown.window)")
+    total: TimeBreakdown
+    streams: list[TimeBreakdown] = Field(default_factory=list, description="per (device, stream), busiest first")
+
+
 class RankFailure(Model):
     rank: int
     path: str
@@ -193,6 +205,9 @@ class TraceSetAnalysis(Model):
     failed: list[RankFailure] = Field(default_factory=list)
     collectives: Optional[CollectiveAnalysis] = Field(default=None, description=(
         "collectives matched across ranks: waits, transfers, the last-arriving rank per layer (null: none found)"))
+    gpu_time: list[RankGpuTime] = Field(default_factory=list, description=(
+        "per rank the GPU time breakdown (busy, idle, computation, communication, exposed communication), in the "
+        "order of ``ranks``"))
     output_xlsx: Optional[str] = None
     output_html: Optional[str] = None
     warnings: list[Warning_] = Field(default_factory=list)
@@ -202,10 +217,18 @@ class TraceSetAnalysis(Model):
         return {r.rank for r in self.ranks[:top_n]} | ({self.ranks[-1].rank} if self.ranks else set())
 
     def summary_view(self, top_n: int) -> tuple["TraceSetAnalysis", Optional[str]]:
+        notes = []
+        view = self
+        if any(g.streams for g in self.gpu_time):
+            view = view.model_copy(update={"gpu_time": [
+                g.model_copy(update={"streams": []}) for g in self.gpu_time]})
+            notes.append(f"gpu_time holds each rank's total; its streams (up to "
+                         f"{max(len(g.streams) for g in self.gpu_time)} a rank) are in the detail and the workbook")
         if len(self.ranks) <= top_n:
-            return self, None
+            return view, "; ".join(notes) or None
         keep = self.shown_ranks(top_n)
-        update: dict = {"layers": _keep_ranks(self.layers, "per_rank_us", keep),
+        update: dict = {"gpu_time": [g for g in view.gpu_time if g.rank in keep],
+                        "layers": _keep_ranks(self.layers, "per_rank_us", keep),
                         "modules": _keep_ranks(self.modules, "per_rank_us", keep),
                         "categories": _keep_ranks(self.categories, "per_rank_us", keep)}
         if self.collectives is not None:
@@ -213,10 +236,11 @@ class TraceSetAnalysis(Model):
             update["collectives"] = c.model_copy(update={
                 "layers": _keep_ranks(c.layers, "per_rank_wait_us", keep),
                 "instances": _keep_ranks(c.instances, "per_rank_wait_us", keep)})
-        view = self.model_copy(update=update)
-        return view, (f"per_rank_us maps keep {len(keep)} of {len(self.ranks)} ranks (the {top_n} slowest and "
-                      f"the fastest: {', '.join(map(str, sorted(keep)))}); mean_us, slowest_rank and imbalance "
-                      "are over every rank")
+        view = view.model_copy(update=update)
+        notes.insert(0, f"per_rank_us maps keep {len(keep)} of {len(self.ranks)} ranks (the {top_n} slowest and "
+                        f"the fastest: {', '.join(map(str, sorted(keep)))}), gpu_time the same ranks; mean_us, "
+                        "slowest_rank and imbalance are over every rank")
+        return view, "; ".join(notes)
 
 
 class RankDelta(Model):

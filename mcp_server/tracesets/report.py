@@ -29,7 +29,8 @@ def write_set_xlsx(res: TraceSetAnalysis, path: str | os.PathLike) -> Path:
     from openpyxl.cell import WriteOnlyCell
     from openpyxl.styles import Font
 
-    from mcp_server.reports import atomic_save
+    from mcp_server.reports import atomic_save, gpu_time_rows
+    from mcp_server.reports.layout import GPU_TIME, GPU_TIME_HEADERS
 
     out = check_output_path(path, "xlsx trace-set summary")
     ranks = _ranks(res)
@@ -65,6 +66,10 @@ def write_set_xlsx(res: TraceSetAnalysis, path: str | os.PathLike) -> Path:
     sheet("Categories", ["Category", *per, "Mean (us)", "Slowest rank", "Imbalance"],
           ([c.category, *(round(c.per_rank_us.get(r, 0.0), 3) for r in ranks), round(c.mean_us, 3), c.slowest_rank,
             round(c.imbalance, 4)] for c in res.categories))
+    if res.gpu_time:
+        sheet(GPU_TIME, ["Rank", *GPU_TIME_HEADERS, "Window"],
+              ([*row, g.window] for g in sorted(res.gpu_time, key=lambda g: g.rank)
+               for row in gpu_time_rows(_Rows(g.total, g.streams), g.rank)))
     col = res.collectives
     if col is not None:
         sheet("Collectives", ["Layer", "Name", *(f"rank {r} wait (us)" for r in ranks), "Late rank", "Lateness (us)"],
@@ -72,6 +77,31 @@ def write_set_xlsx(res: TraceSetAnalysis, path: str | os.PathLike) -> Path:
                 x.late_rank, round(x.lateness_us, 3)] for x in sorted(col.layers, key=lambda x: x.index)))
     atomic_save(wb, out)
     return out
+
+
+class _Rows:
+    """A rank's breakdown in the shape ``gpu_time_rows`` reads (total, devices, streams)."""
+
+    def __init__(self, total, streams) -> None:
+        self.total, self.streams = total, streams
+        self.devices: list[Any] = []
+
+
+def _gpu_time_html(res: TraceSetAnalysis) -> str:
+    head = ("<tr><th>rank</th><th>window (us)</th><th>busy %</th><th>idle (us)</th><th>computation (us)</th>"
+            "<th>communication (us)</th><th>exposed comm. (us)</th><th>memcpy+memset (us)</th>"
+            "<th>comm. overlapped %</th><th>streams</th></tr>")
+    rows = []
+    for g in sorted(res.gpu_time, key=lambda g: g.rank):
+        t = g.total
+        ov = "-" if t.comm_overlap_pct is None else f"{t.comm_overlap_pct:.1f}"
+        rows.append(f"<tr><td>{g.rank}</td><td class='num'>{t.window_us:,.1f}</td><td class='num'>{t.busy_pct:.1f}</td>"
+                    f"<td class='num'>{t.idle_us:,.1f}</td><td class='num'>{t.computation_us:,.1f}</td>"
+                    f"<td class='num'>{t.communication_us:,.1f}</td><td class='num'>{t.exposed_communication_us:,.1f}"
+                    f"</td><td class='num'>{t.memory_us:,.1f}</td><td class='num'>{ov}</td>"
+                    f"<td class='num'>{len(g.streams)}</td></tr>")
+    window = _e(res.gpu_time[0].window) if res.gpu_time else ""
+    return f"<h2>GPU time per rank ({window})</h2><table>{head}{''.join(rows)}</table>"
 
 
 _CSS = """
@@ -134,6 +164,8 @@ def render_set_html(res: TraceSetAnalysis) -> str:
         "<table><tr><th>rank</th><th>total kernel (us)</th><th>vs mean</th><th>trace</th></tr>"
         f"{rank_rows}</table>",
     ]
+    if res.gpu_time:
+        parts.append(_gpu_time_html(res))
     if layers:
         parts.append(_heat(f"Layers ({res.layer_source})", layers, ranks))
     parts.append(_heat(f"Modules (the {len(top)} largest by mean time, in tree order)", mods, ranks,

@@ -92,5 +92,5 @@ def summarize_rank(task: dict[str, Any]) -> dict[str, Any]:
         modules={n.path: (n.name, n.type, n.depth, n.total_us) for n in res.tree},
         layers=layers, layer_source=source, categories={c.category: c.total_us for c in res.categories},
         warnings=res.warnings, output_xlsx=res.output_xlsx, collective_source=comm_source, collectives=comm,
-        collective_meta=comm_meta, collective_overlap=overlap)
+        collective_meta=comm_meta, collective_overlap=overlap, breakdown=res.breakdown)
     return summary.model_dump(mode="json")
