@@ -68,6 +68,21 @@ def test_the_loop_applies_patches_without_the_repository_s_programs(tmp_path):
     _no_markers(tmp_path)
 
 
+def test_a_local_reference_search_runs_none_of_the_repository_s_programs(tmp_path, monkeypatch):
+    """find_references on a local checkout the caller points at: git log -S would run a textconv driver, a
+    refresh an fsmonitor hook; neither runs."""
+    from mcp_server.refs import find_references
+
+    repo = recipes.fsmonitor_repo(tmp_path)
+    reg = tmp_path / "reg.md"
+    reg.write_text("# registry\n\n| key | kind | repo | env | package | jql_project | enabled |\n"
+                   "|---|---|---|---|---|---|---|\n| hostile | local-git | x/hostile | KS_HOSTILE_ROOT | | | yes |\n")
+    monkeypatch.setenv("KS_HOSTILE_ROOT", str(repo))
+    res = find_references("print", registry=str(reg), timeout_s=20)
+    assert res.sections[0].method == "local:git" and any(i.kind == "commit" for i in res.sections[0].items)
+    _no_markers(tmp_path)
+
+
 # ----------------------------------------------------------------------------- candidate patches
 
 

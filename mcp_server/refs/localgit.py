@@ -36,7 +36,7 @@ def _git() -> str | None:
 def _toplevel(git: str, path: Path, timeout: float) -> str | None:
     if not path.is_dir():
         return None
-    r = proc.run([git, "-C", str(path), "rev-parse", "--show-toplevel"], timeout=timeout)
+    r = proc.git(path, "rev-parse", "--show-toplevel", timeout=timeout)  # nothing the repository configures runs
     if r.rc == 0 and r.stdout.strip():
         return r.stdout.strip()
     return None
@@ -104,7 +104,8 @@ def search_local(spec: SourceSpec, p: SearchParams) -> RefSection:
         if left <= 0.1:
             partial.append(f"{label} skipped (no time left)")
             return
-        r = proc.run([git, "-C", root, "log", "--no-color", f"-n{n}", fmt, *since, *args], timeout=left)
+        r = proc.git(root, "log", "--no-color", "--no-textconv", "--no-ext-diff", f"-n{n}", fmt, *since, *args,
+                     timeout=left)
         if r.timed_out:
             partial.append(f"{label} timed out")
             return
@@ -123,7 +124,7 @@ def search_local(spec: SourceSpec, p: SearchParams) -> RefSection:
 
     left = sw.left(p.timeout_s)
     if left > 0.1:
-        r = proc.run([git, "-C", root, "grep", "--no-color", "-n", "-i", "-F", "-I", "-e", kw], timeout=left)
+        r = proc.git(root, "grep", "--no-color", "--no-textconv", "-n", "-i", "-F", "-I", "-e", kw, timeout=left)
         if r.timed_out:
             partial.append("git grep timed out")
         elif r.rc not in (0, 1):  # 1: no match
@@ -145,7 +146,7 @@ def search_local(spec: SourceSpec, p: SearchParams) -> RefSection:
 
     log([f"-S{kw}"], "diff", "git log -S")
 
-    head = proc.run([git, "-C", root, "rev-parse", "--short", "HEAD"], timeout=2.0)
+    head = proc.git(root, "rev-parse", "--short", "HEAD", timeout=2.0)
     note = f"checkout {how}" + (f", HEAD {head.stdout.strip()}" if head.rc == 0 else "")
     incomplete = any("timed out" in x or "skipped" in x or "failed" in x for x in partial)
     return RefSection(**base, method="local:git", degraded=incomplete, root=root, items=items,
