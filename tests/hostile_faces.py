@@ -18,6 +18,9 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import make_hostile_inputs as recipes  # noqa: E402,F401  (the reproducers' recipes, for the tests)
+
 HOSTILE = ROOT / "tests" / "fixtures" / "hostile"
 #: a small, real call the server must still answer after each hostile one
 ALIVE_CALL = ("analyze_trace", {"trace_path": str(ROOT / "tests" / "fixtures" / "traces" / "llama_prefill_sdpa.json.gz"),

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 from conftest import TRACES
-from hostile_faces import HOSTILE, cli, cli_error, mcp_session
+from hostile_faces import HOSTILE, cli, cli_error, mcp_session, recipes
 
 from mcp_server.errors import LimitError, TraceFormatError
 from mcp_server.tracesets.discover import resolve_ranks
@@ -131,3 +131,36 @@ def test_a_real_distributed_info_with_process_groups_passes_the_depth_bound(tmp_
 def test_deep_distributed_info_is_a_trace_format_error():
     with pytest.raises(TraceFormatError, match="nested more than 32 levels"):
         resolve_ranks([str(HOSTILE / "trace_dist_deep.json.gz")])
+
+
+# ----------------------------------------------------------------------------- found by bench/bench_fuzz.py
+
+
+def test_damaged_or_foreign_ledgers_are_typed_errors_on_both_faces(tmp_path, capsys):
+    damaged, text_env = tmp_path / "damaged.db", tmp_path / "env_text.db"
+    recipes.ledger_damaged(damaged)  # before: sqlite3.DatabaseError escaped
+    recipes.ledger_env_text(text_env)  # before: AttributeError escaped
+    words = {damaged: "the ledger cannot be read (database disk image is malformed)",
+             text_env: "the ledger's env record is not a JSON object"}
+    lines = {}
+    for p, w in words.items():
+        for args in (["ledger", "list", "--ledger", str(p)], ["ledger", "export", "--ledger", str(p)]):
+            line = cli_error(args, capsys)
+            assert line.startswith(f"{p}: {w}"), line
+            assert recipes.SECRET_MARK not in line
+        lines[p] = line
+    got = mcp_session([("ledger_list", {"ledger": str(damaged)}), ("ledger_export", {"ledger": str(text_env)})],
+                      env={"KERNELSCOPE_ROOTS": str(tmp_path)})
+    assert [(e, t) for e, t, _ in got] == [(True, lines[damaged]), (True, lines[text_env])]
+
+
+def test_a_bad_kernel_regex_in_proposals_names_the_file(tmp_path):
+    from mcp_server.errors import ProposalError
+    from mcp_server.loop.proposals import load_proposals
+
+    p = tmp_path / "proposals.toml"
+    p.write_text('[[proposal]]\nid = "a"\nkernel = "regex:gemm|("\n[proposal.spec]\nbaseline = "k.py:run"\n')
+    with pytest.raises(ProposalError) as ei:
+        load_proposals(p)
+    assert str(ei.value) == (f"{p}: proposal 'a': kernel, character 6 of the pattern: bad regex: missing ), "
+                             "unterminated subpattern")

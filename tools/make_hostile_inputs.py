@@ -376,6 +376,31 @@ def spec_pow_flops(path: Path) -> None:
                     'dtype = "float32"\ndevice = "cpu"\nflops = "9**9**9**9"\n')
 
 
+EXAMPLE_LEDGER = ROOT / "examples" / "mla_decode" / "h200" / "ledger.db"
+
+
+def ledger_damaged(path: Path) -> None:
+    """The example ledger with its pages after the first two overwritten (sqlite: "database disk image is
+    malformed" at the first read, which escaped as a traceback). Built at test time (86 KB)."""
+    blob = bytearray(EXAMPLE_LEDGER.read_bytes())
+    page = int.from_bytes(blob[16:18], "big") or 65536
+    for i in range(2 * page, len(blob), page):
+        blob[i:i + 64] = b"\xff" * 64
+    path.write_bytes(bytes(blob))
+
+
+def ledger_env_text(path: Path) -> None:
+    """The example ledger whose experiments' env column holds a JSON string, not an object (an AttributeError
+    escaped ledger list). Built at test time."""
+    import sqlite3
+
+    shutil.copyfile(EXAMPLE_LEDGER, path)
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE experiments SET env = ?", (f'"{SECRET_MARK}"',))
+    db.close()
+
+
 def disclosure_and_bounds(out: Path) -> None:
     trace_world_size(out / "trace_world_size.json")
     trace_rank_huge(out / "trace_rank_huge.json")

@@ -136,6 +136,9 @@ _VERBATIM = {"id", "key", "target_key", "fingerprint", "report_sha256", "change_
              "experiment_id", "profile_id", "candidate_id", "change_path", "change_target", "report_path", "cwd",
              "repo", "git_rev", "git_dirty", "accepted"}
 _JSON_COLUMNS = {"target", "env", "classification", "spec", "result"}
+#: the JSON type a column always holds when kernelscope wrote it (spec and classification take any JSON)
+_JSON_SHAPES: dict[str, tuple[type, str]] = {"target": (list, "array"), "env": (dict, "object"),
+                                             "result": (dict, "object")}
 
 
 def now_utc() -> str:
@@ -169,11 +172,19 @@ def _check_header(path: Path, *, allow_empty: bool) -> None:
                           hint="point --ledger / KERNELSCOPE_LEDGER at a ledger file or a new path")
 
 
-def _decode(row: sqlite3.Row) -> dict[str, Any]:
+def _decode(row: sqlite3.Row, path: Optional[Path] = None) -> dict[str, Any]:
     out = dict(row)
     for k in _JSON_COLUMNS & out.keys():
         if out[k] is not None:
-            out[k] = loads_json(out[k], f"the ledger's {k} record")
+            try:
+                out[k] = loads_json(out[k], f"the ledger's {k} record", path=path)
+            except ValueError:  # not JSON: written by something else (what it holds is never shown)
+                raise LedgerError(f"the ledger's {k} record is not JSON", path=path,
+                                  hint="the file was changed outside kernelscope; restore it from a copy") from None
+            want = _JSON_SHAPES.get(k)
+            if want is not None and not isinstance(out[k], want[0]):
+                raise LedgerError(f"the ledger's {k} record is not a JSON {want[1]}", path=path,
+                                  hint="the file was changed outside kernelscope; restore it from a copy")
     return out
 
 
@@ -368,7 +379,12 @@ class Ledger:
 
     # -- reads -----------------------------------------------------------------------------
     def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-        return [_decode(r) for r in self._conn.execute(sql, args).fetchall()]
+        try:
+            rows = self._conn.execute(sql, args).fetchall()
+        except sqlite3.DatabaseError as exc:  # a damaged page found only when read ("disk image is malformed")
+            raise LedgerError(f"the ledger cannot be read ({exc})", path=self.path,
+                              hint="restore it from a copy, or start a new ledger at another path") from None
+        return [_decode(r, self.path) for r in rows]
 
     def get(self, table: str, rid: int) -> Optional[dict[str, Any]]:
         assert table in TABLES
@@ -407,9 +423,9 @@ class Ledger:
 
     def status(self, candidate_id: int) -> str:
         """``pending`` (no decision yet) or the latest decision."""
-        d = self._conn.execute("SELECT decision FROM decisions WHERE candidate_id = ? ORDER BY id DESC LIMIT 1",
-                               (candidate_id,)).fetchone()
-        return "pending" if d is None else str(d[0])
+        rows = self.query("SELECT decision FROM decisions WHERE candidate_id = ? ORDER BY id DESC LIMIT 1",
+                          (candidate_id,))
+        return "pending" if not rows else str(rows[0]["decision"])
 
     def integrity(self) -> str:
         return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])

@@ -188,6 +188,9 @@ def load_proposals(path: Union[str, Path], repository: Optional[Path] = None) ->
         if p.id in seen:
             raise ProposalError(f"proposal id {p.id!r} given twice", path=src, hint="ids must be unique")
         seen.add(p.id)
+        if p.kernel and p.kernel.startswith("regex:"):  # a bad pattern is the file's error, found when it is read
+            compile_user_regex(p.kernel[len("regex:"):], ignorecase=False, where=f"proposal {p.id!r}: kernel",
+                               error=ProposalError, path=src)
         if isinstance(p.spec, str):
             spec_file = (base / p.spec).resolve()
             if not spec_file.is_file():
