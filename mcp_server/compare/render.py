@@ -20,6 +20,7 @@ from rich.text import Text
 from mcp_server.compare.matching import dims_key
 from mcp_server.compare.models import BlockDiff, BudgetResult, DiffResult, KernelMatch, side_reference
 from mcp_server.kernel_names import display_kernel_name
+from mcp_server.textable import Col, TextTable, print_line
 
 MATCH_LABEL = {"same": "=", "renamed": "≈", "category": "→ cat", "time": "→ time", "gone": "gone", "new": "new"}
 NOTE_LETTER = {"FUSION": "F", "IMPROVE": "I", "MISSING": "M"}
@@ -61,32 +62,27 @@ def _warnings(console: Console, res) -> None:
 def _mismatches(console: Console, res) -> None:
     if not res.mismatches:
         return
-    wide = console.width >= WIDE
-    t = Table(title=f"Category mismatches (stored vs current rules): {len(res.mismatches)}", title_justify="left",
-              box=box.SIMPLE_HEAD)
-    for c in ("side", "kernel", "stored", "current", "us"):
-        t.add_column(c, justify="right" if c == "us" else "left", overflow="fold",
-                     no_wrap=c in ("stored", "current", "us"))
+    t = TextTable([Col("side", justify="left"), Col("kernel", "name", min_width=24), Col("stored", justify="left"),
+                   Col("current", justify="left"), Col("us")],
+                  title=f"Category mismatches (stored vs current rules): {len(res.mismatches)}", title_justify="left")
     for m in res.mismatches[:20]:
-        t.add_row(escape(m.side), escape(short(m.kernel, 70 if wide else 40)), m.stored, m.current, f"{m.us:,.1f}")
-    console.print(t)
+        t.add_row(escape(m.side), short(m.kernel, 70), escape(m.stored), escape(m.current), f"{m.us:,.1f}")
+    t.print(console)
 
 
 def render_budget(res: BudgetResult, console: Console, request: Any = None) -> None:
-    console.print(_side_line(res))
+    print_line(console, _side_line(res))
     _warnings(console, res)
-    t = Table(title="Budget by category (sorted by |gap|; A, B as above)", title_justify="left",
-              box=box.SIMPLE_HEAD)
-    for c, right in (("category", False), ("A us", True), ("A %", True), ("B us", True), ("B %", True),
-                     ("gap B-A", True), ("B/A", True)):
-        t.add_column(c, justify="right" if right else "left", no_wrap=True)
+    t = TextTable([Col("category", justify="left"), Col("A us"), Col("A %"), Col("B us"), Col("B %"),
+                   Col("gap B-A"), Col("B/A")],
+                  title="Budget by category (sorted by |gap|; A, B as above)", title_justify="left")
     for r in res.rows:
-        t.add_row(r.category, f"{r.a_us:,.1f}", f"{r.a_pct:.1f}", f"{r.b_us:,.1f}", f"{r.b_pct:.1f}",
+        t.add_row(escape(r.category), f"{r.a_us:,.1f}", f"{r.a_pct:.1f}", f"{r.b_us:,.1f}", f"{r.b_pct:.1f}",
                   Text(fmt_gap(r.gap_us), style=_gap_style(r.gap_us)), fmt_ratio(r.ratio))
     t.add_section()
     t.add_row("[bold]total[/]", f"{res.total_a_us:,.1f}", "100.0", f"{res.total_b_us:,.1f}", "100.0",
               Text(fmt_gap(res.gap_us), style=_gap_style(res.gap_us)), fmt_ratio(res.ratio))
-    console.print(t)
+    t.print(console)
     _mismatches(console, res)
 
 
@@ -157,20 +153,13 @@ def block_panel(b: BlockDiff, la: str, lb: str, width: int = 80) -> Panel:
                  border_style="red" if b.optimize else "blue")
 
 
-def blocks_table(res: DiffResult, width: int) -> Table:
+def blocks_table(res: DiffResult, width: int) -> TextTable:
     wide = width >= WIDE
-    t = Table(title="Blocks (sorted by |gap|; ★ optimise first; notes: F fusion, I improve, M missing)",
-              title_justify="left", box=box.SIMPLE_HEAD)
-    longest = max([len(b.block) for b in res.blocks] + [5])
-    t.add_column("", no_wrap=True)
-    t.add_column("block", no_wrap=True, min_width=longest)
-    if wide:
-        t.add_column("role", overflow="fold", max_width=44)
-    for c in ("A us", "B us", "gap B-A", "B/A"):
-        t.add_column(c, justify="right", no_wrap=True)
-    if wide:
-        t.add_column("launches A/B", justify="right", no_wrap=True)
-    t.add_column("notes", no_wrap=True)
+    cols = [Col(""), Col("block", justify="left")] + ([Col("role", "text", min_width=20)] if wide else [])
+    cols += [Col("A us"), Col("B us"), Col("gap B-A"), Col("B/A")] + ([Col("launches A/B")] if wide else [])
+    cols.append(Col("notes", justify="left"))
+    t = TextTable(cols, title="Blocks (sorted by |gap|; ★ optimise first; notes: F fusion, I improve, M missing)",
+                  title_justify="left")
     for b in res.blocks:
         kinds = sorted({a.kind for a in b.annotations})
         notes = ", ".join(kinds) if wide else "".join(NOTE_LETTER[k] for k in kinds)
@@ -195,9 +184,9 @@ def blocks_table(res: DiffResult, width: int) -> Table:
 def render_diff(res: DiffResult, console: Console, request: Any = None, *, panels: int = 6) -> None:
     if request is not None:  # the CLI's --top-n / --panels
         panels = request.top_n
-    console.print(_side_line(res))
+    print_line(console, _side_line(res))
     _warnings(console, res)
-    console.print(blocks_table(res, console.width))
+    blocks_table(res, console.width).print(console)
     la, lb = escape(res.a.label), escape(res.b.label)
     shown = [b for b in res.blocks if b.annotations or b.optimize][:panels]
     for b in shown:
@@ -205,7 +194,7 @@ def render_diff(res: DiffResult, console: Console, request: Any = None, *, panel
     _mismatches(console, res)
     for label, p in (("xlsx", res.output_xlsx), ("html", res.output_html)):
         if p:
-            console.print(f"wrote {label}: {escape(p)}")
+            print_line(console, f"wrote {label}: {escape(p)}")
 
 
 def render_recategorize(res: Any, console: Console, request: Any = None) -> None:
@@ -213,13 +202,12 @@ def render_recategorize(res: Any, console: Console, request: Any = None) -> None
     for f in res.files:
         for w in f.warnings:
             console.print(f"warning: {w.message}", markup=False, style="yellow")
-    t = Table(title=f"recategorize ({escape(res.categories_source)})", title_justify="left", box=box.SIMPLE_HEAD)
-    cols = (("report", False), ("layout", False), ("kernels changed", True), ("cells", True), ("sheets", True))
-    for c, right in cols:
-        t.add_column(c, justify="right" if right else "left", overflow="fold")
+    t = TextTable([Col("report", "name", min_width=24), Col("layout", justify="left"), Col("kernels changed"),
+                   Col("cells"), Col("sheets")],
+                  title=f"recategorize ({escape(res.categories_source)})", title_justify="left")
     for f in res.files:
-        t.add_row(escape(f.output), escape(f.source), str(f.changed), str(f.rows_changed), str(len(f.sheets_updated)))
-    console.print(t)
+        t.add_row(f.output, escape(f.source), str(f.changed), str(f.rows_changed), str(len(f.sheets_updated)))
+    t.print(console)
     for f in res.files:
         for c in f.changes[:20]:
             console.print(f"  {c.kernel[:100]}: {c.old} -> {c.new}", markup=False)

@@ -15,29 +15,30 @@ def _warnings(res: Any, con) -> None:
 
 def render_mla(res: MlaBenchResult, con, request: Any = None) -> None:
     from rich.markup import escape
-    from rich.table import Table
+
+    from mcp_server.textable import Col, TextTable
 
     d = res.device
     con.print(escape(f"{res.model} on {d.name} ({d.sm_count} SMs, L2 {d.l2_mb:.0f} MB), torch {d.torch}, "
                      f"triton {d.triton}; copy {res.copy_tbps:.2f} TB/s (read + write)"
                      + (f", read {res.read_tbps:.2f} TB/s" if res.read_tbps else "")), highlight=False)
-    t = Table(title="reconstruction BMMs (CUDA-graph timed, µs)", title_justify="left")
-    for c in ("weight", "layers", "H", "M", "K", "N", "MB", "cache", "BF16", "INT4", "FP8", "INT4 x", "FP8 x",
-              "INT4 TB/s", "BF16 TB/s"):
-        t.add_column(c, justify="left" if c in ("weight", "cache") else "right")
+    t = TextTable([Col(c, justify="left" if c in ("weight", "cache") else None)
+                   for c in ("weight", "layers", "H", "M", "K", "N", "MB", "cache", "BF16", "INT4", "FP8", "INT4 x",
+                             "FP8 x", "INT4 TB/s", "BF16 TB/s")],
+                  title="reconstruction BMMs (CUDA-graph timed, µs)", title_justify="left")
     for r in res.rows:
         t.add_row(r.weight, str(r.layers), str(r.H), str(r.M), str(r.K), str(r.N), f"{r.weight_mb:.0f}", r.cache,
                   f"{r.bf16_us:.1f}", f"{r.int4_us:.1f}", f"{r.fp8_us:.1f}", f"{r.int4_speedup:.2f}",
                   f"{r.fp8_speedup:.2f}", f"{r.int4_tbps:.2f}", f"{r.bf16_tbps:.2f}")
-    con.print(t)
+    t.print(con)
     if res.checks:
-        ct = Table(title="correctness (relative error)", title_justify="left")
-        for h in ("shape", "M", "INT4 kernel", "FP8 kernel", "INT4 quant", "FP8 quant", "BF16"):
-            ct.add_column(h, justify="left" if h == "shape" else "right")
+        ct = TextTable([Col("shape", "text", min_width=12)] + [Col(h) for h in ("M", "INT4 kernel", "FP8 kernel",
+                                                                                "INT4 quant", "FP8 quant", "BF16")],
+                       title="correctness (relative error)", title_justify="left")
         for k in res.checks:
             ct.add_row(escape(k.shape), str(k.M), f"{k.int4_kernel_err:.1e}", f"{k.fp8_kernel_err:.1e}",
                       f"{k.int4_quant_err:.3f}", f"{k.fp8_quant_err:.3f}", f"{k.bf16_err:.1e}")
-        con.print(ct)
+        ct.print(con)
     for g in res.targets:
         mark = "n/a" if g.met is None else ("[green]met[/]" if g.met else "[red]missed[/]")
         worst = "n/a" if g.worst is None else f"{g.worst:.2f}x"
@@ -49,17 +50,17 @@ def render_mla(res: MlaBenchResult, con, request: Any = None) -> None:
 
 def render_l2(res: L2SweepResult, con, request: Any = None) -> None:
     from rich.markup import escape
-    from rich.table import Table
 
-    t = Table(title=f"L2 sweep on {res.device.name}: W_UK heads K={res.K} N={res.N} M={res.M} (µs, warm)",
-              title_justify="left")
-    for c in ("H", "MB", "BF16", "BF16 cold", "INT4", "FP8", "INT4 x", "FP8 x", "warm/cold"):
-        t.add_column(c, justify="right")
+    from mcp_server.textable import Col, TextTable
+
+    t = TextTable([Col(c) for c in ("H", "MB", "BF16", "BF16 cold", "INT4", "FP8", "INT4 x", "FP8 x", "warm/cold")],
+                  title=f"L2 sweep on {escape(res.device.name)}: W_UK heads K={res.K} N={res.N} M={res.M} (µs, warm)",
+                  title_justify="left")
     for pt in res.points:
         t.add_row(str(pt.H), f"{pt.weight_mb:.1f}", f"{pt.bf16_us:.2f}", f"{pt.bf16_cold_us:.2f}",
                   f"{pt.int4_us:.2f}", f"{pt.fp8_us:.2f}", f"{pt.int4_speedup:.2f}", f"{pt.fp8_speedup:.2f}",
                   f"{pt.warm_over_cold:.2f}")
-    con.print(t)
+    t.print(con)
 
     def mb(v):
         return "none" if v is None else f"{v:.1f} MB"

@@ -5,11 +5,21 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from mcp_server.ledger.models import LedgerExportResult, LedgerListResult, LedgerRecordResult, LedgerShowResult
+from mcp_server.textable import Col, TextTable
 
 _STATUS_STYLE = {"accepted": "green", "reverted": "red", "abandoned": "yellow", "error": "red", "pending": "magenta"}
+
+
+def target_label(target: list[str]) -> str:
+    """A target argument list as a table shows it: paths by their file name (``/opt/venv/bin/python3
+    /w/mla_target.py --layers 16`` -> ``python3 mla_target.py --layers 16``); the table then shortens
+    it from the middle, so the arguments at the end that tell experiments apart stay."""
+    import os
+
+    return " ".join(os.path.basename(a.rstrip("/")) or a if "/" in a and not a.startswith("-") else a
+                    for a in target)
 
 
 def render_record(res: LedgerRecordResult, console: Console, request: Any = None) -> None:
@@ -24,9 +34,8 @@ def render_list(res: LedgerListResult, console: Console, request: Any = None) ->
     if not res.experiments:
         console.print("  [dim]no experiments yet[/]")
         return
-    t = Table(show_edge=False)
-    for col in ("id", "started", "target", "rev", "prof", "outcome"):
-        t.add_column(col, overflow="fold")
+    t = TextTable([Col("id"), Col("started", justify="left"), Col("target", "name", min_width=24),
+                   Col("rev", justify="left"), Col("prof"), Col("outcome", "text", min_width=16)])
     for e in res.experiments:
         rev = (e.git_rev or "")[:8] + ("*" if e.git_dirty else "")
         parts = [f"[green]{e.accepted} acc[/]", f"[red]{e.reverted} rev[/]", f"{e.abandoned} aband"]
@@ -34,9 +43,9 @@ def render_list(res: LedgerListResult, console: Console, request: Any = None) ->
             parts.append(f"[red]{e.error} error[/]")
         if e.pending:
             parts.append(f"[magenta]{e.pending} pending[/]")
-        t.add_row(str(e.id), e.created_at[5:16].replace("T", " "), escape(" ".join(e.target))[:48], rev,
+        t.add_row(str(e.id), e.created_at[5:16].replace("T", " "), target_label(e.target), rev,
                   str(e.profiles), f"{e.candidates} cand: " + ", ".join(parts))
-    console.print(t)
+    t.print(console)
     if any(e.git_dirty for e in res.experiments):
         console.print("  [dim]* uncommitted changes in the target's repository when it started[/]")
 
@@ -63,9 +72,13 @@ def render_show(res: LedgerShowResult, console: Console, request: Any = None) ->
             if isinstance(sp.get("ci_low"), (int, float)) and isinstance(sp.get("ci_high"), (int, float)):
                 sp_s += f" [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]"
         style = _STATUS_STYLE.get(v.status, "")
+        # the decision, then what the validation said only where it adds to it (not "accepted  accepted")
+        said = ""
+        if val is not None:
+            said = f" (validation: {val.verdict})" if val.verdict != v.status else ""
+            said += f", speedup {escape(sp_s)}" if sp_s else ""
         console.print(f"  candidate {c.id} [bold]{escape(str(c.proposal_id or ''))}[/] on "
-                      f"{escape(str(c.kernel or '?'))}: [{style}]{v.status}[/]"
-                      + (f"  {val.verdict} {escape(sp_s)}" if val else ""))
+                      f"{escape(str(c.kernel or '?'))}: [{style}]{v.status}[/]{said}")
         if v.decisions:
             d = v.decisions[-1]
             console.print(f"    [dim]by {escape(d.by)}: {escape(d.why)}[/]")

@@ -13,6 +13,11 @@ def _us(ns: Optional[float]) -> str:
     return f"{ns / 1e3:,.1f} us" if ns < 1e7 else f"{ns / 1e6:,.2f} ms"
 
 
+def _num_us(ns: Optional[float]) -> str:
+    """Microseconds without the unit (a column headed ``... us``)."""
+    return "n/a" if ns is None else f"{ns / 1e3:,.1f}"
+
+
 def _p(v: Optional[float]) -> str:
     return "n/a" if v is None else f"{v:.1f}"
 
@@ -42,37 +47,39 @@ def _source_line(src) -> str:
 
 def render_profile(res: NcuProfile, con, request: Any = None) -> None:
     from rich.markup import escape
-    from rich.table import Table
 
-    con.print(escape(_source_line(res.source)), highlight=False)
-    t = Table(title=f"{len(res.kernels)} kernels, {_us(res.total_duration_ns)} total", title_justify="left")
-    for c in ("id", "kernel", "nvtx", "launches", "total", "median", "SM %", "mem %", "DRAM %", "L2 hit %"):
-        t.add_column(c, justify="left" if c in ("kernel", "nvtx") else "right")
+    from mcp_server.textable import Col, TextTable, print_line
+
+    print_line(con, escape(_source_line(res.source)))
+    t = TextTable([Col("id"), Col("kernel", "name", min_width=12), Col("nvtx", "name", min_width=8), Col("launches"),
+                   Col("total us"), Col("median us"), Col("SM %"), Col("mem %"), Col("DRAM %"), Col("L2 hit %")],
+                  title=f"{len(res.kernels)} kernels, {_us(res.total_duration_ns)} total", title_justify="left")
     for k in res.kernels:
         m = k.metrics
-        t.add_row(str(k.id), escape(k.short_name), escape(k.nvtx or ""), str(k.launches), _us(k.duration_ns.total),
-                  _us(k.duration_ns.median), _p(m.get("sm_throughput_pct")), _p(m.get("memory_throughput_pct")),
+        t.add_row(str(k.id), k.short_name, k.nvtx or "", str(k.launches), _num_us(k.duration_ns.total),
+                  _num_us(k.duration_ns.median), _p(m.get("sm_throughput_pct")), _p(m.get("memory_throughput_pct")),
                   _p(m.get("dram_throughput_pct")), _p(m.get("l2_hit_rate_pct")))
-    con.print(t)
+    t.print(con)
     _unrecognized(res, con)
     _warnings(res, con)
 
 
 def render_classification(res: Classification, con, request: Any = None) -> None:
     from rich.markup import escape
-    from rich.table import Table
 
-    con.print(escape(_source_line(res.source)) + f", gpu {res.gpu or '?'}", highlight=False)
-    t = Table(title=f"{len(res.kernels)} kernels, {_us(res.total_duration_ns)} total", title_justify="left")
-    for c in ("id", "kernel", "share", "class", "limiter", "L2-resident", "conf.", "SM %", "mem %"):
-        t.add_column(c, justify="left" if c in ("kernel", "class", "limiter") else "right")
+    from mcp_server.textable import Col, TextTable, print_line
+
+    print_line(con, escape(_source_line(res.source)) + f", gpu {res.gpu or '?'}")
+    t = TextTable([Col("id"), Col("kernel", "name", min_width=14), Col("share"), Col("class", justify="left"),
+                   Col("limiter", justify="left"), Col("L2-resident"), Col("conf."), Col("SM %"), Col("mem %")],
+                  title=f"{len(res.kernels)} kernels, {_us(res.total_duration_ns)} total", title_justify="left")
     for k in res.kernels:
         b = k.bottleneck
         res_s = "?" if b.l2_resident is None else ("yes" if b.l2_resident else "no")
-        t.add_row(str(k.id), escape(k.nvtx or k.short_name), f"{k.time_share:.1%}", b.class_, b.limiter or "",
+        t.add_row(str(k.id), k.nvtx or k.short_name, f"{k.time_share:.1%}", escape(b.class_), escape(b.limiter or ""),
                   res_s, f"{b.confidence:.2f}", _p(k.metrics.get("sm_throughput_pct")),
                   _p(k.metrics.get("memory_throughput_pct")))
-    con.print(t)
+    t.print(con)
     for k in res.kernels[:3]:
         con.print(f"[bold]{escape(k.nvtx or k.short_name)}[/]: " + escape("; ".join(k.bottleneck.advice)),
                   highlight=False)
@@ -83,7 +90,9 @@ def render_classification(res: Classification, con, request: Any = None) -> None
 def render_selection(res: Selection, con, request: Any = None) -> None:
     from rich.markup import escape
 
-    con.print(escape(_source_line(res.source)) + f", gpu {res.gpu or '?'}", highlight=False)
+    from mcp_server.textable import print_line
+
+    print_line(con, escape(_source_line(res.source)) + f", gpu {res.gpu or '?'}")
     k = res.candidate
     if k is None:
         con.print("[bold]no candidate[/]")

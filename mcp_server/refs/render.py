@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from mcp_server.refs.models import ReferenceResult
+from mcp_server.textable import Col, TextTable
 
 _READING = {
     "upstream_pr": "upstream PR exists: cherry-pick or port it",
@@ -36,17 +36,20 @@ def render_references(res: ReferenceResult, console: Console) -> None:
         if sec.root:
             console.print(f"  [dim]checkout {escape(sec.root)}[/]")
         if sec.items:
-            t = Table(show_header=False, box=None, pad_edge=False, padding=(0, 1))
+            # ids, dates and links whole; file names shortened from the middle; titles and snippets wrapped
+            t = TextTable([Col("id", "name", justify="left", min_width=24), Col("state", justify="left"),
+                           Col("title", "text", min_width=24), Col("link", justify="left")],
+                          show_header=False, box=None, padding=(0, 1, 0, 0))
             for it in sec.items:
                 if it.kind == "commit":
-                    t.add_row(escape((it.commit or "")[:12]), escape((it.updated or "")[:10]),
-                              escape(it.subject or ""), f"[dim]{it.match or ''}[/]")
+                    t.add_row((it.commit or "")[:12], escape((it.updated or "")[:10]),
+                              escape(it.subject or ""), f"[dim]{escape(it.match or '')}[/]")
                 elif it.kind == "file":
-                    t.add_row(escape(f"{it.file}:{it.line}"), "", escape(it.snippet or ""), "")
+                    t.add_row(f"{it.file}:{it.line}", "", escape(it.snippet or ""), "")
                 else:
-                    t.add_row(escape(it.id or ""), escape(it.state or ""), escape(it.title or ""),
+                    t.add_row(it.id or "", escape(it.state or ""), escape(it.title or ""),
                               f"[dim]{escape(it.url or '')}[/]")
-            console.print(t)
+            t.print(console)
         elif sec.method in ("url-only", "unavailable"):
             pass
         else:

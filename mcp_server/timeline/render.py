@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import io
 
-from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
+from mcp_server.textable import Col, TextTable, print_line
 from mcp_server.timeline.analysis import _fmt_ns
 from mcp_server.timeline.models import TimelineAnalysis, TimelineComparison
 
@@ -15,13 +14,13 @@ from mcp_server.timeline.models import TimelineAnalysis, TimelineComparison
 WIDE = 120
 
 
-def _table(title: str, cols: list[str], rows: list[list], right_from: int = 1) -> Table:
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    for i, c in enumerate(cols):
-        t.add_column(c, justify="right" if i >= right_from else "left", no_wrap=i < right_from or c != "outliers",
-                     overflow="fold")
+def _table(title: str, cols: list[str], rows: list[list], right_from: int = 1) -> TextTable:
+    """Phase and event names shortened from the middle, block lists wrapped, numbers never cut (textable.py)."""
+    spec = [Col(c, "name", min_width=12) if i < right_from else Col(c, "text", min_width=12)
+            if c in ("outliers", "last blocks") else Col(c) for i, c in enumerate(cols)]
+    t = TextTable(spec, title=title, title_justify="left")
     for r in rows:
-        t.add_row(*[str(x) for x in r])
+        t.add_row(*[str(x) if i < right_from else escape(str(x)) for i, x in enumerate(r)])
     return t
 
 
@@ -35,9 +34,9 @@ def render_analysis(res: TimelineAnalysis, con: Console, request=None) -> None:
 
     wide = _width(con, request)
     sm = "SM ids known" if res.sm_known else "SM ids unknown"
-    con.print(f"[bold]{res.source}[/]: {res.nblocks} blocks x {res.ngroups} groups, tag layout {res.tag_layout}"
-              f"{' (auto)' if res.tag_layout_auto else ''}, {sm}; {res.records} records, {res.intervals} intervals, "
-              f"span {_fmt_ns(res.span_ns)}")
+    print_line(con, f"[bold]{escape(res.source)}[/]: {res.nblocks} blocks x {res.ngroups} groups, tag layout "
+               f"{res.tag_layout}{' (auto)' if res.tag_layout_auto else ''}, {sm}; {res.records} records, "
+               f"{res.intervals} intervals, span {_fmt_ns(res.span_ns)}")
     for w in res.warnings:
         con.print(f"[yellow]warning[/] {escape(w.code)}: {escape(w.message)}", highlight=False)
     if res.probe_overhead:
@@ -60,28 +59,28 @@ def render_analysis(res: TimelineAnalysis, con: Console, request=None) -> None:
                          _fmt_ns(p.wait_after_mean_ns), _fmt_ns(p.critical_ns), outl])
     cols = (["phase", "occ", "wall", "slowest", "mean", "imbal", "CV", "skew", "wait after", "critical", "outliers",
              "last blocks"] if wide else ["phase", "occ", "wall", "imbal", "wait after", "critical", "outliers"])
-    con.print(_table("Phases (totals over occurrences; outliers: blocks >= 1.2x the mean)", cols, rows))
+    _table("Phases (totals over occurrences; outliers: blocks >= 1.2x the mean)", cols, rows).print(con)
     if res.instants:
-        con.print(_table("Instants", ["event", "count", "first", "last", "last block"],
+        _table("Instants", ["event", "count", "first", "last", "last block"],
                          [[i.name, i.count, _fmt_ns(i.first_ns), _fmt_ns(i.last_ns), i.last_block]
-                          for i in res.instants]))
+                          for i in res.instants]).print(con)
     if res.critical_path:
         cp = res.critical_path
         shown = cp if len(cp) <= 24 else cp[:12] + cp[-12:]
-        con.print(_table(f"Critical path ({len(cp)} steps{', first and last 12 shown' if len(cp) > 24 else ''})",
+        _table(f"Critical path ({len(cp)} steps{', first and last 12 shown' if len(cp) > 24 else ''})",
                          ["phase", "occ", "last block", "end", "critical", "work", "release"],
                          [[s.phase, s.occurrence, s.last_block, _fmt_ns(s.end_ns), _fmt_ns(s.critical_ns),
-                           _fmt_ns(s.work_ns), _fmt_ns(s.release_ns)] for s in shown]))
+                           _fmt_ns(s.work_ns), _fmt_ns(s.release_ns)] for s in shown]).print(con)
     con.print("[bold]Verdicts[/] (ranked by time at stake)")
     for i, v in enumerate(res.verdicts, 1):
         con.print(escape(f"{i}. [{v.kind}] {v.message}"), highlight=False)
     for k, path in res.outputs.items():
-        con.print(f"wrote {k}: {path}")
+        print_line(con, f"wrote {k}: {escape(path)}")
 
 
 def render_comparison(cmp: TimelineComparison, con: Console, request=None) -> None:
     wide = _width(con, request)
-    con.print(f"[bold]before[/] {cmp.before}\n[bold]after[/]  {cmp.after}")
+    print_line(con, f"[bold]before[/] {escape(cmp.before)}\n[bold]after[/]  {escape(cmp.after)}")
     for w in cmp.warnings:
         con.print(f"[yellow]warning[/] {escape(w.code)}: {escape(w.message)}", highlight=False)
     rows = []
@@ -103,12 +102,12 @@ def render_comparison(cmp: TimelineComparison, con: Console, request=None) -> No
                       pair(b.skew_ns if b else 0, a.skew_ns if a else 0)]
         rows.append(cells)
     cols = ["phase", "critical", "imbalance", "waits"] + (["wall", "slowest", "mean", "skew"] if wide else [])
-    con.print(_table("Phases before -> after (totals over occurrences)", cols, rows))
+    _table("Phases before -> after (totals over occurrences)", cols, rows).print(con)
     con.print("[bold]Findings[/]")
     for f in cmp.findings:
         con.print(escape(f"- {f}"), highlight=False)
     for k, path in cmp.outputs.items():
-        con.print(f"wrote {k}: {escape(path)}")
+        print_line(con, f"wrote {k}: {escape(path)}")
 
 
 def analysis_text(res: TimelineAnalysis, width: int = 160) -> str:

@@ -1,12 +1,11 @@
 """Rich summary of a ``TraceAnalysis`` (the text face of ``kernelscope analyze``)."""
 from __future__ import annotations
 
-from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from mcp_server.kernel_names import display_kernel_name
+from mcp_server.textable import Col, TextTable, print_line
 from mcp_server.traces.models import TraceAnalysis
 
 
@@ -21,19 +20,20 @@ def _us(us: float) -> str:
 _TIME_COLS = {"Mean", "Total", "Self"}
 
 
-def _table(title: str, cols: list[str], *, name_width: int = 0, wide: bool = True, **_: object) -> Table:
-    """A table for the text face: a head rule and no side borders (nothing to crop); the first
-    column (the name a person acts on) never cut, numbers never wrapped, 'Top ...' columns folded."""
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+def _table(title: str, cols: list[str], *, name_width: int = 0, wide: bool = True, **_: object) -> TextTable:
+    """A table for the text face (textable.py): numbers and categories never cut; the first column (the
+    module a person acts on) and 'Top ...' kernel names shortened from the middle when the width is short."""
+    out = []
     for i, c in enumerate(cols):
-        if i == 0:
-            t.add_column(c, no_wrap=True, min_width=name_width or None)
+        if i == 0 and c != "Category":
+            out.append(Col(c, "name", min_width=min(max(name_width, len(c)), 32)))
         elif c.startswith("Top"):
-            t.add_column(c, overflow="fold", max_width=48 if wide else 24)
+            out.append(Col(c, "name", min_width=24 if wide else 16))
+        elif i == 0:
+            out.append(Col(c, justify="left"))
         else:
-            t.add_column(c, justify="right", no_wrap=True,
-                         min_width=max(len(c), 9 if c in _TIME_COLS else 0))
-    return t
+            out.append(Col(c))
+    return TextTable(out, title=title, title_justify="left")
 
 
 #: columns worth their room only from this width: mean, top kernel, phase, top category
@@ -47,7 +47,7 @@ def render_analysis(res: TraceAnalysis, console: Console, request: object = None
     if w:
         c.width = int(w)
     wide = c.width >= WIDE
-    c.print(f"[bold]{escape(res.trace)}[/]  {escape(res.device or 'unknown device')} ({res.platform})")
+    print_line(c, f"[bold]{escape(res.trace)}[/]  {escape(res.device or 'unknown device')} ({res.platform})")
     share = 100.0 * res.attributed_count / res.kernel_count if res.kernel_count else 0.0
     c.print(f"{res.kernel_count:,} GPU kernels, {_us(res.total_kernel_us)} kernel time; "
             f"{res.attributed_count:,} attributed ({share:.1f}%), {res.unattributed_count:,} unattributed "
@@ -75,21 +75,21 @@ def render_analysis(res: TraceAnalysis, console: Console, request: object = None
     t = _table("Categories", ["Category", "Count", "Total", "%"])
     for cat in res.categories:
         t.add_row(escape(cat.category), f"{cat.count:,}", _us(cat.total_us), f"{cat.pct:.1f}")
-    c.print(t)
+    t.print(c)
 
     mods = res.modules[:max_modules]
     cols = ["Type", "Calls"] + (["Mean"] if wide else []) + ["Total", "% parent"] + (["Top kernel"] if wide else [])
     t = _table("Module types", cols, name_width=max([len(m.type) for m in mods] + [4]), wide=wide)
     for m in mods:
-        row = [escape(m.type), f"{m.count:,}"] + ([_us(m.mean_us)] if wide else []) + [
+        row = [m.type, f"{m.count:,}"] + ([_us(m.mean_us)] if wide else []) + [
             _us(m.total_us), f"{m.pct_of_parent:.1f}"]
         if wide:
-            row.append(escape(display_kernel_name(m.top_kernel, 48)))
+            row.append(display_kernel_name(m.top_kernel, 48))
         t.add_row(*row)
     if len(res.modules) > max_modules:
-        t.caption = f"{len(res.modules) - max_modules} more module types (use --json or -o)"
+        t.table_kw["caption"] = f"{len(res.modules) - max_modules} more module types (use --json or -o)"
     if mods:
-        c.print(t)
+        t.print(c)
     else:
         c.print("Module types: none, no kernel is attributed to a module (see the warnings above)")
 
@@ -101,10 +101,10 @@ def render_analysis(res: TraceAnalysis, console: Console, request: object = None
                    wide=wide)
         for n, label in zip(shown, labels):
             topcat = next(iter(n.breakdown.items()), ("", 0.0))
-            row = [escape(label), _us(n.total_us), _us(n.self_us), f"{n.kernel_count:,}"]
+            row = [label, _us(n.total_us), _us(n.self_us), f"{n.kernel_count:,}"]
             if wide:
                 row += [n.phase or "-", escape(topcat[0])]
             t.add_row(*row)
-        c.print(t)
+        t.print(c)
     if res.output_xlsx:
         c.print(f"report written: {escape(res.output_xlsx)}")

@@ -1,24 +1,21 @@
 """Rich views of trace-set results (the text faces of ``kernelscope traceset analyze|compare``)."""
 from __future__ import annotations
 
-from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
+from mcp_server.textable import Col, TextTable, print_line
 from mcp_server.tracesets.models import TraceSetAnalysis, TraceSetComparison
 
 MAX_RANK_COLUMNS = 8
 MAX_ROWS = 15
 
 
-def _table(title: str, cols: list[str], names: list[str] | None = None) -> Table:
-    """Numbers right-aligned; the first column (the name a person acts on) never cut (up to 40 characters)."""
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    width = min(40, max((len(n) for n in names or []), default=0)) or None
-    for i, c in enumerate(cols):
-        t.add_column(c, no_wrap=True, justify="left" if i == 0 else "right", min_width=width if i == 0 else None)
-    return t
+def _table(title: str, cols: list[str], names: list[str] | None = None) -> TextTable:
+    """Numbers right-aligned and never cut; names (modules, layers, trace files) shortened from the middle."""
+    kinds = ["name" if c in ("Layer", "Module", "Trace") else "value" for c in cols]
+    return TextTable([Col(c, k, min_width=20 if k == "name" else 0) for c, k in zip(cols, kinds)],  # type: ignore[arg-type]
+                     title=title, title_justify="left")
 
 
 def _shown_ranks(res: TraceSetAnalysis) -> list[int]:
@@ -45,22 +42,22 @@ def render_set(res: TraceSetAnalysis, console: Console, request: object = None) 
     t = _table("Ranks (slowest first)", ["Rank", "Kernel us", "Vs mean", "Kernels", "Trace"])
     for r in res.ranks[:MAX_ROWS]:
         t.add_row(str(r.rank), f"{r.total_kernel_us:,.1f}", f"{r.vs_mean:.3f}x", f"{r.kernel_count:,}",
-                  escape(r.path.rsplit("/", 1)[-1]))
-    c.print(t)
+                  r.path.rsplit("/", 1)[-1])
+    t.print(c)
     ranks = _shown_ranks(res)
     if res.layers:
         t = _table(f"Layers ({res.layer_source}), us per rank", ["Layer", *map(str, ranks), "Slowest", "Imbalance"],
                    [x.name for x in res.layers[:MAX_ROWS * 4]])
         for x in sorted(res.layers, key=lambda x: x.index)[:MAX_ROWS * 4]:
-            t.add_row(escape(x.name), *(f"{x.per_rank_us.get(r, 0.0):,.1f}" for r in ranks), str(x.slowest_rank),
+            t.add_row(x.name, *(f"{x.per_rank_us.get(r, 0.0):,.1f}" for r in ranks), str(x.slowest_rank),
                       f"{x.imbalance:.3f}x")
-        c.print(t)
+        t.print(c)
     t = _table("Modules with the largest excess (slowest - mean), us per rank",
                ["Module", *map(str, ranks), "Slowest", "Imbalance"], [m.name for m in res.modules[:MAX_ROWS]])
     for m in res.modules[:MAX_ROWS]:
-        t.add_row(escape(m.name), *(f"{m.per_rank_us.get(r, 0.0):,.1f}" for r in ranks), str(m.slowest_rank),
+        t.add_row(m.name, *(f"{m.per_rank_us.get(r, 0.0):,.1f}" for r in ranks), str(m.slowest_rank),
                   f"{m.imbalance:.3f}x")
-    c.print(t)
+    t.print(c)
     _collectives(res, c, ranks)
     for f in res.failed:
         c.print(f"[red]rank {f.rank} not analysed:[/] {escape(f.error)}")
@@ -68,7 +65,7 @@ def render_set(res: TraceSetAnalysis, console: Console, request: object = None) 
         c.print(f"[yellow]warning[/] {w.code}: {escape(w.message)}")
     for label, path in (("summary workbook", res.output_xlsx), ("heat map", res.output_html)):
         if path:
-            c.print(f"{label}: {escape(path)}")
+            print_line(c, f"{label}: {escape(path)}")
 
 
 def _collectives(res: TraceSetAnalysis, c: Console, ranks: list[int]) -> None:
@@ -81,9 +78,9 @@ def _collectives(res: TraceSetAnalysis, c: Console, ranks: list[int]) -> None:
     t = _table("Collective wait per layer, us per rank (the late rank sets the start)",
                ["Layer", *map(str, ranks), "Late", "By"], [x.name for x in col.layers])
     for x in sorted(col.layers, key=lambda x: x.index)[:MAX_ROWS * 4]:
-        t.add_row(escape(x.name), *(f"{x.per_rank_wait_us.get(r, 0.0):,.0f}" for r in ranks),
+        t.add_row(x.name, *(f"{x.per_rank_wait_us.get(r, 0.0):,.0f}" for r in ranks),
                   "-" if x.late_rank is None else str(x.late_rank), f"{x.lateness_us:,.0f}")
-    c.print(t)
+    t.print(c)
 
 
 def render_compare(res: TraceSetComparison, console: Console, request: object = None) -> None:
@@ -96,12 +93,12 @@ def render_compare(res: TraceSetComparison, console: Console, request: object = 
     for r in res.ranks[:MAX_ROWS]:
         t.add_row(str(r.rank), "-" if r.a_us is None else f"{r.a_us:,.1f}", "-" if r.b_us is None else f"{r.b_us:,.1f}",
                   "-" if r.delta_us is None else f"{r.delta_us:+,.1f}", "-" if r.ratio is None else f"{r.ratio:.3f}x")
-    c.print(t)
+    t.print(c)
     t = _table(f"Modules (largest change of the slowest rank's time first; A = {la}, B = {lb})",
                ["Module", "A max", "B max", "Δ max", "Δ mean", "Slowest A/B"], [m.name for m in res.modules[:MAX_ROWS]])
     for m in res.modules[:MAX_ROWS]:
-        t.add_row(escape(m.name), f"{m.a_max_us:,.1f}", f"{m.b_max_us:,.1f}", f"{m.delta_max_us:+,.1f}",
+        t.add_row(m.name, f"{m.a_max_us:,.1f}", f"{m.b_max_us:,.1f}", f"{m.delta_max_us:+,.1f}",
                   f"{m.delta_mean_us:+,.1f}", f"{m.a_slowest_rank}/{m.b_slowest_rank}")
-    c.print(t)
+    t.print(c)
     for w in res.warnings:
         c.print(f"[yellow]warning[/] {w.code}: {escape(w.message)}")

@@ -266,7 +266,16 @@ def _speedup(a: list[float], b: list[float], confidence: float, seed: int, n_boo
 def _timing(spec: Spec, t: dict, warnings: list[Warning_], graph_check: list | None = None
             ) -> tuple[Timing, Speedup]:
     a, b = t["baseline_s"], t["candidate_s"]
-    speedup = _speedup(a, b, spec.confidence, spec.seed, stats.N_BOOT_FINAL)
+    shapes_a = [ps["baseline_s"] for ps in t["per_shape"]]
+    shapes_b = [ps["candidate_s"] for ps in t["per_shape"]]
+    if len(shapes_a) > 1 and all(len(x) == len(a) for x in shapes_a + shapes_b):
+        # several shapes: the ratio of the summed per-shape medians, consistent with the per-shape speedups
+        iv = stats.summed_medians_ci(shapes_a, shapes_b, confidence=spec.confidence, seed=spec.seed)
+        speedup = Speedup(median=_fin(iv.median), ci_low=_fin(iv.ci_low), ci_high=_fin(iv.ci_high),
+                          confidence=spec.confidence, half_width=_fin(iv.half_width),
+                          fraction_faster=_fin(stats.fraction_faster(a, b)))
+    else:
+        speedup = _speedup(a, b, spec.confidence, spec.seed, stats.N_BOOT_FINAL)
     per_shape = []
     for shape, ps in zip(spec.shapes, t["per_shape"]):
         sa, sb = _summary(ps["baseline_s"]), _summary(ps["candidate_s"])

@@ -5,8 +5,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
+from mcp_server.textable import Col, TextTable
 from mcp_server.validate.models import ValidationResult
 
 _COLOURS = {"accepted": "green", "rejected": "red", "not_faster": "yellow", "error": "red"}
@@ -16,6 +16,18 @@ def _us(x: float | None) -> str:
     if x is None:
         return "-"
     return f"{x:.3f}" if x < 10 else f"{x:.1f}"
+
+
+def _shape(shape: Any) -> str:
+    """``{M=1, K=64, N=128}``: a shape as the spec writes it."""
+    if isinstance(shape, dict):
+        return "{" + ", ".join(f"{k}={v}" for k, v in shape.items()) + "}"
+    return str(shape)
+
+
+def _g(x: Any) -> str:
+    """A number whole but short (6 significant digits): never cut by the table."""
+    return f"{x:.6g}" if isinstance(x, float) else "-" if x is None else str(x)
 
 
 def render(res: ValidationResult, con: Console, request: Any = None) -> None:
@@ -34,39 +46,38 @@ def render(res: ValidationResult, con: Console, request: Any = None) -> None:
         con.print(f"  - {escape(r)}", highlight=False)
     c = res.correctness
     if c.checks:
-        t = Table(title=f"Correctness ({c.shapes} shape(s) x {c.seeds} seeds; max abs err "
-                        f"{c.max_abs_err if c.max_abs_err is not None else '-':.3g}, max rel err "
-                        f"{c.max_rel_err if c.max_rel_err is not None else '-':.3g})"
-                  if c.max_abs_err is not None and c.max_rel_err is not None
-                  else f"Correctness ({c.shapes} shape(s) x {c.seeds} seeds)", title_justify="left")
-        t.add_column("check")
-        t.add_column("ok")
-        t.add_column("detail")
+        title = (f"Correctness ({c.shapes} shape(s) x {c.seeds} seeds; max abs err {c.max_abs_err:.3g}, max rel err "
+                 f"{c.max_rel_err:.3g})" if c.max_abs_err is not None and c.max_rel_err is not None
+                 else f"Correctness ({c.shapes} shape(s) x {c.seeds} seeds)")
+        t = TextTable([Col("check", "name", min_width=20), Col("ok", justify="left"), Col("detail", "text")],
+                      title=title, title_justify="left")
         for ch in c.checks:
             t.add_row(ch.name, "[green]yes[/]" if ch.passed else f"[red]NO[/] ({ch.failures})", escape(ch.detail))
-        con.print(t)
+        t.print(con)
     if c.worst:
-        t = Table(title="Worst elements", title_justify="left")
-        for col in ("shape", "seed", "out", "index", "candidate", "reference", "abs err"):
-            t.add_column(col)
+        t = TextTable([Col("shape", "text", min_width=12), Col("seed"), Col("out"), Col("index"), Col("candidate"),
+                       Col("reference"), Col("abs err")], title="Worst elements", title_justify="left")
         for w in c.worst:
-            t.add_row(escape(str(w.shape)), str(w.seed), str(w.output), str(w.index), f"{w.candidate}",
-                      f"{w.reference}", f"{w.abs_err}")
-        con.print(t)
+            t.add_row(escape(_shape(w.shape)), str(w.seed), str(w.output), escape(str(w.index)), _g(w.candidate),
+                      _g(w.reference), _g(w.abs_err))
+        t.print(con)
     tm = res.timing
     if tm:
         con.print(f"timing: {tm.cache} cache decides, {tm.method}, {tm.rounds} rounds ({tm.stop}, "
                   f"{tm.elapsed_s:.2f} s), calls per sample {tm.calls_per_sample}, input copies "
                   f"{tm.input_copies}", highlight=False)
-        t = Table(title="Per shape (median per call, us)", title_justify="left")
-        for col in ("shape", "baseline", "candidate", "speedup", "floor"):
-            t.add_column(col, justify="left" if col == "shape" else "right")
+        t = TextTable([Col("shape", "text", min_width=12), Col("baseline"), Col("candidate"), Col("speedup"),
+                       Col("floor")], title="Per shape (median per call, us)", title_justify="left")
         for ps in tm.per_shape:
-            t.add_row(escape(str(ps.shape)), _us(ps.baseline_us.median), _us(ps.candidate_us.median),
+            t.add_row(escape(_shape(ps.shape)), _us(ps.baseline_us.median), _us(ps.candidate_us.median),
                       f"{ps.speedup:.4f}", _us(ps.floor_us))
-        t.add_row("all shapes", _us(tm.baseline_us.median), _us(tm.candidate_us.median),
-                  f"{tm.baseline_us.median / tm.candidate_us.median:.4f}" if tm.candidate_us.median else "-", "")
-        con.print(t)
+        t.add_section()
+        sp = res.speedup.median if res.speedup is not None else None
+        if len(tm.per_shape) > 1:  # the deciding speedup: the summed per-shape medians (stats.summed_medians_ci)
+            base = sum(ps.baseline_us.median for ps in tm.per_shape)
+            cand = sum(ps.candidate_us.median for ps in tm.per_shape)
+            t.add_row("all shapes (sum; decides)", _us(base), _us(cand), "-" if sp is None else f"{sp:.4f}", "")
+        t.print(con)
         if tm.other_cache:
             o = tm.other_cache
             lo = "-" if o.speedup.ci_low is None else f"{o.speedup.ci_low:.4f}"

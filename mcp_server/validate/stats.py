@@ -65,6 +65,39 @@ def ratio_of_medians_ci(baseline: Sequence[float], candidate: Sequence[float], *
     return Interval(point, float(lo), float(hi), confidence, n)
 
 
+def summed_medians_ci(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]], *,
+                      confidence: float = 0.95, n_boot: int = N_BOOT_FINAL, seed: int = 0) -> Interval:
+    """Paired percentile-bootstrap interval of sum_s median(baseline_s) / sum_s median(candidate_s) over
+    several shapes, each a list of per-round per-call times (rounds resampled together, so the pairing holds).
+
+    The speedup over all shapes then agrees with the per-shape speedups (it is their average weighted by
+    the baseline's time) and with the per-shape medians shown beside it. The median of per-round *sums*
+    does not: noise of different shapes in one round adds up, so with skewed timing noise it can lie
+    outside every per-shape ratio. With one shape both are median(baseline) / median(candidate).
+    """
+    a = [np.asarray(x, dtype=np.float64) for x in baseline]
+    b = [np.asarray(x, dtype=np.float64) for x in candidate]
+    if not a or len(a) != len(b) or any(x.ndim != 1 or x.shape != a[0].shape or y.shape != x.shape
+                                         for x, y in zip(a, b)):
+        raise ValueError("baseline and candidate need the same shapes, each with one sample per round")
+    n = a[0].size
+    if n == 0:
+        return Interval(math.nan, math.nan, math.nan, confidence, 0)
+    point = float(sum(np.median(x) for x in a) / sum(np.median(y) for y in b))
+    if n < 3:
+        return Interval(point, -math.inf, math.inf, confidence, n)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_boot, n))
+    num = np.zeros(n_boot)
+    den = np.zeros(n_boot)
+    for x, y in zip(a, b):  # one shape at a time: the peak stays one (n_boot, n) array
+        num += np.median(x[idx], axis=1)
+        den += np.median(y[idx], axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(num / den, [alpha, 1.0 - alpha])
+    return Interval(point, float(lo), float(hi), confidence, n)
+
+
 def fraction_faster(baseline: Sequence[float], candidate: Sequence[float]) -> float:
     """Share of paired rounds in which the candidate was faster (a sign-test summary)."""
     a = np.asarray(baseline, dtype=np.float64)
