@@ -217,14 +217,18 @@ def main(argv=None) -> int:
     import json
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default=",".join(f"{k}x{n}" for k, n in DECODE_SHAPES), help="KxN,KxN,...")
     ap.add_argument("--batch", default="1,8,16")
     ap.add_argument("--out", default="decode.json")
     a = ap.parse_args(argv)
-    res = run_decode_bench(batches=[int(v) for v in a.batch.split(",")])
+    shapes = [tuple(int(v) for v in s.lower().split("x")) for s in a.shapes.split(",")]
+    res = run_decode_bench(shapes, batches=[int(v) for v in a.batch.split(",")])
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
     for r in res["rows"]:
-        print(fmt_row(r))
+        print(fmt_row(r) + ("" if r["tuned"] else "  (untuned)") + ("  BELOW FLOOR" if r["int4_below_floor"] else ""))
+    for c in res["checks"]:
+        print({k: (round(v, 5) if isinstance(v, float) else v) for k, v in c.items()})
     return 0
 
 

@@ -141,8 +141,10 @@ def heuristic(kind: str, M: int, K: int, N: int, H: int = 1, sms: int = DEFAULT_
         sub = 2 if (K // 64) % 2 == 0 else 1
         bm = 16 if M <= 16 else 64
         tiles = H * -(-M // bm) * (N // bn)
-        return {"variant": "asm", "BLOCK_N": bn, "SUB": sub, "SPLIT": _split(K // (64 * sub), tiles, 7 * sms // 2),
-                "num_warps": 4, "num_stages": 1}
+        split = _split(K // (64 * sub), tiles, 7 * sms // 2)
+        steps = K // split // (64 * sub)          # software pipelining pays on longer K loops (8192: 15 %)
+        return {"variant": "asm", "BLOCK_N": bn, "SUB": sub, "SPLIT": split, "num_warps": 4,
+                "num_stages": 2 if steps >= 4 else 1}
     if kind != "int4":
         return dict(_DEFAULTS[kind])
     if K % 128:
