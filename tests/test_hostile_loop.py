@@ -125,3 +125,34 @@ def test_load_proposals_alone_keeps_patches_in_their_repo(case):
     props = {p.id: p for p in load_proposals(case["proposals"])}
     assert props["patch-dotdot"].change.problem and props["stale-patch"].change.problem is None
     assert props["absolute"].change.source is None  # a refused change reads nothing
+
+
+def test_a_pending_patch_that_no_longer_applies_is_an_error_not_a_wedge(case, monkeypatch):
+    """A run stopped mid-validation leaves its patch candidate pending; the tree then moves on so the patch
+    neither applies nor reverts. The next run records an error with the reason and goes on; the one after
+    that is clean (before: every run failed with 'the tree was edited meanwhile')."""
+    from mcp_server.loop.engine import drive
+    from mcp_server.loop.steps import LoopSteps, Selection
+
+    monkeypatch.chdir(case["work"])
+    good = case["work"] / "patches" / "good.patch"
+    good.write_text("diff --git a/kernel.py b/kernel.py\n--- a/kernel.py\n+++ b/kernel.py\n@@ -1 +1 @@\n"
+                    f"-{recipes.LOOP_BASE}+VERSION = 'fast'\n")
+    case["proposals"].write_text('[[proposal]]\nid = "good"\n[proposal.spec]\nx = 1\n[proposal.apply]\n'
+                                 'patch = "patches/good.patch"\nrepo = "proj"\n')
+
+    def interrupted(spec):
+        raise KeyboardInterrupt
+
+    sel = Selection(kernel="k", classification={"kernels": []})
+    steps = LoopSteps(profile=lambda t, r, c: r, select=lambda r, c: sel, validate=interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        drive(TARGET, steps=steps, proposals="proposals.toml", profile=str(FIXTURE), ledger="l.db")
+    assert case["kernel"].read_text() == recipes.LOOP_BASE  # restored before the interrupt went on
+    case["kernel"].write_text("VERSION = 'moved on'\n")  # the patch neither applies nor reverts now
+    res = drive(TARGET, steps=steps, proposals="proposals.toml", profile=str(FIXTURE), ledger="l.db")
+    [step] = res.steps
+    assert step.resumed and step.decision == "error" and "neither applies nor reverts" in step.why
+    again = drive(TARGET, steps=steps, proposals="proposals.toml", profile=str(FIXTURE), ledger="l.db")
+    assert again.steps == [] and "already recorded as an error" in again.skipped[0].reason
+    assert case["kernel"].read_text() == "VERSION = 'moved on'\n"
