@@ -130,3 +130,35 @@ def test_decode_gemm_table_targets_and_floor():
     slow = [dict(rows[0], int4_below_floor=True, tuned=False)]
     codes = [w.code for w in decode_warnings(slow)]
     assert codes == ["below_baseline", "untuned_shape"]
+
+
+def test_decode_gemm_text_view_of_the_h200_run():
+    """The CLI view of the committed run: every row with both timings and the variant, the checks,
+    the targets as missed; nothing cut at 130 columns."""
+    from rich.console import Console
+
+    from mcp_server.kernels import tuning
+    from mcp_server.kernels.models import DecodeGemmCheck, DecodeGemmResult, DecodeGemmRow
+    from mcp_server.kernels.render import render_decode
+
+    d = json.loads((FIX / "decode_h200.json").read_text())
+    rows = []
+    for r in d["rows"]:
+        r = dict(r, int4_config=tuning.config_for("int4", r["M"], r["K"], r["N"]),
+                 fp8_config=tuning.config_for("fp8", r["M"], r["K"], r["N"]), tuned=True,
+                 int4_roof_pct=round(100 * r["int4_cupti_tbps"] / d["copy_tbps"], 1))
+        rows.append(DecodeGemmRow(**{k: r[k] for k in DecodeGemmRow.model_fields if k in r}))
+    dev = d["device"]
+    res = DecodeGemmResult(
+        device={"name": dev["name"], "sm_count": dev["sm_count"], "l2_mb": dev["l2_bytes"] / 1e6,
+                "capability": dev["capability"], "torch": dev["torch"], "triton": dev["triton"]},
+        copy_tbps=d["copy_tbps"], tinygemm=True, rows=rows,
+        checks=[DecodeGemmCheck(**{k: c[k] for k in DecodeGemmCheck.model_fields}) for c in d["checks"]],
+        targets=judge_decode_targets(d["rows"]), warnings=decode_warnings(d["rows"]))
+    con = Console(record=True, width=130)
+    render_decode(res, con)
+    text = con.export_text()
+    assert "4096  4096   1  14.50      7.50   8.16  11.59  1.78  1.25  12.08   6.62   7.18  10.64    28  gemv x32" in text
+    assert "7168  2048   8" in text and "splitk x14" in text and text.count(" yes") == 12
+    assert "INT4 >= tinygemm (every row): worst 0.92x over 12 rows: missed" in text
+    assert "tinygemm present" in text and "warning" not in text

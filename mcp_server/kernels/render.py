@@ -74,7 +74,8 @@ def render_l2(res: L2SweepResult, con, request: Any = None) -> None:
 
 def render_decode(res: DecodeGemmResult, con, request: Any = None) -> None:
     from rich.markup import escape
-    from rich.table import Table
+
+    from mcp_server.textable import Col, TextTable
 
     d = res.device
     con.print(escape(f"decode GEMMs on {d.name} ({d.sm_count} SMs), torch {d.torch}, triton {d.triton}; copy "
@@ -84,10 +85,10 @@ def render_decode(res: DecodeGemmResult, con, request: Any = None) -> None:
     def us(v):
         return "-" if v is None else f"{v:.2f}"
 
-    t = Table(title="x[M, K] @ W[K, N], cold: graph µs | CUPTI µs", title_justify="left")
-    for c in ("K", "N", "M", "BF16", "tinygemm", "INT4", "FP8", "INT4 x", "FP8 x", "BF16 cupti", "tiny cupti",
-              "INT4 cupti", "FP8 cupti", "INT4 % roof", "INT4 variant"):
-        t.add_column(c, justify="left" if c == "INT4 variant" else "right")
+    t = TextTable([Col(c) for c in ("K", "N", "M", "BF16", "tinygemm", "INT4", "FP8", "INT4 x", "FP8 x", "BF16 cupti",
+                                    "tiny cupti", "INT4 cupti", "FP8 cupti", "INT4 % roof")]
+                  + [Col("INT4 variant", "text", justify="left")],
+                  title="x[M, K] @ W[K, N], cold: graph µs | CUPTI µs (* untuned)", title_justify="left")
     for r in res.rows:
         v = r.int4_config.get("variant", "dot")
         if r.int4_config.get("SPLIT", 1) > 1:
@@ -96,17 +97,16 @@ def render_decode(res: DecodeGemmResult, con, request: Any = None) -> None:
                   f"{r.int4_speedup:.2f}", f"{r.fp8_speedup:.2f}", us(r.bf16_cupti_us), us(r.tinygemm_cupti_us),
                   us(r.int4_cupti_us), us(r.fp8_cupti_us),
                   "-" if r.int4_roof_pct is None else f"{r.int4_roof_pct:.0f}", escape(v + ("" if r.tuned else " *")))
-    con.print(t)
+    t.print(con)
     if res.checks:
-        ct = Table(title="correctness on quantized real weights (relative error vs dequantized reference)",
-                   title_justify="left")
-        for h in ("K", "N", "M", "INT4", "INT4 max", "FP8", "FP8 max", "BF16", "repeatable"):
-            ct.add_column(h, justify="right")
+        ct = TextTable([Col(h) for h in ("K", "N", "M", "INT4", "INT4 max", "FP8", "FP8 max", "BF16", "repeatable")],
+                       title="correctness on quantized real weights (relative error vs dequantized reference)",
+                       title_justify="left")
         for k in res.checks:
             ct.add_row(str(k.K), str(k.N), str(k.M), f"{k.int4_rel_err:.1e}", f"{k.int4_max_rel_err:.1e}",
                        f"{k.fp8_rel_err:.1e}", f"{k.fp8_max_rel_err:.1e}", f"{k.bf16_rel_err:.1e}",
                        "yes" if k.int4_repeatable and k.fp8_repeatable else "[red]no[/]")
-        con.print(ct)
+        ct.print(con)
     for g in res.targets:
         mark = "n/a" if g.met is None else ("[green]met[/]" if g.met else "[red]missed[/]")
         worst = "n/a" if g.worst is None else f"{g.worst:.2f}x"
