@@ -137,11 +137,9 @@ def write_roofline(c: Classification, out: str, highlight: Optional[int] = None)
     target = check_output_path(out, "roofline PNG")
     import io
 
-    import matplotlib
+    from mcp_server.reports import place_labels, pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.5))
     spec = c.gpu_spec or {}
 
@@ -169,10 +167,11 @@ def write_roofline(c: Classification, out: str, highlight: Optional[int] = None)
         grid = np.logspace(np.log10(lo), np.log10(hi), 200)
         for label, peak in peaks:
             ax1.plot(grid, np.minimum(peak, grid * bw), label=f"{label}, HBM {bw / 1e12:.1f} TB/s")
+    # one colour per kernel in both panels (the default cycle, in the classification's order)
+    colour = {k.id: f"C{i % 10}" for i, k in enumerate(c.kernels)}
     for k, x, y in pts:
-        ax1.scatter([x], [y], s=60 if k.id == highlight else 30, zorder=3,
+        ax1.scatter([x], [y], s=60 if k.id == highlight else 30, zorder=3, color=colour[k.id],
                     edgecolors="red" if k.id == highlight else "none")
-        ax1.annotate(k.nvtx or k.short_name[:24], (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")
     ax1.set_xscale("log")
     ax1.set_yscale("log")
     ax1.set_xlabel("arithmetic intensity (FLOP / DRAM byte)")
@@ -182,14 +181,14 @@ def write_roofline(c: Classification, out: str, highlight: Optional[int] = None)
                   + ("" if pts else "\nno kernel has FLOP and DRAM-byte counters"), fontsize=9)
     if peaks and bw:
         ax1.legend(fontsize=7, loc="upper left")
+    sol = []
     for k in c.kernels:
         sm, mem = k.metrics.get("sm_throughput_pct"), k.metrics.get("memory_throughput_pct")
         if sm is None or mem is None:
             continue
-        ax2.scatter([mem], [sm], s=20 + 400 * k.time_share, alpha=0.7,
+        ax2.scatter([mem], [sm], s=20 + 400 * k.time_share, alpha=0.7, color=colour[k.id],
                     edgecolors="red" if k.id == highlight else "none")
-        ax2.annotate(f"{k.nvtx or k.short_name[:24]} ({k.bottleneck.class_})", (mem, sm), fontsize=7,
-                     xytext=(4, 4), textcoords="offset points")
+        sol.append((k, mem, sm))
     ax2.axvline(80, color="grey", ls="--", lw=0.8)
     ax2.axhline(80, color="grey", ls="--", lw=0.8)
     ax2.add_patch(plt.Rectangle((0, 0), 60, 60, color="orange", alpha=0.08))
@@ -200,6 +199,14 @@ def write_roofline(c: Classification, out: str, highlight: Optional[int] = None)
     ax2.set_ylabel("SM throughput, % of peak")
     ax2.set_title("speed of light (point size: time share; dashed: 80% roof)", fontsize=9)
     fig.tight_layout()
+    # labels last, with the layout fixed: each beside its point where it overlaps no other label (kernels
+    # at the same spot, e.g. two DRAM-bound ones at ~90 % memory, used to print on top of each other)
+    by_share = sorted(c.kernels, key=lambda k: -k.time_share)
+    order = {k.id: i for i, k in enumerate(by_share)}
+    place_labels(ax1, [(x, y, k.nvtx or k.short_name[:24], colour[k.id])
+                       for k, x, y in sorted(pts, key=lambda p: order[p[0].id])])
+    place_labels(ax2, [(mem, sm, f"{k.nvtx or k.short_name[:24]} ({k.bottleneck.class_})", colour[k.id])
+                       for k, mem, sm in sorted(sol, key=lambda p: order[p[0].id])])
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)

@@ -15,7 +15,8 @@ Writing (``xlsx_writer``):
 Editing (``edit``):
   ``plan_recategorize(path, rules) -> (EditPlan, source)``, ``write_plan(plan, out)``, ``EditPlan``.
 Figures (``plots``):
-  ``pyplot()``: matplotlib's pyplot with a file-only backend chosen once, where plotting starts.
+  ``pyplot()``: matplotlib's pyplot with a file-only backend chosen once, where plotting starts;
+  ``place_labels(ax, points)``: point labels that do not overlap.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from mcp_server.reports.edit import EditPlan, plan_recategorize, write_plan
-    from mcp_server.reports.plots import pyplot
+    from mcp_server.reports.plots import place_labels, pyplot
     from mcp_server.reports.reader import (
         ALL_PARTS,
         DetailSheet,
@@ -44,12 +45,12 @@ _EXPORTS = {
     "atomic_save": "xlsx_writer", "file_sha256": "xlsx_writer", "write_analysis_report": "xlsx_writer",
     "gpu_time_rows": "xlsx_writer",
     "EditPlan": "edit", "plan_recategorize": "edit", "write_plan": "edit",
-    "pyplot": "plots",
+    "pyplot": "plots", "place_labels": "plots",
 }
 
 __all__ = [
     "ALL_PARTS", "DetailSheet", "EditPlan", "Report", "Source", "atomic_save", "file_sha256",
-    "gpu_time_rows", "is_kernelscope_report", "kernel_table", "layout", "plan_recategorize", "pyplot",
+    "gpu_time_rows", "is_kernelscope_report", "kernel_table", "layout", "place_labels", "plan_recategorize", "pyplot",
     "read_kernel_table", "read_report", "write_analysis_report", "write_plan",
 ]
 

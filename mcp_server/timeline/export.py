@@ -134,14 +134,42 @@ def _draw_gantt(ax, dec: Decoded, res: TimelineAnalysis, colour: dict, max_lanes
     ng = dec.ngroups
     ax.set_ylim(len(row) - 0.5, -0.5)
     ax.set_xlabel("time (us from the first record)")
-    ax.set_ylabel("block" + (f" x group ({ng} groups)" if ng > 1 else ""))
-    step = max(1, len(row) // 24)
-    ticks = list(range(0, len(row), step))
-    ax.set_yticks(ticks)
-    ax.set_yticklabels([(f"{lanes[t] // ng}.{lanes[t] % ng}" if ng > 1 else str(lanes[t])) for t in ticks],
-                       fontsize=7)
-    ax.set_title((f"{label}: " if label else "") + gantt_title(res, shown_note), fontsize=9)
+    ax.set_ylabel("block" + (f" ({ng} rows each: groups 0-{ng - 1})" if ng > 1 else ""))
+    ticks, outliers = block_ticks([int(x) for x in lanes.tolist()], ng, _outliers(res))
+    ax.set_yticks([t for t, _b in ticks])
+    ax.set_yticklabels([str(b) for _t, b in ticks], fontsize=7)
+    for lab, (_t, b) in zip(ax.get_yticklabels(), ticks):
+        if b in outliers:  # the blocks the title names, marked where they are
+            lab.set_color("red")
+            lab.set_fontweight("bold")
+    ax.set_title((f"{label}: " if label else "") + gantt_title(res, shown_note), fontsize=9, loc="left")
     ax.grid(axis="x", alpha=0.3)
+
+
+def _outliers(res: TimelineAnalysis) -> set[int]:
+    from mcp_server.timeline.analysis import IMBALANCE_RATIO
+
+    worst = max(res.phases, key=lambda p: p.imbalance) if res.phases else None
+    return set(outlier_blocks(worst)) if worst is not None and worst.imbalance >= IMBALANCE_RATIO else set()
+
+
+def block_ticks(lanes: list[int], ngroups: int, outliers: set[int] = frozenset(),  # type: ignore[assignment]
+                most: int = 24) -> tuple[list[tuple[int, int]], set[int]]:
+    """Y ticks of a Gantt chart whose rows are writers (block * ngroups + group): (row, block) at the first row
+    of every k-th block, k a round step (1, 2, 5, 10, 20, 50, ...) giving at most ``most`` ticks, plus the
+    outlier blocks (a regular tick too close to one is dropped). Block numbers, never ``block.group``."""
+    first: dict[int, int] = {}
+    for i, lane in enumerate(lanes):
+        first.setdefault(lane // ngroups, i)
+    blocks = sorted(first)
+    step = 1
+    for s in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000):
+        step = s
+        if len(blocks) / s <= most:
+            break
+    shown = {b for b in outliers if b in first}
+    regular = [b for b in blocks if b % step == 0 and all(abs(b - o) * 2 >= step for o in shown)]
+    return sorted((first[b], b) for b in set(regular) | shown), shown
 
 
 def _colours(plt, runs) -> tuple[dict, dict]:
@@ -180,8 +208,10 @@ def write_gantt_compare_png(runs, path: Union[str, os.PathLike], *, max_lanes: i
     try:
         for ax, (dec, res, label) in zip(axes[:, 0], runs):
             _draw_gantt(ax, dec, res, colour, max_lanes, label)
+        # above the chart, right of the title: inside the axes it covered the last bars
         axes[0, 0].legend(handles=[Patch(color=colour[e], label=names[e]) for e in colour],
-                          loc="upper right", fontsize=7, ncol=min(len(colour), 6))
+                          loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=7, ncol=min(len(colour), 6),
+                          frameon=False, borderaxespad=0.2)
         fig.tight_layout()
         return _save(fig, path)
     finally:
