@@ -183,12 +183,15 @@ class Phase(StrEnum):
     prefill = "prefill"
     decode = "decode"
     unknown = ""
+    #: a CUDA/HIP-graph replay with no evidence of its phase (no marker, no reference that knows it):
+    #: training steps and diffusion pipelines replay graphs too, so a replay is not decode by itself
+    graph = "graph"
 
 
 #: The phases a user may select (``phase=`` parameters).
 PHASES: tuple[str, ...] = (Phase.prefill.value, Phase.decode.value)
-#: Category order of the kernel table's ``phase`` column (code 0, 1, 2).
-PHASE_CODES: tuple[str, ...] = (Phase.unknown.value, Phase.prefill.value, Phase.decode.value)
+#: Category order of the kernel table's ``phase`` column (code 0, 1, 2, 3).
+PHASE_CODES: tuple[str, ...] = (Phase.unknown.value, Phase.prefill.value, Phase.decode.value, Phase.graph.value)
 
 
 # ---------------------------------------------------------------------------
@@ -256,7 +259,7 @@ KERNEL_COLUMNS: dict[str, str] = {
     "module_path": "slash-joined instance path from the root module, e.g. "
                    "LlamaForCausalLM_0/LlamaModel_0/LlamaDecoderLayer_0/LlamaAttention_0/Linear_0",
     "root_type": "type of the outermost module of the path ('' when unattributed)",
-    "phase": "prefill | decode | '' (unknown)",
+    "phase": "prefill | decode | graph (a graph replay of unknown phase) | '' (unknown)",
     "cpu_op": "innermost aten/cpu op enclosing the launch ('' when none)",
     "input_dims": "Input Dims of that cpu op, as text ('' when not recorded)",
     "source": "innermost non-torch Python frame enclosing the launch, e.g. modeling_llama.py(123): forward",

@@ -245,8 +245,8 @@ def test_vote_fallback_and_foreign_reference():
     from mcp_server.traces.graph import Reference, attribute_sequence
 
     ref = Reference(steps=[], vote={"gemm": ("M_0/Linear_0", 0.75), "norm": ("M_0/Norm_0", 1.0)})
-    paths, conf, how = attribute_sequence(["gemm", "norm", "gemm", "other"], ref)
-    assert how == "vote"
+    paths, conf, how, phase = attribute_sequence(["gemm", "norm", "gemm", "other"], ref)
+    assert how == "vote" and phase == ""  # names voted one by one teach no phase
     assert paths == ["M_0/Linear_0", "M_0/Norm_0", "M_0/Linear_0", ""] and conf == [0.75, 1.0, 0.75, 0.0]
     # a reference of another model (DeepSeek-V3 prefill): no alignment, only shared elementwise
     # names vote; the result is flagged as low confidence

@@ -133,6 +133,33 @@ def gpu_damaged(src: dict) -> dict:
     return {**src, "traceEvents": ev}
 
 
+def annotate_replays(src: dict, name: str) -> dict:
+    """A ``user_annotation`` span named ``name`` around every graph launch, on the launching thread, as
+    SGLang (``step[DECODE bs=8]``) and vLLM-style step annotations (``execute_context_C(...)_generation_G(...)``)
+    enclose their replays."""
+    launches = [e for e in src["traceEvents"] if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                and str(e.get("name", "")).startswith(("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch"))]
+    ev = list(src["traceEvents"])
+    for e in launches:
+        ev.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": e["pid"], "tid": e["tid"],
+                   "ts": e["ts"] - 1.0, "dur": float(e.get("dur", 0.0)) + 2.0, "args": {}})
+    return {**src, "traceEvents": ev}
+
+
+def drop_capture_launch(src: dict, nth: int) -> dict:
+    """The capture trace without its ``nth`` kernel launch (a capture that does not match its replay
+    one to one)."""
+    seen = -1
+    ev = []
+    for e in src["traceEvents"]:
+        if e.get("cat") == "cuda_runtime" and e.get("name") in ("cudaLaunchKernel", "cuLaunchKernelEx"):
+            seen += 1
+            if seen == nth:
+                continue
+        ev.append(e)
+    return {**src, "traceEvents": ev}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="tests/fixtures/traces")

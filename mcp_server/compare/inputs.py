@@ -206,7 +206,17 @@ def _check_reference(side: Side, res, reference, categories) -> None:
         graph_phase = gp.mode().iat[0] if len(gp) else ""
     own = graph_phase or _majority_phase(res.phases)
     conf = side.attribution_confidence
-    if side.reference_phase and own and side.reference_phase != own:
+    # replays that did not take the reference's phase (traces: a loose alignment teaches no phase) are 'graph'
+    loose = bool(k is not None and len(k) and "graph" in k and k["graph"].astype(bool).any() and not graph_phase)
+    if side.reference_phase and loose:
+        side.attribution_suspect = True
+        side.warnings.append(Warning_(code=WarningCode.reference_mismatch, message=(
+            f"{side.label}: the reference trace {reference} is a {side.reference_phase} trace but the replays did "
+            f"not align with it closely enough to take its phase (their phase is unknown, 'graph'): it is probably "
+            f"of another phase or batch shape, so modules of other kernels are taken for the replays' (alignment "
+            f"confidence {conf if conf is not None else 'n/a'}); pass an eager step of the replays' phase, model "
+            "and batch, or their graph capture")))
+    elif side.reference_phase and own and side.reference_phase != own:
         side.attribution_suspect = True
         side.warnings.append(Warning_(code=WarningCode.reference_mismatch, message=(
             f"{side.label}: the reference trace {reference} is a {side.reference_phase} trace but the compared "
@@ -297,6 +307,12 @@ def filter_phase(side: Side, phase: str) -> Side:
         if present <= {""}:
             side.warnings.append(Warning_(code=WarningCode.phase_unknown, message=(
                 f"{side.path}: the kernels carry no phase; phase '{phase}' not applied")))
+            return side
+        if present <= {"", "graph"}:  # graph replays with no evidence of their phase (traces: phase 'graph')
+            side.warnings.append(Warning_(code=WarningCode.phase_unknown, message=(
+                f"{side.path}: the kernels carry no phase (graph replays with no phase marker and no reference "
+                f"that tells it); phase '{phase}' not applied: pass a reference trace (an eager step or the graph "
+                "capture) to give the replays a phase")))
             return side
         raise InputError(f"no {phase} kernels (phases present: {', '.join(sorted(x for x in present if x)) or 'none'})",
                          path=side.path, hint="pick the phase the run holds, or leave phase out")

@@ -53,9 +53,9 @@ class DiffModulesRequest(SizedRequest, WritesOutputs):
     output_html: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
         "Write a self-contained HTML report here"))
     reference_a: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
-        "Eager trace of A's model, to attribute A's CUDA-graph replays (decode) to modules"))
+        "Eager trace of A's model, or A's graph-capture trace, to attribute A's CUDA-graph replays to modules"))
     reference_b: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
-        "Eager trace of B's model, to attribute B's CUDA-graph replays (decode) to modules"))
+        "Eager trace of B's model, or B's graph-capture trace, to attribute B's CUDA-graph replays to modules"))
     per_step: Optional[bool] = Field(default=None, description=(
         "Divide each side by its step count (graph replays + eager forward calls); default: automatic when the "
         "counts differ and the kernels per step agree; false keeps whole totals"))

@@ -73,7 +73,7 @@ DETAIL_REQUIRED = ["Module", "Kernel Name", "Duration (us)", "Category"]
 GPU_KERNELS_REQUIRED = ["Kernel Name", "Category", "Total Duration (us)", "Count"]
 
 #: detail-sheet phase suffixes: phase[:3]
-PHASE_ABBREV = {"pre": "prefill", "dec": "decode", "ext": "extend"}
+PHASE_ABBREV = {"pre": "prefill", "dec": "decode", "ext": "extend", "gra": "graph"}
 
 _DETAIL_NAME_RE = re.compile(r"^(?P<base>.*?)(?: \((?P<phase>[a-z]{3})?(?:,?(?P<variant>[A-Z]))?\))?$")
 #: older layout title "{name} [phase] — N kernels"

@@ -143,7 +143,8 @@ def plan_details(roots: list[_Node]) -> tuple[dict[tuple[str, str], list[str]], 
         for vlabel, members in variants:
             # a node covers all its phases ("prefill+decode"): one sheet per phase
             phases = sorted({ph for n in members for ph in (n.phase.split("+") if n.phase else [""])},
-                            key=lambda x: ("prefill", "decode", "").index(x) if x in ("prefill", "decode", "") else 9)
+                            key=lambda x: ("prefill", "decode", "graph", "").index(x)
+                            if x in ("prefill", "decode", "graph", "") else 9)
             for ph in phases:
                 cand = [n for n in members if not ph or ph in n.phase.split("+")]
                 ordered = sorted(cand, key=lambda n: n.total_us)

@@ -5,13 +5,17 @@ spans enclosing them -> attribute CUDA-graph replays -> per-kernel DataFrame
 -> module tree, per-type statistics, category and phase totals -> optional
 xlsx report.
 
-Phase: a kernel whose launch lies inside a python function named with
-``forward_extend`` / ``forward_decode`` (SGLang's markers) is prefill / decode.
-Without a marker, graph-replay kernels are ``decode`` (serving engines capture
-graphs for decode batches only), and an eager kernel inherits the phase of
-the root-module call it belongs to as inferred from that call's
-``aten::embedding`` input ids: 2-D ids ``[batch, seq]`` with ``seq == 1`` are
-decode, ``seq > 1`` prefill; otherwise the phase stays ``''`` (unknown).
+Phase: a kernel whose launch lies inside a phase marker is prefill / decode: a
+python function named with ``forward_extend`` / ``forward_decode`` (SGLang), or
+an annotation ``step[DECODE ...]`` / ``step[EXTEND ...]`` / ``capture_N_DECODE``
+(SGLang) / ``execute_..._context_C(...)_generation_G(...)`` (C prefill, G decode
+requests). Without a marker an eager kernel inherits the phase of the
+root-module call it belongs to as inferred from that call's ``aten::embedding``
+input ids: 2-D ids ``[batch, seq]`` with ``seq == 1`` are decode, ``seq > 1``
+prefill; otherwise the phase stays ``''`` (unknown). A graph-replay kernel
+without a marker takes the phase its reference teaches (the capture launch or
+the aligned eager step it was attributed from), else ``graph``: replayed, phase
+unknown (training and diffusion replay graphs too).
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from mcp_server.categories import load_categories
 from mcp_server.errors import KernelscopeError, WriteError
 from mcp_server.models import Warning_
 from mcp_server.traces import graph as G
-from mcp_server.traces.attribution import Linked, link
+from mcp_server.traces.attribution import Linked, link, phase_of_frame
 from mcp_server.traces.loader import KIND_NAMES, RawTrace, launch_kind, load_trace
 from mcp_server.traces.models import (
     KERNEL_COLUMNS,
@@ -126,17 +130,21 @@ def _infer_root_phase(rt: RawTrace, lk: Linked) -> dict[int, str]:
     return out
 
 
-def _eager_reference(rt: RawTrace, lk: Linked, table: "PathTable", path_code: np.ndarray) -> G.Reference:
-    """What the attributed eager kernels teach about replays: step sequences and per-name votes."""
+def _eager_reference(rt: RawTrace, lk: Linked, table: "PathTable", path_code: np.ndarray,
+                     phase: np.ndarray) -> G.Reference:
+    """What the attributed eager kernels teach about replays: step sequences (with their phase) and
+    per-name votes; and the graph captures the trace holds."""
+    captures = _captures(rt, lk)
     idx = np.flatnonzero(lk.module_span >= 0)
     if not len(idx):
-        return G.Reference()
+        return G.Reference(captures=captures)
     names, paths = rt.names, table.paths
     roots = _roots(lk.modules.parent)[lk.module_span[idx]]
     order = np.lexsort((rt.k_ts[idx], roots))
     idx, roots = idx[order], roots[order]
     cuts = np.flatnonzero(np.diff(roots)) + 1
     steps: list[tuple[list[str], list[str]]] = []
+    step_phases: list[str] = []
     seen: set[tuple] = set()
     parts = sorted(np.split(idx, cuts), key=lambda part: rt.k_ts[part[0]])
     for part in parts:
@@ -145,6 +153,7 @@ def _eager_reference(rt: RawTrace, lk: Linked, table: "PathTable", path_code: np
             continue
         seen.add(key)
         steps.append(([names[i] for i in key], [paths[c] for c in path_code[part].tolist()]))
+        step_phases.append(_main_phase(phase[part]))
         if len(steps) >= 16:
             break
     # majority vote per kernel name
@@ -156,9 +165,76 @@ def _eager_reference(rt: RawTrace, lk: Linked, table: "PathTable", path_code: np
     first = np.flatnonzero(np.r_[True, nm[1:] != nm[:-1]])
     tot = np.add.reduceat(cnt, first)
     vote = {names[int(nm[f])]: (paths[int(pc[f])], float(cnt[f] / t)) for f, t in zip(first, tot)}
-    ref = G.Reference(steps, vote)
+    ref = G.Reference(steps, vote, step_phases=step_phases, phase=_main_phase(phase[idx]), captures=captures)
     G.learn_layers(ref, [names[i] for i in rt.k_name[idx].tolist()], [paths[c] for c in path_code[idx].tolist()])
     return ref
+
+
+def _main_phase(codes: np.ndarray, share: float = 0.9) -> str:
+    """The phase of at least ``share`` of the kernels (prefill or decode), else ''."""
+    if not len(codes):
+        return ""
+    n = np.bincount(codes.astype(np.int64), minlength=len(PHASE_CODES))
+    for c in (1, 2):
+        if n[c] >= share * len(codes):
+            return PHASE_CODES[c]
+    return ""
+
+
+_CAPTURE_BEGIN, _CAPTURE_END = "StreamBeginCapture", "StreamEndCapture"
+
+
+def _captures(rt: RawTrace, lk: Linked) -> list[G.Capture]:
+    """The CUDA/HIP-graph captures of a trace: per ``*StreamBeginCapture`` .. ``*StreamEndCapture`` window on
+    its thread, the kernel/copy/memset launches in it whose kernel did not run (a launch during capture
+    only records a graph node), in launch order, with the module span and phase around each launch.
+    Without those calls, a trace whose launches mostly ran nothing is taken as one capture."""
+    if not len(rt.l_name):
+        return []
+    names = rt.names
+    uniq = np.unique(rt.l_name)
+    kind_of = np.full(len(names), -1, dtype=np.int64)
+    kind_of[uniq] = [launch_kind(names[i]) for i in uniq.tolist()]
+    lkind = kind_of[rt.l_name]
+    ran = np.isin(rt.l_corr, rt.k_corr)
+    cand = (lkind >= 0) & ~ran
+    if not cand.any():
+        return []
+    begin_ids = [i for i in uniq.tolist() if _CAPTURE_BEGIN in names[i]]
+    end_ids = [i for i in uniq.tolist() if _CAPTURE_END in names[i]]
+    windows: list[np.ndarray] = []
+    if begin_ids:
+        b = np.flatnonzero(np.isin(rt.l_name, begin_ids))
+        e = np.flatnonzero(np.isin(rt.l_name, end_ids))
+        for bi in b[np.argsort(rt.l_ts[b], kind="stable")].tolist():
+            th, t0 = rt.l_thread[bi], rt.l_ts[bi]
+            later = e[(rt.l_thread[e] == th) & (rt.l_ts[e] > t0)]
+            t1 = float(rt.l_ts[later].min()) if len(later) else np.inf
+            sel = np.flatnonzero(cand & (rt.l_thread == th) & (rt.l_ts > t0) & (rt.l_ts < t1))
+            if len(sel):
+                windows.append(sel)
+    elif cand.sum() >= 0.5 * (lkind >= 0).sum():
+        windows.append(np.flatnonzero(cand))
+    if not windows:
+        return []
+    inferred = _infer_root_phase(rt, lk)
+    roots = _roots(lk.modules.parent) if len(lk.modules) else np.zeros(0, dtype=np.int64)
+    out = []
+    for sel in windows:
+        sel = sel[np.argsort(rt.l_ts[sel], kind="stable")]
+        th, ts = rt.l_thread[sel], rt.l_ts[sel]
+        span = lk.modules.enclosing(th, ts)
+        mark = lk.phases.enclosing(th, ts)
+        paths = [lk.module_paths[s] if s >= 0 else "" for s in span.tolist()]
+        phases = []
+        for s, m in zip(span.tolist(), mark.tolist()):
+            ph = phase_of_frame(names[lk.phases.name[m]]) if m >= 0 else ""
+            if not ph and s >= 0:
+                ph = inferred.get(int(roots[s]), "")
+            phases.append(ph)
+        out.append(G.Capture(kinds=lkind[sel].tolist(), kernels=[names[i] for i in rt.l_kernel[sel].tolist()],
+                             paths=paths, phases=phases))
+    return out
 
 
 def analyze_trace(
@@ -272,7 +348,7 @@ def _kernel_phases(rt: RawTrace, lk: Linked) -> np.ndarray:
     names = rt.names
     n = len(rt.k_name)
     has_mod = lk.module_span >= 0
-    ph_code_of_span = np.array([1 if "forward_extend" in names[i] else 2 for i in lk.phases.name], dtype=np.int8)
+    ph_code_of_span = np.array([PHASE_CODES.index(phase_of_frame(names[i])) for i in lk.phases.name], dtype=np.int8)
     phase = np.zeros(n, dtype=np.int8)
     hp = lk.phase_span >= 0
     phase[hp] = ph_code_of_span[lk.phase_span[hp]]
@@ -287,12 +363,12 @@ def _kernel_phases(rt: RawTrace, lk: Linked) -> np.ndarray:
     return phase
 
 
-def _replay_reference(rt: RawTrace, lk: Linked, table: PathTable, path_code: np.ndarray, reference_trace,
-                      report, gstat: GraphAttribution
+def _replay_reference(rt: RawTrace, lk: Linked, table: PathTable, path_code: np.ndarray, phase: np.ndarray,
+                      reference_trace, report, gstat: GraphAttribution
                       ) -> tuple[G.Reference, Literal["same-trace", "reference-trace"]]:
-    """What replays are attributed from: this trace's eager kernels, or the reference trace's when given
-    and attributed. Returns (reference, method)."""
-    ref = _eager_reference(rt, lk, table, path_code)
+    """What replays are attributed from: this trace's eager kernels and captures, or the reference trace's
+    (an eager step, or the profiled graph capture) when given and usable. Returns (reference, method)."""
+    ref = _eager_reference(rt, lk, table, path_code, phase)
     if not reference_trace:
         return ref, "same-trace"
     report(2.5, "learning from the reference trace")
@@ -303,10 +379,13 @@ def _replay_reference(rt: RawTrace, lk: Linked, table: PathTable, path_code: np.
     rcode = np.zeros(len(rrt.k_name), dtype=np.int64)
     rm = rlk.module_span >= 0
     rcode[rm] = rspan[rlk.module_span[rm]]
-    rref = _eager_reference(rrt, rlk, rtable, rcode)
+    rref = _eager_reference(rrt, rlk, rtable, rcode, _kernel_phases(rrt, rlk))
     if not rref.empty:
+        if rref.captures:
+            gstat.notes.append(f"reference trace {reference_trace} holds {len(rref.captures)} graph capture(s) "
+                               f"({', '.join(str(len(c.kinds)) for c in rref.captures[:8])} launches)")
         return rref, "reference-trace"
-    gstat.notes.append(f"reference trace {reference_trace} has no attributed eager kernels")
+    gstat.notes.append(f"reference trace {reference_trace} has no attributed eager kernels and no graph capture")
     return ref, "same-trace"
 
 
@@ -317,7 +396,7 @@ def _attribute_replays(rt: RawTrace, lk: Linked, table: PathTable, rules, refere
     ``gstat``. Each distinct replayed kernel sequence is cut into layers and attributed once."""
     names = rt.names
     gidx = np.flatnonzero(lk.graph)
-    ref, method = _replay_reference(rt, lk, table, path_code, reference_trace, report, gstat)
+    ref, method = _replay_reference(rt, lk, table, path_code, phase, reference_trace, report, gstat)
     cat_comm = {i: rules.classify(names[i]) == COMMUNICATION for i in np.unique(rt.k_name[gidx])}
     gidx = gidx[np.lexsort((rt.k_ts[gidx], lk.graph_group[gidx]))]
     groups = lk.graph_group[gidx]
@@ -332,18 +411,28 @@ def _attribute_replays(rt: RawTrace, lk: Linked, table: PathTable, rules, refere
         if res is None:
             seq = [names[i] for i in key]
             lay, cut, nl = G.layer_cuts(np.asarray(key), np.array([cat_comm[i] for i in key], dtype=bool))
-            ps, cs, how = (G.attribute_sequence(seq, ref, lay.tolist()) if not ref.empty
-                           else ([""] * len(seq), [0.0] * len(seq), "none"))
+            got = G.attribute_from_capture(seq, rt.k_kind[part].tolist(), ref.captures) if ref.captures else None
+            if got is not None:
+                ps, cs, kph = got
+                how = "capture"
+            elif not ref.empty:
+                ps, cs, how, step_ph = G.attribute_sequence(seq, ref, lay.tolist())
+                kph = [step_ph] * len(seq)
+            else:
+                ps, cs, how, kph = [""] * len(seq), [0.0] * len(seq), "none", [""] * len(seq)
             codes = [table.code(p) if p else 1 for p in ps]
-            res = memo[key] = (np.array(codes), np.array(cs), how, lay, cut, nl)
-        codes, cs, how, lay, cut, nl = res
+            # the phase the reference teaches, else graph (replayed, phase unknown)
+            pcodes = np.array([PHASE_CODES.index(p) if p in ("prefill", "decode") else 3 for p in kph], dtype=np.int8)
+            res = memo[key] = (np.array(codes), np.array(cs), how, lay, cut, nl, pcodes)
+        codes, cs, how, lay, cut, nl, pcodes = res
         path_code[part] = codes
         confidence[part] = cs
         layer[part] = lay
+        unmarked = phase[part] == 0  # a marker around the graph launch wins
+        phase[part[unmarked]] = pcodes[unmarked]
         methods.add(how)
         cuts[cut] += 1
         layers_found = max(layers_found, nl)
-    phase[gidx[phase[gidx] == 0]] = 2  # replays without a marker: decode
     attributed = int((path_code[gidx] > 1).sum())
     gstat.graph_kernel_count = int(len(gidx))
     gstat.attributed_count = attributed
@@ -356,16 +445,26 @@ def _attribute_replays(rt: RawTrace, lk: Linked, table: PathTable, rules, refere
                        f"attribution by {', '.join(sorted(methods))}")
     if attributed < len(gidx):
         gstat.notes.append(f"{len(gidx) - attributed} replay kernel(s) in '{G.UNATTRIBUTED_GRAPH}'")
-    if ref.empty and attributed < len(gidx):  # nothing to learn from: say which input would attribute them
+    if (ref.empty or not attributed) and attributed < len(gidx):  # say which input would attribute them
         left = ~(path_code[gidx] > 1)
         left_us = float(rt.k_dur[gidx][left].sum())
-        why = (f"the reference trace {reference_trace} has no attributed eager kernels either" if reference_trace
-               else "the trace holds no eager step with module spans to learn them from")
+        src = f"the reference trace {reference_trace}" if reference_trace else "the trace"
+        why = (f"{src} has no attributed eager kernels or graph capture{' either' if reference_trace else ''}"
+               if ref.empty else f"the eager kernels of {src} do not match the replays (another model, phase or "
+                                 "batch shape)")
+        if not reference_trace and ref.empty:
+            why = "the trace holds no eager step with module spans and no graph capture to learn them from"
         return [Warning_(code=WarningCode.replays_unattributed, count=int(left.sum()),
                          message=f"{int(left.sum())} CUDA-graph replay kernel(s) ({left_us:,.1f} us) are not "
                                  f"attributed to modules: {why}; pass --reference-trace "
                                  "(reference_trace) with an eager trace of the same model (one step profiled with "
-                                 "CUDA graphs off)")]
+                                 "CUDA graphs off) or the trace profiled while the graph was captured")]
+    if attributed and gstat.mean_confidence < 0.5 and "capture" in methods:
+        return [Warning_(code=WarningCode.low_graph_confidence, count=int(len(gidx)),
+                         message=f"CUDA-graph replay attribution has mean confidence {gstat.mean_confidence:.2f}: the "
+                                 "graph capture's launches do not match the replay's kernels one to one and name no "
+                                 "kernel, so they were placed by launch order; pass the capture of this very graph "
+                                 "(same batch size), or an eager step of the same model")]
     if attributed and gstat.mean_confidence < 0.5:
         return [Warning_(code=WarningCode.low_graph_confidence, count=int(len(gidx)),
                          message=f"CUDA-graph replay attribution has mean confidence {gstat.mean_confidence:.2f} "
@@ -574,8 +673,8 @@ def _summarise(rt: RawTrace, lk: Linked, table, arrays, path_code, span_pc, phas
     cat_rows = [CategoryTotal(category=cat_names[i], count=int(c_n[i]), total_us=float(c_us[i]),
                               pct=100.0 * float(c_us[i]) / total if total else 0.0)
                 for i in sorted(np.flatnonzero(c_n).tolist(), key=lambda i: -c_us[i])]
-    p_us = np.bincount(k_phase, weights=dur, minlength=3)
-    p_n = np.bincount(k_phase, minlength=3)
+    p_us = np.bincount(k_phase, weights=dur, minlength=len(PHASE_CODES))
+    p_n = np.bincount(k_phase, minlength=len(PHASE_CODES))
     phases = [PhaseTotal(phase=ph, kernel_count=int(p_n[i]), total_us=float(p_us[i]))
               for i, ph in enumerate(PHASE_CODES) if p_n[i]]
     tree = _tree(rt, table, arrays, path_code, k_cat, cat_names, k_phase)
@@ -613,7 +712,8 @@ def _tree(rt, table, arrays, path_code, k_cat, cat_names, k_phase) -> list[Modul
     incl = self_us.copy()
     cnt = np.bincount(pc, minlength=P).astype(np.float64)
     bd = np.bincount(pc * C + k_cat[att], weights=dur, minlength=P * C).reshape(P, C)
-    ph = np.bincount(pc * 3 + k_phase[att], minlength=P * 3).reshape(P, 3).astype(np.float64)
+    NP = len(PHASE_CODES)
+    ph = np.bincount(pc * NP + k_phase[att], minlength=P * NP).reshape(P, NP).astype(np.float64)
     first = np.full(P, np.inf)
     np.minimum.at(first, pc, rt.k_ts[att])
     _propagate(parent, depth, incl, cnt, bd, ph, mins=(first,))
@@ -627,18 +727,26 @@ def _tree(rt, table, arrays, path_code, k_cat, cat_names, k_phase) -> list[Modul
     vals = np.take_along_axis(bdo, rank, axis=1)
     nz = (vals != 0).sum(axis=1).tolist()
     rank_l, vals_l = rank.tolist(), vals.tolist()
-    pre, dec = (ph[order, 1] > 0).tolist(), (ph[order, 2] > 0).tolist()
+    has_ph = (ph[order, 1:] > 0).tolist()  # prefill, decode, graph
     incl_l, self_l = incl[order].tolist(), self_us[order].tolist()
     cnt_l, depth_l = cnt[order].tolist(), depth[order].tolist()
-    phase_txt = {(True, True): "prefill+decode", (True, False): "prefill", (False, True): "decode", (False, False): ""}
+    phase_txt: dict[tuple, str] = {}
     cn = cat_names.__getitem__
     for k, c in enumerate(order.tolist()):
         m = nz[k]
         bdict = dict(zip(map(cn, rank_l[k][:m]), vals_l[k][:m]))
         out.append(dict(path=paths[c], name=inst[c], type=types[c], depth=depth_l[k],
-                        phase=phase_txt[(pre[k], dec[k])], total_us=incl_l[k], self_us=self_l[k],
+                        phase=_phase_text(phase_txt, tuple(has_ph[k])), total_us=incl_l[k], self_us=self_l[k],
                         kernel_count=int(cnt_l[k]), breakdown=bdict))
     return _nodes_adapter().validate_python(out)  # one call into pydantic-core: ~3 us a node
+
+
+def _phase_text(memo: dict[tuple, str], present: tuple) -> str:
+    """A node's phases joined by '+' (``prefill+decode``, ``decode+graph``); '' when none is known."""
+    t = memo.get(present)
+    if t is None:
+        t = memo[present] = "+".join(p for p, on in zip(PHASE_CODES[1:], present) if on)
+    return t
 
 
 @functools.lru_cache(maxsize=1)

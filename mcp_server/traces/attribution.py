@@ -8,30 +8,37 @@ most "nesting depth" numpy steps, never a Python loop per kernel.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
-from mcp_server.traces.loader import GRAPH_LAUNCH_NAMES, RawTrace
+from mcp_server.traces.loader import GRAPH_LAUNCH_NAMES, RawTrace, phase_of_annotation
 
 MODULE_PREFIX = "nn.Module: "
 
 
+_FRAME = re.compile(r"\(\d+\): ")
+
+
 def is_source_frame(name: str) -> bool:
-    """A user-code frame: not a module marker, not a builtin/frozen frame, not inside torch/."""
+    """A user-code frame (``file.py(123): func``): not a module marker, not a builtin/frozen frame, not
+    inside torch/, not an annotation."""
     if not name or name.startswith("<") or name.startswith(MODULE_PREFIX):
         return False
     if name.startswith("torch/") or "/torch/" in name:
         return False
-    return "(" in name
+    return _FRAME.search(name) is not None
 
 
 def phase_of_frame(name: str) -> str:
+    """The phase a span marks: SGLang's ``forward_extend`` / ``forward_decode`` functions, or a phase
+    annotation (``loader.PHASE_ANNOTATION``); '' for any other span."""
     if "forward_extend" in name:
         return "prefill"
     if "forward_decode" in name:
         return "decode"
-    return ""
+    return phase_of_annotation(name)
 
 
 @dataclass

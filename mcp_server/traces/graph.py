@@ -20,6 +20,22 @@ kernels of the same model (the same trace, or a reference trace):
    layer 5 is not piled onto layer 0.
 3. Nothing learned: the bucket ``UNATTRIBUTED_GRAPH``.
 
+Before any of these, a graph capture: a trace profiled while the graph was captured (SGLang's and
+vLLM's capture traces; ``--reference-trace``, or the replay trace itself when it holds the capture)
+holds the launches made during capture, inside their module spans, with no kernel run. A replay
+runs the captured kernels in launch order, so the replay's i-th kernel is the capture's i-th launch
+(``attribute_from_capture``): module path and phase by position, confidence 1.0. HIP launches name
+their kernel (``args.kernel``), which must then match; CUDA launches do not, so there the kinds
+(kernel / copy / memset) and the count must match. A capture whose sequence differs a little
+(a launch more or less) is aligned (difflib on the tokens) and its unmatched stretches take the
+common ancestor of their neighbours (confidence 0.5); without kernel names such an alignment is by
+order alone and every kernel gets confidence 0.4 (``UNNAMED_MISMATCH``), which the answer warns of.
+
+Phase of a replay without a marker of its own: the phase its reference taught (the capture's
+launches, or the eager step it aligns with at a ratio of PHASE_RATIO or more), else ``graph``
+(replayed, phase unknown): training steps and diffusion pipelines replay graphs too, so a replay
+is not decode by itself.
+
 Layer cuts: inside each replay, at communication kernels when there are any,
 else at the repeat period of the kernel-name sequence (the longest run where
 ``seq[i] == seq[i + p]``).
@@ -29,7 +45,7 @@ from __future__ import annotations
 import difflib
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -37,6 +53,29 @@ from mcp_server.vocab import split_instance
 
 UNATTRIBUTED_GRAPH = "graph replay, unattributed"
 MIN_RATIO = 0.5
+#: a capture whose launches name no kernel (CUDA) is used when its launch count is within this share of
+#: the replay's kernel count (kinds aligned in order); with names, the usual MIN_RATIO of the alignment
+CAPTURE_COUNT_SLACK = 0.1
+#: an aligned eager step gives the replay its phase when the alignment ratio is at least this
+PHASE_RATIO = 0.8
+#: confidence of replay kernels placed by launch order alone in a capture whose launch count differs from
+#: the replay's kernel count (CUDA launches name no kernel): under 0.5, so the answer warns
+UNNAMED_MISMATCH = 0.4
+
+
+@dataclass
+class Capture:
+    """One CUDA/HIP-graph capture: its launches in launch order (= the replay's kernel order)."""
+
+    kinds: list[int]  # 0 kernel, 1 copy, 2 memset (loader.launch_kind)
+    kernels: list[str]  # the kernel a launch names ('' when it names none: CUDA launches)
+    paths: list[str]  # module instance path enclosing the launch ('' none)
+    phases: list[str]  # phase of the launch ('' unknown)
+
+    @property
+    def named(self) -> bool:
+        k = [n for n, t in zip(self.kernels, self.kinds) if t == 0]
+        return bool(k) and sum(1 for n in k if n) >= 0.9 * len(k)
 
 
 @dataclass
@@ -50,10 +89,13 @@ class Reference:
     layer_vote: dict[str, tuple[str, float]] = field(default_factory=dict)
     blocks: list[str] = field(default_factory=list)
     members: dict[tuple[int, str], str] = field(default_factory=dict)
+    step_phases: list[str] = field(default_factory=list)  # per step of ``steps``: its phase ('' unknown)
+    phase: str = ""  # the phase of (nearly) all the eager kernels learned from, '' when mixed or unknown
+    captures: list[Capture] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return not self.steps and not self.vote
+        return not self.steps and not self.vote and not self.captures
 
 
 def learn(names: Sequence[str], paths: Sequence[str], step_ids: Sequence[int]) -> Reference:
@@ -181,9 +223,66 @@ def _lca(paths: Sequence[str]) -> str:
     return "/".join(common)
 
 
+def attribute_from_capture(seq: Sequence[str], kinds: Sequence[int], captures: Sequence[Capture]
+                           ) -> tuple[list[str], list[float], list[str]] | None:
+    """Module path, confidence and phase per replay kernel from the capture that made the graph, or
+    None when no capture fits (see the module doc)."""
+    n = len(seq)
+    best: Optional[tuple[float, Capture, list[tuple[str, int, int, int, int]], float]] = None
+    ops: list[tuple[str, int, int, int, int]]
+    for cap in captures:
+        m = len(cap.kinds)
+        if not m or not n:
+            continue
+        if cap.named:
+            a: list[tuple[int, str]] = [(t, k if t == 0 else "") for t, k in zip(cap.kinds, cap.kernels)]
+            b: list[tuple[int, str]] = [(t, s if t == 0 else "") for t, s in zip(kinds, seq)]
+            if a == b:
+                return list(cap.paths), [1.0] * n, list(cap.phases)
+            sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+            if sm.real_quick_ratio() < MIN_RATIO or sm.quick_ratio() < MIN_RATIO:
+                continue
+            r = sm.ratio()
+            if r >= MIN_RATIO and (best is None or r > best[0]):
+                best = (r, cap, [tuple(o) for o in sm.get_opcodes()], 1.0)  # type: ignore[misc]
+        else:
+            if list(cap.kinds) == list(kinds):
+                return list(cap.paths), [1.0] * n, list(cap.phases)
+            if abs(m - n) > CAPTURE_COUNT_SLACK * max(m, n):
+                continue
+            if m * n > 4_000_000:  # kinds alone are nearly all "kernel": align in order, no quadratic matcher
+                k = min(m, n)
+                ops = [("equal", 0, k, 0, k)] + ([("insert", m, m, k, n)] if n > m else [])
+                r = 2.0 * k / (m + n)
+            else:
+                smk = difflib.SequenceMatcher(None, list(cap.kinds), list(kinds), autojunk=False)
+                r, ops = smk.ratio(), [tuple(o) for o in smk.get_opcodes()]  # type: ignore[misc]
+            if best is None or r > best[0]:
+                best = (r, cap, ops, UNNAMED_MISMATCH)
+    if best is None:
+        return None
+    _, cap, ops, sure = best
+    out, conf, phases = [""] * n, [0.0] * n, [""] * n
+    for tag, i1, _i2, j1, j2 in ops:
+        if tag == "equal":
+            for k in range(j2 - j1):
+                out[j1 + k], conf[j1 + k], phases[j1 + k] = cap.paths[i1 + k], sure, cap.phases[i1 + k]
+    for tag, i1, i2, j1, j2 in ops:
+        if tag in ("replace", "insert") and j2 > j1:
+            around = cap.paths[i1:i2] if tag == "replace" else (
+                ([cap.paths[i1 - 1]] if i1 > 0 else []) + ([cap.paths[i1]] if i1 < len(cap.paths) else []))
+            p = _lca(around)
+            ph = {cap.phases[i] for i in range(max(i1 - 1, 0), min(i2 + 1, len(cap.phases)))}
+            for k in range(j1, j2):
+                out[k], conf[k] = p, (0.5 if p else 0.0)
+                phases[k] = ph.pop() if len(ph) == 1 else ""
+    return out, conf, phases
+
+
 def attribute_sequence(seq: Sequence[str], ref: Reference,
-                       layers: Sequence[int] | None = None) -> tuple[list[str], list[float], str]:
-    """Module path and confidence per replay kernel; method 'align' | 'vote' | 'none'.
+                       layers: Sequence[int] | None = None) -> tuple[list[str], list[float], str, str]:
+    """Module path and confidence per replay kernel; method 'align' | 'vote' | 'none'; and the phase the
+    reference gives the replay (the aligned eager step's, else the reference's own; '' unknown).
 
     ``layers``: layer index per kernel from ``layer_cuts`` (-1 outside the repeated
     part); in vote mode a kernel inside layer i goes to the i-th eager block.
@@ -196,9 +295,13 @@ def attribute_sequence(seq: Sequence[str], ref: Reference,
             continue
         r = sm.ratio()
         if best is None or r > best[0]:
-            best = (r, sm, paths)
+            best = (r, sm, paths, names)
     if best is not None and best[0] >= MIN_RATIO:
-        _, sm, epaths = best
+        _, sm, epaths, enames = best
+        # the step's phase is the replay's only when they are nearly the same kernels (a decode replay aligns
+        # with an eager decode step at ~0.85, with a prefill step of the same model at ~0.63)
+        step_phase = next((ph for (nm, _), ph in zip(ref.steps, ref.step_phases) if nm is enames), ref.phase) \
+            if best[0] >= PHASE_RATIO else ""
         out: list[str] = [""] * n
         conf = [0.0] * n
         ops = sm.get_opcodes()
@@ -222,7 +325,7 @@ def attribute_sequence(seq: Sequence[str], ref: Reference,
         for k in range(n):  # still empty: majority vote by name
             if not out[k] and seq[k] in ref.vote:
                 out[k], conf[k] = ref.vote[seq[k]]
-        return out, conf, "align"
+        return out, conf, "align", step_phase
     known = sum(1 for x in seq if x in ref.vote)
     if ref.vote and known >= MIN_RATIO * n:
         out = []
@@ -241,8 +344,8 @@ def attribute_sequence(seq: Sequence[str], ref: Reference,
                     p, c = full, share
             out.append(p)
             conf.append(c)
-        return out, conf, "vote"
-    return [""] * n, [0.0] * n, "none"
+        return out, conf, "vote", ""  # names voted one by one teach no phase
+    return [""] * n, [0.0] * n, "none", ""
 
 
 def layer_cuts(seq_ids: np.ndarray, is_comm: np.ndarray) -> tuple[np.ndarray, str, int]:

@@ -8,7 +8,8 @@ and keeps only what the analyzer uses, in compact numpy columns:
   kernel name a HIP launch carries in ``args.kernel``,
 * ``python_function`` spans that the analyzer can use (``nn.Module:`` spans,
   phase markers, user-code frames; builtins and frames inside torch/ are
-  dropped here) and ``cpu_op`` spans (with ``Input Dims``).
+  dropped here), ``user_annotation`` spans that mark a phase (``PHASE_ANNOTATION``,
+  kept with the python spans) and ``cpu_op`` spans (with ``Input Dims``).
 
 Speed and memory: the decompressed text arrives in 8 MB blocks from a
 read-ahead thread (``_reader``); each block is cut at an event boundary and
@@ -63,6 +64,26 @@ CPU_OP_CATS = frozenset({"cpu_op", "Operator"})
 #: categories of the first Kineto schema (PyTorch 1.8/1.9); a trace holding them is reported as such
 OLD_SCHEMA_CATS = frozenset({"Kernel", "Memcpy", "Memset", "Runtime", "Driver", "Operator"})
 GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch", "hipGraphLaunch"})
+#: record_function annotations that say the phase of what runs inside them: SGLang's ``step[DECODE bs=32]`` /
+#: ``step[EXTEND bs=15 toks=15360]`` and graph captures ``capture_32_DECODE``; the ``execute_[N_]context_C(...)
+#: _generation_G(...)`` step annotation (C prefill and G decode requests) seen in SGLang and vLLM traces
+PHASE_ANNOTATION = re.compile(r"^(?:step\[(?:DECODE|EXTEND|PREFILL)\b|capture_\d+_(?:DECODE|EXTEND|PREFILL)\b"
+                              r"|execute(?:_\d+)?_context_\d+\(.*\)_generation_\d+\()")
+_EXECUTE_COUNTS = re.compile(r"_context_(\d+)\(.*\)_generation_(\d+)\(")
+
+
+def phase_of_annotation(name: str) -> str:
+    """'prefill' / 'decode' for a phase annotation (``PHASE_ANNOTATION``), '' otherwise (also a step mixing
+    prefill and decode requests)."""
+    if not PHASE_ANNOTATION.match(name):
+        return ""
+    if name.startswith(("step[", "capture_")):
+        return "decode" if "DECODE" in name.split("]")[0] else "prefill"
+    m = _EXECUTE_COUNTS.search(name)
+    if not m:
+        return ""
+    ctx, gen = int(m.group(1)), int(m.group(2))
+    return "prefill" if ctx and not gen else "decode" if gen and not ctx else ""
 
 
 def launch_kind(name: str) -> int:
@@ -255,7 +276,8 @@ class _Collector:
     def _py_keep_miss(self, n: str) -> bool:
         """Whether the analyzer uses python_function frames named ``n`` (module spans, phase markers,
         user-code frames; not builtins or frames inside torch/); remembered per name."""
-        k = self.py_keep[n] = n.startswith("nn.Module: ") or not (n.startswith(("<", "torch/")) or "/torch/" in n)
+        k = self.py_keep[n] = n.startswith("nn.Module: ") or not (n.startswith(("<", "torch/")) or "/torch/" in n) \
+            or bool(PHASE_ANNOTATION.match(n))
         return k
 
     def _thread(self, evs: list, cat: str) -> np.ndarray:
@@ -291,7 +313,9 @@ class _Collector:
         ker: list = []
         lau: list = []
         ranges: list = []
-        route: dict[Optional[str], list] = {"python_function": py, "cuda_profiler_range": ranges}
+        notes: list = []
+        route: dict[Optional[str], list] = {"python_function": py, "cuda_profiler_range": ranges,
+                                            "user_annotation": notes}
         for c in CPU_OP_CATS:
             route[c] = cpu
         for c in KERNEL_CATS:
@@ -304,6 +328,8 @@ class _Collector:
             if b is not None:
                 b.append(e)
         self.profiler_ranges += len(ranges)
+        if notes:  # phase annotations join the python spans (the analyzer reads markers there)
+            py.extend(e for e in notes if e.name is not None and PHASE_ANNOTATION.match(e.name))
         f64 = np.float64
         for evs, is_cpu in ((py, False), (cpu, True)):
             if not evs:

@@ -13,7 +13,7 @@ from pydantic import Field, PrivateAttr
 from mcp_server.models import Model, Warning_
 from mcp_server.vocab import KERNEL_COLUMNS  # noqa: F401  (the per-kernel schema, re-exported)
 
-Phase = Literal["prefill", "decode", ""]
+Phase = Literal["prefill", "decode", "graph", ""]
 
 
 class CategoryTotal(Model):

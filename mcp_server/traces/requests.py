@@ -17,4 +17,5 @@ class AnalyzeTraceRequest(SizedRequest, WritesOutputs):
         "Write the xlsx report (upstream layout + full kernel table) here"))
     categories: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=CATEGORIES_HELP)
     reference_trace: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
-        "Eager trace of the same model used to attribute CUDA-graph replays to modules"))
+        "Trace to attribute CUDA-graph replays to modules from: an eager step of the same model, or the trace "
+        "profiled while the graph was captured (SGLang/vLLM capture traces)"))

@@ -33,7 +33,8 @@ class AnalyzeTraceSetRequest(_SetOptions, WritesOutputs):
     paths: list[str] = Field(min_length=1, max_length=LIST_ITEMS, description=(
         "The run's per-rank traces: files, directories (their *.json, *.json.gz, *.json.zst) or glob patterns"))
     reference_trace: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
-        "Eager trace of the same model used to attribute CUDA-graph replays to modules (every rank)"))
+        "Trace to attribute CUDA-graph replays to modules from (every rank): an eager step of the same model, "
+        "or the trace profiled while the graph was captured"))
     output_xlsx: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
         "Write the summary workbook here (Ranks, Straggler, Layers, Modules, Categories) and each rank's own "
         "report beside it as <stem>.rank<N>.xlsx"))
