@@ -28,15 +28,17 @@ from mcp_server.traces._reader import GZIP_BACKENDS, compression, gzip_backend
 # field left out, every digest below equals the one it replaced, so the decoders' answers did not change.
 BEFORE = {
     "dsv3_prefill": "46af5daf408bf37f",
-    # bf12164708d02ff8 before the replays_unattributed warning (e220384), which is the only difference
-    "llama_decode_graph": "2c3210106dda83c6",
+    # bf12164708d02ff8 before the replays_unattributed warning (e220384), which is the only difference;
+    # 2c3210106dda83c6 before issue 23's phase rule: its replays, with no marker and no reference, are phase
+    # 'graph' instead of an assumed 'decode', and replays_unattributed names the capture trace as a reference
+    "llama_decode_graph": "13cc18f9d50cff16",
     # issue 23's fixtures: digests made with the stdlib backend when they were added
     "format_pt18_prefill": "7427993c87a2eeed",
     "format_rocm_stream_prefill": "4dd4af059efe7cc4",
-    "capture_capture": "TODO",
-    "capture_eager": "TODO",
-    "capture_replay": "TODO",
-    "train_graph": "TODO",
+    "capture_capture": "278606cf74474ebe",
+    "capture_eager": "8d8a7088d5366f1f",
+    "capture_replay": "e2f26970a35aab90",
+    "train_graph": "13999e30d9f008e6",
     "llama_decode_mixed": "7a1716aed9e50f18",
     "llama_prefill_eager": "4e529fc0506bacff",
     "llama_prefill_sdpa": "8d3cedd9a87a3b09",
