@@ -167,6 +167,21 @@ def test_read_calls_change_no_file_engine(tmp_path, which):
             fn(ledger=str(files[which]), **args)
         assert "not a kernelscope ledger" in str(ei.value) and "\n" not in str(ei.value)
     assert _snapshot(tmp_path) == before  # no WAL switch, no schema, no -wal/-shm files
+    if which == "foreign":  # a write call refuses it as it is too
+        with pytest.raises(LedgerError, match="not a kernelscope ledger"):
+            ledger_record(ledger=str(files[which]), kind="experiment", target=["./x"], cwd=str(tmp_path))
+        assert _snapshot(tmp_path) == before
+
+
+def test_over_mcp_the_default_ledger_lies_inside_the_roots(tmp_path, monkeypatch):
+    from mcp_server.atomic import confined_to
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KERNELSCOPE_LEDGER", raising=False)
+    (tmp_path / "work").mkdir()
+    with confined_to([tmp_path / "work"]), pytest.raises(ConfinementError, match="the ledger"):
+        ledger_record(kind="experiment", target=["./x"], cwd=str(tmp_path))
+    assert not (tmp_path / ".kernelscope").exists()
 
 
 def test_read_calls_change_no_file_faces(tmp_path):

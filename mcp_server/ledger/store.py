@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from mcp_server.atomic import check_confined
 from mcp_server.errors import LedgerError, redact_data
 from mcp_server.limits import loads_json
 
@@ -210,6 +211,7 @@ class Ledger:
                               hint="give a file name such as .kernelscope/ledger.db")
         if not create:
             return cls._open_read_only(path)
+        check_confined(path, "the ledger")  # over MCP the default path (cwd, $KERNELSCOPE_LEDGER) too
         if path.exists():
             _check_header(path, allow_empty=True)
         else:
