@@ -206,3 +206,15 @@ def test_phase_of_annotation():
     assert phase_of_annotation("capture_32_DECODE") == "decode"
     assert phase_of_annotation("step[EXTEND bs=15 toks=15360]") == "prefill"
     assert phase_of_annotation("ProfilerStep#6") == phase_of_annotation("## forward ##") == ""
+
+
+def test_a_trace_holding_the_capture_attributes_its_own_replays(tmp_path):
+    # one profile over capture and replays: the capture in the same trace is the reference
+    cap = json.loads(gzip.decompress((TRACES / "capture_capture.json.gz").read_bytes()))
+    rep = json.loads(gzip.decompress((TRACES / "capture_replay.json.gz").read_bytes()))
+    p = tmp_path / "capture_and_replays.json"
+    p.write_text(json.dumps({**rep, "traceEvents": cap["traceEvents"] + rep["traceEvents"]}), encoding="utf-8")
+    res = analyze_trace(p)
+    assert res.graph.method == "same-trace" and res.graph.attributed_count == res.graph.graph_kernel_count == 573
+    assert any("attribution by capture" in n for n in res.graph.notes)
+    assert _twin_share(res) == (1.0, 573)
