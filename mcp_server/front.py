@@ -23,8 +23,9 @@ Two uses:
   instructions), cached per source fingerprint, without importing the SDK:
   bench/bench_cold_start.py measures spawn to initialized. ``KERNELSCOPE_FRONT=0`` turns it off.
 - ``bin/kernelscope-mcp`` when its venv is not ready (``python3 mcp_server/front.py --bootstrap
-  LAUNCHER``): the front serves at once, runs ``LAUNCHER --install`` (its output to stderr), then
-  starts ``LAUNCHER`` as the backend. An install that fails ends the server with its reason on stderr.
+  LAUNCHER LOG``): the front serves at once, runs ``LAUNCHER --install`` (its output to LOG, so that
+  it goes on when a client that only checked the connection has gone), then starts ``LAUNCHER`` as
+  the backend. An install that fails ends the server with the log's tail and its reason on stderr.
 
 The answers the front gives equal the SDK's (tests/test_front.py compares them for every protocol
 version the handshake negotiates). A protocol without ``initialize`` (the 2026 ``server/discover``
@@ -358,8 +359,9 @@ def _version_beside() -> str:
     return m.group(1) if m else "0"
 
 
-def bootstrap(launcher: str) -> int:
-    """Serve while ``sh LAUNCHER --install`` runs, then with ``sh LAUNCHER`` as the backend."""
+def bootstrap(launcher: str, log: str) -> int:
+    """Serve while ``sh LAUNCHER --install`` runs (its output to ``log``, so that it goes on when the client
+    has gone), then with ``sh LAUNCHER`` as the backend."""
     version = _version_beside()
 
     def answer(params: dict[str, Any]) -> dict[str, Any]:
@@ -369,9 +371,16 @@ def bootstrap(launcher: str) -> int:
 
     front = Front(sys.stdout.buffer, answer, bootstrap=True)
     threading.Thread(target=_pump, args=(sys.stdin.buffer, front.from_client), name="front-in", daemon=True).start()
-    install = subprocess.run(["sh", launcher, "--install"], stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno())
+    _say(f"installing its environment (first start); the installer writes to {log}")
+    with open(log, "ab") as fh:
+        install = subprocess.run(["sh", launcher, "--install"], stdin=subprocess.DEVNULL, stdout=fh, stderr=fh)
     if install.returncode != 0:
-        reason = f"kernelscope could not install its environment (sh {launcher} --install failed; see its log)"
+        reason = f"kernelscope could not install its environment (sh {launcher} --install failed; see {log})"
+        try:
+            tail = Path(log).read_bytes()[-4000:].decode(errors="replace")
+            sys.stderr.write(tail if tail.endswith("\n") else tail + "\n")
+        except OSError:
+            pass
         _say(reason)
         front.fail(reason)
         return 1
@@ -396,10 +405,10 @@ def bootstrap(launcher: str) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--bootstrap":
-        code = bootstrap(sys.argv[2])
+    if len(sys.argv) == 4 and sys.argv[1] == "--bootstrap":
+        code = bootstrap(sys.argv[2], sys.argv[3])
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)  # the reader thread may still wait on stdin: no interpreter shutdown around it
-    sys.stderr.write("usage: python3 mcp_server/front.py --bootstrap LAUNCHER\n")
+    sys.stderr.write("usage: python3 mcp_server/front.py --bootstrap LAUNCHER INSTALL_LOG\n")
     sys.exit(2)

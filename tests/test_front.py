@@ -183,7 +183,7 @@ exec "{sys.executable}" -m mcp_server
 
 def test_first_start_serves_at_once_and_hands_over_when_installed(tmp_path):
     s = _Server([sys.executable, str(ROOT / "mcp_server" / "front.py"), "--bootstrap",
-                 str(_launcher(tmp_path, "sleep 3"))], env=_env())
+                 str(_launcher(tmp_path, "sleep 3")), str(tmp_path / "install.log")], env=_env())
     s.send(_init(msg_id=1))
     first = s.read()
     answered = time.perf_counter() - s.t0
@@ -204,12 +204,13 @@ def test_first_start_serves_at_once_and_hands_over_when_installed(tmp_path):
 
 def test_first_start_whose_install_fails_says_why_and_ends(tmp_path):
     s = _Server([sys.executable, str(ROOT / "mcp_server" / "front.py"), "--bootstrap",
-                 str(_launcher(tmp_path, "sleep 1; false"))], env=_env())
+                 str(_launcher(tmp_path, "sleep 1; false")), str(tmp_path / "install.log")], env=_env())
     s.send(_init(msg_id=1))
     s.read()
     s.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "budget", "arguments": {}}})
     err = s.read()
     assert err["id"] == 2 and "could not install its environment" in err["error"]["message"]
     assert s.p.wait(timeout=30) == 1
-    assert "installing" in s.p.stderr.read().decode()
+    assert "installing" in (tmp_path / "install.log").read_text()
+    assert "installing" in s.p.stderr.read().decode()  # the log's tail, with the reason
     s.p.stdin.close()
