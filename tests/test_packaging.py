@@ -55,6 +55,19 @@ def test_plugin_manifest_points_at_skills_and_server():
     assert market["plugins"][0]["name"] == "kernelscope"
 
 
+def test_the_marketplace_installs_links_to_the_plugins_parts_only():
+    """Claude Code copies a plugin's whole source directory into its cache (following links into the
+    marketplace), so the source is plugin/, links to what the plugin needs: a local clone's .venv, build
+    outputs and reports stay behind (tools/check_clients.py checks the real copy)."""
+    market = json.loads((ROOT / ".claude-plugin" / "marketplace.json").read_text())
+    assert market["plugins"][0]["source"] == "./plugin" and market["metadata"]["description"]
+    tracked = subprocess.run(["git", "ls-files", "plugin"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    links = {Path(n).name: ROOT / n for n in tracked.stdout.split()}
+    assert set(links) == {".claude-plugin", "bin", "skills", "mcp_server", "_shared", "pyproject.toml", "README.md"}
+    for name, link in links.items():
+        assert link.is_symlink() and link.resolve() == (ROOT / name).resolve(), name
+
+
 def _mcp_json_server() -> dict:
     return json.loads((ROOT / ".mcp.json").read_text())["mcpServers"]["kernelscope"]
 
