@@ -20,8 +20,10 @@ Two uses:
 - ``python -m mcp_server`` (``serve_in_process``): the front runs in threads on the process's
   stdin/stdout while the main thread imports the SDK and serves on pipes put in place of fds 0
   and 1. ``initialize`` is answered from the operations' declarations (the tool list in the
-  instructions), cached per source fingerprint, without importing the SDK:
-  bench/bench_cold_start.py measures spawn to initialized. ``KERNELSCOPE_FRONT=0`` turns it off.
+  instructions) without importing the SDK, and ``tools/list`` from the SDK's own earlier answer;
+  both are cached per user and per fingerprint of the sources, the SDK and pydantic
+  (``AnswerCache``), so a change of any of them makes the SDK answer again.
+  bench/bench_cold_start.py measures it. ``KERNELSCOPE_FRONT=0`` turns it off.
 - ``bin/kernelscope-mcp`` when its venv is not ready (``python3 mcp_server/front.py --bootstrap
   LAUNCHER LOG``): the front serves at once, runs ``LAUNCHER --install`` (its output to LOG, so that
   it goes on when a client that only checked the connection has gone), then starts ``LAUNCHER`` as
@@ -90,10 +92,13 @@ class Front:
     """Routes lines between the client and a backend that is attached later (see the module doc)."""
 
     def __init__(self, client_out: IO[bytes], answer_initialize: Callable[[dict[str, Any]], Optional[dict[str, Any]]],
-                 bootstrap: bool = False):
+                 bootstrap: bool = False, cache: Optional["AnswerCache"] = None):
         self._out = client_out
         self._answer_initialize = answer_initialize
         self._bootstrap = bootstrap
+        self._cache = cache
+        self._version: Optional[str] = None    # negotiated by the front's own initialize answer
+        self._list_id: Any = None              # a tools/list passed to the backend, whose answer is kept
         self._lock = threading.Lock()        # routing state
         self._write_lock = threading.Lock()  # whole lines to the client
         self._send: Optional[Callable[[Optional[bytes]], None]] = None
@@ -133,9 +138,19 @@ class Front:
                     result = self._answer_initialize(msg.get("params") or {})
                     if result is not None:
                         self._replay = _line({**msg, "id": REPLAY_ID})
+                        self._version = result.get("protocolVersion")
                         self._respond(msg["id"], result)
                         self._deliver(self._replay)
                         return
+            if self._cache is not None and self._version is not None and b'"tools/list"' in line:
+                msg = _parse(line)
+                if msg is not None and msg.get("method") == "tools/list" and "id" in msg \
+                        and not (msg.get("params") or {}).get("cursor"):
+                    listed = self._cache.tools(self._version)
+                    if listed is not None:
+                        self._respond(msg["id"], listed)
+                        return
+                    self._list_id = msg["id"]
             if self._send is not None:
                 self._send(line)
                 return
@@ -178,6 +193,13 @@ class Front:
             msg = _parse(line)
             if msg is not None and msg.get("id") == REPLAY_ID and "method" not in msg:
                 return  # the backend's answer to the replayed initialize: the client has one already
+        if self._list_id is not None and self._cache is not None and self._version is not None:
+            msg = _parse(line)
+            if msg is not None and msg.get("id") == self._list_id and "method" not in msg:
+                self._list_id = None
+                result = msg.get("result")
+                if isinstance(result, dict) and isinstance(result.get("tools"), list) and not result.get("nextCursor"):
+                    self._cache.put_tools(self._version, result)
         self.write(line)
 
     def fail(self, reason: str) -> None:
@@ -204,23 +226,73 @@ def _pump(src: IO[bytes], sink: Callable[[bytes], None]) -> None:
 # --------------------------------------------------------------------------- python -m mcp_server
 
 def _fingerprint() -> str:
-    """What the instructions are built from: the package version, this file and the operation declarations."""
+    """What the cached answers are made from: this package's sources and the SDK and pydantic that read them."""
+    import hashlib
+    from importlib.util import find_spec
+
     pkg = Path(__file__).resolve().parent
-    parts = []
-    for p in sorted([pkg / "__init__.py", pkg / "faces.py", pkg / "front.py", *pkg.glob("*/ops.py")]):
+    files = sorted(pkg.rglob("*.py"))
+    for dep in ("mcp", "mcp_types", "pydantic", "pydantic_core"):
         try:
-            st = p.stat()
+            spec = find_spec(dep)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.origin:
+            files.append(Path(spec.origin))
+    parts = [sys.version]
+    for f in files:
+        try:
+            st = f.stat()
         except OSError:
             continue
-        parts.append(f"{p}:{st.st_mtime_ns}:{st.st_size}")
-    import hashlib
-
+        parts.append(f"{f}:{st.st_mtime_ns}:{st.st_size}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
-def _cache_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "kernelscope" / f"front-{_fingerprint()}.json"
+class AnswerCache:
+    """The answers the front gives without the SDK (the instructions, the tool list per protocol version),
+    kept per user under ``$XDG_CACHE_HOME/kernelscope`` and per fingerprint of the code that makes them.
+    Best effort: an unreadable or unwritable cache only means the SDK answers."""
+
+    def __init__(self, path: Optional[Path] = None):
+        if path is None:
+            base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+            path = Path(base) / "kernelscope" / f"front-{_fingerprint()}.json"
+        self.path = path
+        self._lock = threading.Lock()
+        try:
+            data = json.loads(path.read_text())
+            self._data: dict[str, Any] = data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            self._data = {}
+
+    def instructions(self) -> Optional[str]:
+        text = self._data.get("instructions")
+        return text if isinstance(text, str) else None
+
+    def tools(self, version: str) -> Optional[dict[str, Any]]:
+        listed = (self._data.get("tools") or {}).get(version)
+        return listed if isinstance(listed, dict) else None
+
+    def put_instructions(self, text: str) -> None:
+        self._put({"instructions": text})
+
+    def put_tools(self, version: str, result: dict[str, Any]) -> None:
+        self._put({"tools": {**(self._data.get("tools") or {}), version: result}})
+
+    def _put(self, update: dict[str, Any]) -> None:
+        with self._lock:
+            self._data = {**self._data, **update}
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                for old in self.path.parent.glob("front-*.json"):
+                    if old != self.path:
+                        old.unlink(missing_ok=True)
+                tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+                tmp.write_text(json.dumps(self._data))
+                os.replace(tmp, self.path)
+            except OSError:
+                pass
 
 
 def server_instructions() -> str:
@@ -228,29 +300,6 @@ def server_instructions() -> str:
     from mcp_server.faces import operations
 
     return "\n".join([INSTRUCTIONS_HEAD] + [f"- {op.tool}: {op.title}" for op in operations()])
-
-
-def cached_instructions() -> Optional[str]:
-    try:
-        data = json.loads(_cache_file().read_text())
-        return data["instructions"] if isinstance(data.get("instructions"), str) else None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
-def store_instructions(text: str) -> None:
-    """Best effort: a later start answers ``initialize`` without importing the declarations."""
-    try:
-        path = _cache_file()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for old in path.parent.glob("front-*.json"):
-            if old != path:
-                old.unlink(missing_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({"instructions": text}))
-        os.replace(tmp, path)
-    except OSError:
-        pass
 
 
 def initialize_result(params: dict[str, Any], instructions: str) -> dict[str, Any]:
@@ -298,16 +347,17 @@ def serve_in_process(run_server: Callable[[], None]) -> None:
         ready.wait()
         return initialize_result(params, known["instructions"]) if "instructions" in known else None
 
-    front = Front(client_out, answer)
+    cache = AnswerCache()
+    front = Front(client_out, answer, cache=cache)
     threading.Thread(target=_pump, args=(client_in, front.from_client), name="front-in", daemon=True).start()
-    cached = cached_instructions()
+    cached = cache.instructions()
     if cached is not None:
         known["instructions"] = cached
         ready.set()
     else:
         try:
             known["instructions"] = server_instructions()
-            store_instructions(known["instructions"])
+            cache.put_instructions(known["instructions"])
         finally:
             ready.set()
 

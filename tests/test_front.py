@@ -76,9 +76,10 @@ def test_the_handshake_constants_are_the_sdks():
 
 
 def test_the_fronts_initialize_answer_is_the_sdks(tmp_path):
-    """Over stdio, with the front (a cold cache, then a warm one) and without it: the same answer, and the
-    session the SDK serves afterwards is the client's (tools listed and called under the client's ids)."""
-    answers = []
+    """Over stdio, with the front (a cold cache, then a warm one) and without it: the same answers to
+    initialize and tools/list, and the session the SDK serves afterwards is the client's (a tool called
+    under the client's id)."""
+    answers, lists = [], []
     for mode in ("1", "1", "0"):
         s = _Server([sys.executable, "-m", "mcp_server"], env=_env(KERNELSCOPE_FRONT=mode,
                                                                     XDG_CACHE_HOME=str(tmp_path)))
@@ -88,6 +89,7 @@ def test_the_fronts_initialize_answer_is_the_sdks(tmp_path):
         s.send({"jsonrpc": "2.0", "id": 8, "method": "tools/list"})
         listed = s.read()
         assert listed["id"] == 8 and len(listed["result"]["tools"]) > 15
+        lists.append(listed)
         if mode == "1":
             s.send({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
                     "params": {"name": "budget", "arguments": {"a": EAGER, "b": EAGER}}})
@@ -96,8 +98,10 @@ def test_the_fronts_initialize_answer_is_the_sdks(tmp_path):
         rc, took = s.close()
         assert rc == 0 and took < 30, (rc, took)  # stdin closed: the server ends, workers and all
     assert answers[0] == answers[1] == answers[2]
+    assert lists[0] == lists[1] == lists[2]  # the second, from the cache, is the SDK's list
     assert answers[0]["id"] == 7 and answers[0]["result"]["protocolVersion"] == "2025-11-25"
-    assert list(tmp_path.glob("kernelscope/front-*.json"))  # the warm start answered from the cache
+    cached = json.loads(next(tmp_path.glob("kernelscope/front-*.json")).read_text())
+    assert cached["tools"]["2025-11-25"] == lists[2]["result"]  # the warm start answered from the cache
 
 
 @pytest.mark.parametrize("version", ["1999-01-01"])
