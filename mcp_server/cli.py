@@ -200,7 +200,14 @@ def route(argv: list[str], ops: list[Operation]) -> list[str]:
     verb names several traces (a directory or glob) or more existing files are given than it takes."""
     import os
 
-    if not argv or any(a in ("-h", "--help") for a in argv[1:]):
+    if not argv:
+        return argv
+    default = next((o for o in ops if o.default_action and o.verb.split()[0] == argv[0]), None)
+    if default is not None:
+        actions = {o.verb.split()[1] for o in ops if " " in o.verb and o.verb.split()[0] == argv[0]}
+        if len(argv) > 1 and argv[1] not in actions and argv[1] not in ("-h", "--help"):
+            return default.verb.split() + argv[1:]
+    if any(a in ("-h", "--help") for a in argv[1:]):
         return argv
     for op in ops:
         base = next((o for o in ops if o.verb == op.takes_over), None) if op.takes_over == argv[0] else None

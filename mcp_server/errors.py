@@ -88,6 +88,10 @@ class ConfinementError(InputError):
     """Over MCP: a path outside the allowed roots (``KERNELSCOPE_ROOTS``), or a file the call may not replace."""
 
 
+class ReproError(InputError):
+    """A trace cannot give a replay (no recorded shapes, nothing selected), or a directory is not a replay."""
+
+
 class ChangeConflictError(KernelscopeError):
     """A file or patch the loop applies is not in the state the ledger expects (edited meanwhile)."""
 

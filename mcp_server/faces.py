@@ -30,6 +30,7 @@ OPERATION_MODULES: tuple[str, ...] = (
     "mcp_server.traces.ops",
     "mcp_server.tracesets.ops",
     "mcp_server.compare.ops",
+    "mcp_server.repro.ops",
     "mcp_server.refs.ops",
     "mcp_server.timeline.ops",
     "mcp_server.ncu.ops",
@@ -121,6 +122,9 @@ class Operation:
     # files an output field also writes beside itself: field -> glob of names in its directory, ``{stem}`` and
     # ``{suffix}`` taken from the field's path (a trace set's per-rank reports); confined like the field itself
     side_outputs: Mapping[str, str] = field(default_factory=dict)
+    # CLI only: the action run when ``kernelscope GROUP ARGS`` names none of GROUP's actions
+    # (``kernelscope repro TRACE`` is ``kernelscope repro make TRACE``); see cli.route()
+    default_action: bool = False
 
     @property
     def annotations(self) -> Hints:

@@ -138,6 +138,11 @@ class WarningCode(StrEnum):
     # --- loop ---
     stale_profile = "stale_profile"  # a change was accepted after the given ncu report: selection reads the old one
     forced_proposal = "forced_proposal"  # a proposal was validated although the classification advises against its kind
+    # --- repro ---
+    not_rebuilt = "not_rebuilt"  # make_repro: ops that could not be rebuilt (custom op, tensor list, index values, ...)
+    graph_kernels_skipped = "graph_kernels_skipped"  # make_repro: graph replays have no launching op in this trace
+    replay_differs = "replay_differs"  # run_repro: an op's replay time is outside 0.8-1.25x its trace time
+    replay_failed = "replay_failed"  # run_repro: an op's replay raised (the message says what)
     # --- tracesets ---
     rank_from_filename = "rank_from_filename"  # a trace has no distributedInfo: its rank was read from the file name
     ranks_missing = "ranks_missing"  # the set holds fewer traces than its world size

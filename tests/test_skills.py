@@ -45,6 +45,9 @@ def verb_flags() -> dict[str, set[str]]:
         if op.takes_over:
             flags[op.takes_over] = flags[op.takes_over] | flags[op.verb]
             assert op.takes_over in by_verb
+    for op in operations():  # `kernelscope repro TRACE` is `kernelscope repro make TRACE`
+        if op.default_action:
+            flags[op.verb.split()[0]] = flags[op.verb]
     flags["serve"] = {"--help", "-h"}
     return flags
 

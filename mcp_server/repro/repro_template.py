@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""Replay of ops recorded in a PyTorch-profiler trace, written by `kernelscope repro` (torch only).
+
+    python repro.py                          time every op, warm and cold; print trace vs replay
+    python repro.py --only op0 --iters 20    one op
+    python repro.py --device cpu             run on the CPU (no timing of GPU kernels)
+    python repro.py --nvtx                   wrap each timed call in an NVTX range named by the op id
+                                             (profile one op: ncu --nvtx --nvtx-include "op0/")
+
+Importable: ``make_inputs(shape, dtype, device, seed)`` builds the inputs of ``shape = {"op": "op0"}``
+(the recorded shapes, strides and dtypes; fresh random values per seed; ``dtype`` replaces the
+floating-point element type when it differs), and ``op0(*inputs)`` ... call each op as recorded, so a
+validate_candidate spec can use them as baseline and inputs (spec.toml beside this file).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from typing import Any
+
+TRACE = ""  # filled in
+OPS: dict = {}  # filled in
+SEQUENCE: list = []  # filled in
+
+# c10::ScalarType / Layout / MemoryFormat enum values, as a trace's Concrete Inputs record them
+_SCALAR_TYPES = ["uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "complex32",
+                 "complex64", "complex128", "bool", "qint8", "quint8", "qint32", "bfloat16"]
+_LAYOUTS = ["strided", "sparse_coo"]
+_MEMORY_FORMATS = ["contiguous_format", "preserve_format", "channels_last", "channels_last_3d"]
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _make_arg(a: dict, dtype: Any, device: str, gen: Any) -> Any:
+    torch = _torch()
+    kind = a["kind"]
+    if kind == "none":
+        return None
+    if kind != "tensor":
+        return a.get("value")
+    dt = getattr(torch, a["dtype"])
+    if dtype is not None and dt.is_floating_point and dtype.is_floating_point and dt.itemsize >= 2:
+        dt = dtype
+    shape, stride = a["shape"], a["stride"]
+    n = 1 + sum((s - 1) * st for s, st in zip(shape, stride)) if all(s > 0 for s in shape) else 0
+    if dt.is_floating_point:
+        base = (torch.randn(n, generator=gen) * 0.5).to(dt)
+    elif dt.is_complex:
+        base = torch.randn(n, generator=gen, dtype=torch.complex64).to(dt)
+    elif dt == torch.bool:
+        base = torch.rand(n, generator=gen) > 0.5
+    else:
+        base = torch.randint(0, 16, (n,), generator=gen).to(dt)
+    return base.to(device).as_strided(shape, stride)
+
+
+def make_inputs(shape: dict, dtype: Any = None, device: str = "cuda", seed: int = 0) -> tuple:
+    """The inputs of ``shape["op"]`` (or of the module sequence, ``{"op": "sequence"}``: every op's, in order)."""
+    torch = _torch()
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    ids = SEQUENCE if shape["op"] == "sequence" else [shape["op"]]
+    args: list = []
+    for op_id in ids:
+        args.extend(_make_arg(a, dtype, device, gen) for a in OPS[op_id]["args"])
+    return tuple(args)
+
+
+def _fits(arg: Any, value: Any) -> bool:
+    torch = _torch()
+    t = str(arg.type)
+    if isinstance(value, torch.Tensor):
+        return "Tensor" in t and "[]" not in t and "List" not in t
+    if value is None:
+        return "Optional" in t or t.endswith("?")
+    if "Tensor" in t and "Optional" not in t:
+        return False
+    if isinstance(value, list):
+        return "[]" in t or "List" in t
+    return "[]" not in t and "List" not in t
+
+
+def _convert(arg: Any, value: Any, device: str) -> Any:
+    torch = _torch()
+    t = str(arg.type)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if "ScalarType" in t and 0 <= value < len(_SCALAR_TYPES):
+            return getattr(torch, _SCALAR_TYPES[value])
+        if "Layout" in t and 0 <= value < len(_LAYOUTS):
+            return getattr(torch, _LAYOUTS[value])
+        if "MemoryFormat" in t and 0 <= value < len(_MEMORY_FORMATS):
+            return getattr(torch, _MEMORY_FORMATS[value])
+    if "Device" in t and isinstance(value, str):
+        return torch.device(device)
+    return value
+
+
+#: Python modules that register a custom-op namespace when imported
+_LIBRARIES = {"aiter": "aiter", "sgl_kernel": "sgl_kernel", "_C": "vllm._C", "vllm": "vllm._custom_ops",
+              "flashinfer": "flashinfer", "_moe_C": "vllm._moe_C", "trtllm": "tensorrt_llm"}
+
+
+def _packet(name: str) -> Any:
+    torch = _torch()
+    ns, op = name.split("::", 1)
+    if ns != "aten":
+        import importlib
+
+        try:
+            importlib.import_module(_LIBRARIES.get(ns, ns))
+        except ImportError:
+            pass
+    try:
+        return getattr(getattr(torch.ops, ns), op)
+    except (AttributeError, RuntimeError):
+        raise RuntimeError(f"torch.ops.{ns}.{op} is not registered here: install and import the library that "
+                           f"defines the {ns} ops") from None
+
+
+def call(name: str, args: tuple, device: str = "cuda") -> Any:
+    """Call the op ``name`` (``aten::mm``) with its recorded arguments, in schema order: the overload whose
+    schema takes them is chosen, and keyword-only arguments are passed by name."""
+    packet = _packet(name)
+    for overload in packet.overloads():
+        schema = getattr(packet, overload)._schema
+        params = list(schema.arguments)
+        if len(params) < len(args) or any(not p.has_default_value() for p in params[len(args):]):
+            continue
+        if not all(_fits(p, v) for p, v in zip(params, args)):
+            continue
+        pos, kw = [], {}
+        for p, v in zip(params, args):
+            v = _convert(p, v, device)
+            if p.kwarg_only:
+                kw[p.name] = v
+            else:
+                pos.append(v)
+        return getattr(packet, overload)(*pos, **kw)
+    raise RuntimeError(f"no overload of {name} takes the recorded arguments")
+
+
+def _device_of(args: tuple) -> str:
+    torch = _torch()
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return str(a.device)
+    return "cpu"
+
+
+def _op_fn(op_id: str) -> Any:
+    def fn(*args: Any) -> Any:
+        return call(OPS[op_id]["name"], args, _device_of(args))
+
+    fn.__name__ = fn.__qualname__ = op_id
+    fn.__doc__ = f"{OPS[op_id]['name']} as recorded ({OPS[op_id]['module_path'] or 'no module'})"
+    return fn
+
+
+def sequence(*args: Any) -> Any:
+    """The recorded ops of the module's first instance, in order (each on its own inputs); the last output."""
+    out, i = None, 0
+    for op_id in SEQUENCE:
+        n = len(OPS[op_id]["args"])
+        out = call(OPS[op_id]["name"], args[i:i + n], _device_of(args[i:i + n]))
+        i += n
+    return out
+
+
+for _id in OPS:
+    globals()[_id] = _op_fn(_id)
+
+
+def _nbytes(args: tuple) -> int:
+    torch = _torch()
+    return sum(a.untyped_storage().nbytes() for a in args if isinstance(a, torch.Tensor))
+
+
+def time_op(op_id: str, device: str, iters: int, cache: str, nvtx: bool) -> dict:
+    """Median time per call: profiler kernel time and CUDA-event wall time warm; wall time cold."""
+    torch = _torch()
+    fn = globals()[op_id]
+    res: dict[str, Any] = {"id": op_id, "name": OPS[op_id]["name"], "trace_us": OPS[op_id]["trace_us"]}
+    args = make_inputs({"op": op_id}, None, device, 0)
+    cuda = device.startswith("cuda")
+
+    def one(a: tuple) -> None:
+        if nvtx and cuda:
+            torch.cuda.nvtx.range_push(op_id)
+        fn(*a)
+        if nvtx and cuda:
+            torch.cuda.nvtx.range_pop()
+
+    for _ in range(3):
+        one(args)
+    if not cuda:
+        t = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            one(args)
+            t.append((time.perf_counter() - t0) * 1e6)
+        res["replay_warm_us"] = statistics.median(t)
+        return res
+    torch.cuda.synchronize()
+
+    def events(sets: list) -> float:
+        ts = []
+        for k in range(iters):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a = sets[k % len(sets)]
+            s.record()
+            one(a)
+            e.record()
+            e.synchronize()
+            ts.append(s.elapsed_time(e) * 1e3)
+        return statistics.median(ts)
+
+    if cache in ("both", "warm"):
+        res["replay_warm_us"] = events([args])
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(iters):
+                one(args)
+            torch.cuda.synchronize()
+        per_name: dict[str, float] = {}
+        for ev in prof.events():
+            if getattr(ev, "device_type", None) is not None and str(ev.device_type).endswith("CUDA"):
+                per_name[ev.name] = per_name.get(ev.name, 0.0) + ev.device_time
+        res["kernels"] = sorted(per_name, key=lambda k: -per_name[k])
+        res["replay_kernel_us"] = sum(per_name.values()) / iters if per_name else None
+    if cache in ("both", "cold"):
+        l2 = getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 64 << 20)
+        copies = max(2, min(64, math.ceil(2 * l2 / max(_nbytes(args), 1))))
+        sets = [make_inputs({"op": op_id}, None, device, s) for s in range(copies)]
+        res["replay_cold_us"] = events(sets)
+        res["cold_copies"] = copies
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--only", nargs="*", default=None, help="op ids (default: all)")
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--cache", choices=["both", "warm", "cold"], default="both")
+    p.add_argument("--nvtx", action="store_true")
+    p.add_argument("--json", default=None, help="write the timings here")
+    p.add_argument("--progress", action="store_true", help="print 'progress I N ID' lines")
+    a = p.parse_args(argv)
+    ids = a.only or list(OPS)
+    unknown = [i for i in ids if i not in OPS]
+    if unknown:
+        print(f"unknown op id(s) {unknown}; known: {list(OPS)}", file=sys.stderr)
+        return 2
+    rows = []
+    sticky = False
+    for k, op_id in enumerate(ids):
+        if a.progress:
+            print(f"progress {k} {len(ids)} {op_id}", flush=True)
+        try:
+            rows.append(time_op(op_id, a.device, a.iters, a.cache, a.nvtx))
+        except Exception as exc:  # one op failing does not stop the others
+            text = str(exc).splitlines()[0][:300] if str(exc) else ""
+            rows.append({"id": op_id, "name": OPS[op_id]["name"], "trace_us": OPS[op_id]["trace_us"],
+                         "error": f"{type(exc).__name__}: {text}"})
+            if "CUDA error" in text or type(exc).__name__ == "AcceleratorError":
+                # the CUDA context is lost (a device-side assert is sticky): stop; the caller reruns the rest
+                sticky = True
+                break
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"trace": TRACE, "device": a.device, "ops": rows}, f)
+    print(f"{'op':<6} {'name':<34} {'trace us':>9} {'kernel us':>9} {'warm us':>9} {'cold us':>9}")
+    def num(x: Any) -> str:
+        return f"{x:9.2f}" if isinstance(x, (int, float)) else f"{'-':>9}"
+
+    for r in rows:
+        print(f"{r['id']:<6} {r['name'][:34]:<34} {num(r['trace_us'])} {num(r.get('replay_kernel_us'))} "
+              f"{num(r.get('replay_warm_us'))} {num(r.get('replay_cold_us'))} {r.get('error', '')}")
+    return 3 if sticky else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
