@@ -18,6 +18,8 @@ def _us(us: float) -> str:
 
 
 _TIME_COLS = {"Mean", "Total", "Self"}
+#: how the phases read in the text view ('' has no evidence; 'graph' is a replay with none)
+_PHASE_LABEL = {"": "unknown", "graph": "graph (replayed, phase unknown)"}
 
 
 def _table(title: str, cols: list[str], *, name_width: int = 0, wide: bool = True, **_: object) -> TextTable:
@@ -53,8 +55,8 @@ def render_analysis(res: TraceAnalysis, console: Console, request: object = None
             f"{res.attributed_count:,} attributed ({share:.1f}%), {res.unattributed_count:,} unattributed "
             f"({_us(res.unattributed_us)})")
     if res.phases:
-        c.print("phases: " + ", ".join(f"{p.phase or 'unknown'} {p.kernel_count:,} kernels {_us(p.total_us)}"
-                                       for p in res.phases))
+        c.print("phases: " + ", ".join(f"{_PHASE_LABEL.get(p.phase, p.phase)} {p.kernel_count:,} kernels "
+                                       f"{_us(p.total_us)}" for p in res.phases))
     g = res.graph
     if g.graph_kernel_count:
         c.print(f"CUDA-graph replays: {g.graph_kernel_count:,} kernels, {g.attributed_count:,} attributed by "
