@@ -41,8 +41,9 @@ class _Console(Console):
         raise BrokenPipeError
 
 
-out = _Console(highlight=False, soft_wrap=False)
-err = Console(stderr=True, highlight=False)
+# emoji=False: a name such as "t :x:.json" in a rendered result or an error prints as it is, not as an emoji
+out = _Console(highlight=False, soft_wrap=False, emoji=False)
+err = Console(stderr=True, highlight=False, emoji=False)
 
 
 def _quiet_stdout() -> None:

@@ -141,7 +141,7 @@ STEPS: list[Callable[[Console], None]] = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    console = Console(highlight=False)
+    console = Console(highlight=False, emoji=False)
     for step in STEPS:
         step(console)
     return 0

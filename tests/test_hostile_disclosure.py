@@ -176,3 +176,15 @@ def test_redaction_applies_to_the_error_line(monkeypatch, capsys):
     line = cli_error(["analyze", f"/nonexistent/{AWS_VALUE}.json"], capsys)
     assert AWS_VALUE not in line and "/nonexistent/***.json" in line
     assert redact("not valid TOML") == "not valid TOML"
+
+
+def test_text_views_print_names_as_they_are(tmp_path, capsys):
+    """A trace named with an emoji code and markup: the rendered view shows the name, not an emoji."""
+    import shutil
+
+    p = tmp_path / "t :x: [bold].json.gz"
+    shutil.copy(SDPA, p)
+    for args in (["analyze", str(p)], ["compare", str(p), SDPA]):
+        code, out, err = cli([*args, "--width", "200"], capsys)
+        assert code == 0, err
+        assert str(p) in out and "❌" not in out

@@ -113,5 +113,5 @@ def render_comparison(cmp: TimelineComparison, con: Console, request=None) -> No
 def analysis_text(res: TimelineAnalysis, width: int = 160) -> str:
     """The text report as a plain string (no colour)."""
     buf = io.StringIO()
-    render_analysis(res, Console(file=buf, width=width, color_system=None, highlight=False))
+    render_analysis(res, Console(file=buf, width=width, color_system=None, highlight=False, emoji=False))
     return buf.getvalue()
