@@ -344,7 +344,6 @@ def _unknown_options(op: Operation, extra: list[str], ops: list[Operation], args
 
 def apply_limits(op: Operation, args: argparse.Namespace) -> None:
     """The MCP workers' limits for a console run (``entry``): memory and time (docs/ARCHITECTURE.md, "Isolation")."""
-    import os
     import signal
 
     from mcp_server.workers import WorkerLimitError, apply_memory_limit, executes_code, limits_for, memory_limit
@@ -356,8 +355,7 @@ def apply_limits(op: Operation, args: argparse.Namespace) -> None:
     memory = lim.memory_bytes if text is None else memory_limit(text)
     if not executes_code(op):
         apply_memory_limit(memory)
-    seconds = args._time_limit if args._time_limit is not None else float(
-        os.environ.get("KERNELSCOPE_CALL_TIMEOUT", lim.timeout_s))
+    seconds = args._time_limit if args._time_limit is not None else lim.timeout_s  # KERNELSCOPE_CALL_TIMEOUT
     if seconds and seconds > 0 and hasattr(signal, "SIGALRM"):
         def over(_sig: int, _frame: Any) -> None:
             raise WorkerLimitError(f"{op.verb}: over its time limit of {seconds:.0f} s; stopped",

@@ -171,17 +171,19 @@ def loads_toml(text: str, what: str, *, path: str | os.PathLike | None = None) -
 DEFAULT_MEMORY = 8 << 30
 
 
-def parse_size(text: str) -> int:
-    """``8G``, ``512M``, ``1024`` (bytes) -> bytes."""
+def parse_size(text: str, variable: "str | None" = None) -> int:
+    """``8G``, ``512M``, ``1024`` (bytes) -> bytes. ``variable``: the environment variable ``text`` came from; its
+    error then names the variable, never the value (no environment value reaches an error)."""
     t = text.strip().upper().removesuffix("B")
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
     num = t[:-1] if t[-1:] in "KMGT" and t[-1:] else t
+    what = f"{variable} (a memory limit)" if variable else f"memory limit {text!r}"
     try:
         value = int(float(num) * mult)
-    except ValueError:
-        raise LimitError(f"memory limit {text!r} is not a size", hint="use e.g. 8G, 512M") from None
+    except (ValueError, OverflowError):
+        raise LimitError(f"{what} is not a size", hint="use e.g. 8G, 512M") from None
     if value <= 0:
-        raise LimitError(f"memory limit {text!r} must be positive")
+        raise LimitError(f"{what} must be positive")
     return value
 
 
@@ -191,7 +193,24 @@ def memory_limit(text: "str | None" = None) -> "int | None":
     raw = (text if text is not None else os.environ.get("KERNELSCOPE_WORKER_MEMORY") or "").strip()
     if raw.lower() in ("0", "none", "off"):
         return None
-    return parse_size(raw) if raw else DEFAULT_MEMORY
+    return parse_size(raw, None if text is not None else "KERNELSCOPE_WORKER_MEMORY") if raw else DEFAULT_MEMORY
+
+
+def env_seconds(variable: str, default: float) -> float:
+    """A time limit in seconds from ``variable`` (unset: ``default``); a value that is not a positive number is a
+    ``LimitError`` naming the variable (its value is never shown)."""
+    import math
+
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return float(default)
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise LimitError(f"{variable} is not a positive number of seconds", hint=f"unset it for {default:g} s")
+    return value
 
 
 def apply_memory_limit(limit: "int | None") -> None:

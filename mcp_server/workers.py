@@ -27,7 +27,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from mcp_server.errors import KernelscopeError, redact
-from mcp_server.limits import DEFAULT_MEMORY, apply_memory_limit, memory_limit, parse_size  # noqa: F401  (re-exported)
+from mcp_server.limits import (  # noqa: F401  (re-exported)
+    DEFAULT_MEMORY,
+    apply_memory_limit,
+    env_seconds,
+    memory_limit,
+    parse_size,
+)
 
 DEFAULT_CALL_TIMEOUT_S = 900.0
 #: extra seconds granted over a request's own ``timeout_s``, for start-up and teardown
@@ -52,7 +58,7 @@ def executes_code(op: Any) -> bool:
 def limits_for(op: Any, args: dict[str, Any]) -> Limits:
     """The memory and time limits of one call of ``op``."""
     memory = None if executes_code(op) else memory_limit()
-    timeout = float(os.environ.get("KERNELSCOPE_CALL_TIMEOUT", DEFAULT_CALL_TIMEOUT_S))
+    timeout = env_seconds("KERNELSCOPE_CALL_TIMEOUT", DEFAULT_CALL_TIMEOUT_S)
     own = args.get("timeout_s")
     if isinstance(own, (int, float)) and own > 0:
         timeout = max(timeout, float(own) + TIMEOUT_MARGIN_S)

@@ -164,3 +164,20 @@ def test_a_bad_kernel_regex_in_proposals_names_the_file(tmp_path):
         load_proposals(p)
     assert str(ei.value) == (f"{p}: proposal 'a': kernel, character 6 of the pattern: bad regex: missing ), "
                              "unterminated subpattern")
+
+
+@pytest.mark.parametrize("var, value, words", [
+    ("KERNELSCOPE_CALL_TIMEOUT", "abc", "KERNELSCOPE_CALL_TIMEOUT is not a positive number of seconds"),
+    ("KERNELSCOPE_WORKER_MEMORY", "lots", "KERNELSCOPE_WORKER_MEMORY (a memory limit) is not a size"),
+])
+def test_a_bad_limit_variable_is_named_never_shown_on_both_faces(var, value, words, capsys, monkeypatch):
+    """Before: KERNELSCOPE_CALL_TIMEOUT=abc was a ValueError traceback; the memory variable's value was echoed."""
+    from mcp_server.cli import main
+
+    monkeypatch.setenv(var, value)
+    capsys.readouterr()
+    assert main(["analyze", SDPA], limits=True) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {words}") and value not in err and "Traceback" not in err
+    ((is_error, text, _),) = mcp_session([("analyze_trace", {"trace_path": SDPA})], env={var: value}, alive=False)
+    assert is_error and text.startswith(words) and value not in text

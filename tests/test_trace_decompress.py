@@ -101,8 +101,9 @@ def test_default_backend_is_the_fastest_installed(monkeypatch):
 
 def test_unknown_backend_is_a_one_line_error(monkeypatch):
     monkeypatch.setenv("KERNELSCOPE_TRACE_GZIP", "brotli")
-    with pytest.raises(TraceFormatError, match="unknown gzip backend 'brotli'"):
+    with pytest.raises(TraceFormatError, match="KERNELSCOPE_TRACE_GZIP names no gzip backend") as ei:
         analyze_trace(TRACES / "llama_decode_graph.json.gz")
+    assert "brotli" not in str(ei.value)  # an environment value is never shown
 
 
 @pytest.mark.parametrize("backend", GZIP_BACKENDS)

@@ -63,7 +63,8 @@ def gzip_backend(name: "str | None" = None) -> str:
     """The gzip backend to use: ``name``, else ``KERNELSCOPE_TRACE_GZIP``, else the fastest installed."""
     want = name or os.environ.get("KERNELSCOPE_TRACE_GZIP", "").strip().lower() or None
     if want is not None and want not in GZIP_BACKENDS:
-        raise TraceFormatError(f"unknown gzip backend {want!r} in KERNELSCOPE_TRACE_GZIP",
+        raise TraceFormatError("KERNELSCOPE_TRACE_GZIP names no gzip backend" if name is None else
+                               f"unknown gzip backend {want!r}",
                                hint="use one of: " + ", ".join(GZIP_BACKENDS))
     for b in GZIP_BACKENDS if want is None else (want,):
         if b == "stdlib" or _gzip_module(b) is not None:

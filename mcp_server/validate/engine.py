@@ -85,7 +85,7 @@ def harness_memory_limit() -> int | None:
     if raw.lower() in ("0", "none", "off"):
         return None
     if raw:
-        return parse_size(raw)
+        return parse_size(raw, MEMORY_ENV)
     try:
         total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
