@@ -87,7 +87,7 @@ def _wrap_header(header: str, width: int) -> str:
 def _cell_len(markup: str | Text) -> int:
     if isinstance(markup, Text):
         return max((line.cell_len for line in markup.split("\n")), default=0)
-    return max((Text.from_markup(line).cell_len for line in markup.split("\n")), default=0)
+    return max((Text.from_markup(line, emoji=False).cell_len for line in markup.split("\n")), default=0)
 
 
 class TextTable:
@@ -204,7 +204,7 @@ def print_line(console: Console, markup: str) -> None:
     (a word longer than the width runs past it instead of breaking)."""
     import re
 
-    for text in Text.from_markup(markup).split("\n"):
+    for text in Text.from_markup(markup, emoji=False).split("\n"):
         cuts: list[int] = []
         start = 0
         for m in re.finditer(r"\S+", text.plain):

@@ -144,8 +144,8 @@ def _side_by_side_table(b: BlockDiff, la: str, lb: str) -> Table:
 
 def block_panel(b: BlockDiff, la: str, lb: str, width: int = 80) -> Panel:
     t = _side_by_side_table(b, la, lb) if width >= SIDE_BY_SIDE else _stacked_table(b)
-    notes = [Text.from_markup(f"[bold magenta]{a.kind}[/] {escape(a.message)}") for a in b.annotations]
-    head = [Text.from_markup(f"[dim]{escape(b.role)}[/]")] if b.role else []
+    notes = [Text.from_markup(f"[bold magenta]{a.kind}[/] {escape(a.message)}", emoji=False) for a in b.annotations]
+    head = [Text.from_markup(f"[dim]{escape(b.role)}[/]", emoji=False)] if b.role else []
     star = "★ " if b.optimize else ""
     title = (f"{star}{escape(b.block)}: A {b.a_us:,.1f} us ×{b.a_count} | B {b.b_us:,.1f} us ×{b.b_count} | "
              f"gap {fmt_gap(b.gap_us)} ({fmt_ratio(b.ratio)})")
