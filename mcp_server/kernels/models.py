@@ -38,6 +38,11 @@ class MlaRow(Model):
     int4_tbps: float = Field(description="INT4 bytes moved (packed weights, scales, activations, output) / time")
     bf16_tbps: float
     fp8_tbps: float
+    bf16_cupti_us: Optional[float] = Field(default=None, description="CUPTI kernel time per launch (with cupti)")
+    int4_cupti_us: Optional[float] = None
+    fp8_cupti_us: Optional[float] = None
+    int4_cupti_speedup: Optional[float] = None
+    fp8_cupti_speedup: Optional[float] = None
 
 
 class MlaCheck(Model):

@@ -36,6 +36,8 @@ class MlaBenchRequest(WritesOutputs):
         "streams from HBM; both"))
     group: int = Field(default=128, description="INT4 group size along K (16, 32, 64 or a multiple of 128)")
     check: bool = Field(default=True, description="Check correctness on random inputs for the one-layer shapes")
+    cupti: bool = Field(default=False, description=(
+        "Also time every format by CUPTI kernel durations (torch.profiler), beside the CUDA-graph wall time"))
     json_path: Optional[str] = Field(default=None, description="Also write the full result as JSON here")
     timeout_s: float = Field(default=900.0, gt=0, description=(
         "Stop starting new shapes after this many seconds (rows so far are returned with a 'timeout' warning)"))
