@@ -218,3 +218,11 @@ def test_a_trace_holding_the_capture_attributes_its_own_replays(tmp_path):
     assert res.graph.method == "same-trace" and res.graph.attributed_count == res.graph.graph_kernel_count == 573
     assert any("attribution by capture" in n for n in res.graph.notes)
     assert _twin_share(res) == (1.0, 573)
+
+
+def test_a_capture_of_another_graph_is_not_used():
+    # the transformers Llama decode graph (133 kernels a replay) against this decoder's capture (191 launches)
+    res = run("llama_decode_graph", "capture_capture")
+    assert res.graph.attributed_count == 0
+    w = [x for x in res.warnings if x.code == WarningCode.replays_unattributed]
+    assert w and "graph capture(s) and eager kernels of the reference trace" in w[0].message

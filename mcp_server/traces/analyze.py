@@ -450,8 +450,9 @@ def _attribute_replays(rt: RawTrace, lk: Linked, table: PathTable, rules, refere
         left_us = float(rt.k_dur[gidx][left].sum())
         src = f"the reference trace {reference_trace}" if reference_trace else "the trace"
         why = (f"{src} has no attributed eager kernels or graph capture{' either' if reference_trace else ''}"
-               if ref.empty else f"the eager kernels of {src} do not match the replays (another model, phase or "
-                                 "batch shape)")
+               if ref.empty else f"the graph capture(s) and eager kernels of {src} do not match the replays "
+                                 "(another model, graph, phase or batch shape)" if ref.captures
+               else f"the eager kernels of {src} do not match the replays (another model, phase or batch shape)")
         if not reference_trace and ref.empty:
             why = "the trace holds no eager step with module spans and no graph capture to learn them from"
         return [Warning_(code=WarningCode.replays_unattributed, count=int(left.sum()),

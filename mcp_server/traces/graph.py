@@ -30,6 +30,9 @@ their kernel (``args.kernel``), which must then match; CUDA launches do not, so 
 (a launch more or less) is aligned (difflib on the tokens) and its unmatched stretches take the
 common ancestor of their neighbours (confidence 0.5); without kernel names such an alignment is by
 order alone and every kernel gets confidence 0.4 (``UNNAMED_MISMATCH``), which the answer warns of.
+A replay's kernels are taken in start order across its streams: for a graph whose branches run
+concurrently on several streams that is not exactly the launch order; HIP's kernel names keep such
+a replay aligned, CUDA's unnamed launches may swap kernels between the concurrent branches.
 
 Phase of a replay without a marker of its own: the phase its reference taught (the capture's
 launches, or the eager step it aligns with at a ratio of PHASE_RATIO or more), else ``graph``
