@@ -124,7 +124,8 @@ def step_tracesets(console: Console) -> None:
                        ("moving", "layer L's extra work runs on rank L % 4")):
         console.print(Rule(f"analyze tracesets/{name}/ (4 ranks: {what})"))
         render_set(analyze_trace_set([str(sets / name)]), console)
-    console.print(Rule("analyze tracesets/tp4_gloo_straggler/ (4 TP ranks, gloo all-reduces; rank 2 late each layer)"))
+    console.print(Rule("analyze tracesets/tp4_gloo_straggler/ (4 TP ranks, gloo all-reduces; rank 2 starts each "
+                       "all-reduce late, host-side)"))
     render_set(analyze_trace_set([str(sets / "tp4_gloo_straggler")]), console)
     console.print(Rule("compare tracesets/balanced/ tracesets/tokens/ (rank 3 given 8x the tokens)"))
     render_compare(compare_trace_sets(str(sets / "balanced"), str(sets / "tokens")), console)

@@ -97,7 +97,7 @@ class WarningCode(StrEnum):
     names_missing = "names_missing"  # the buffer holds event ids without a given name
     names_unused = "names_unused"  # names given for events with no records
     overflow = "overflow"  # the probe buffer's overflow bit is set
-    truncation_possible = "truncation_possible"  # writers recorded in the buffer's last round
+    truncation_possible = "truncation_possible"  # legacy-layout (unguarded) writers filled the last round
     unmatched_begin = "unmatched_begin"  # begin records without an end
     unmatched_end = "unmatched_end"  # end records without a begin
     non_monotonic = "non_monotonic"  # a writer's records step by more than 2.1 s (out of order, corrupted)
@@ -152,6 +152,12 @@ class WarningCode(StrEnum):
     collective_set_unverified = "collective_set_unverified"  # collectives name no group; the set may lack ranks
     collective_no_overlap = "collective_no_overlap"  # matched collective kernels do not overlap in time on every rank
     collective_mismatch = "collective_mismatch"  # ranks ran collectives of other names / sizes at one position
+
+
+#: Warnings about which module a kernel belongs to: operations that read only categories (budget) leave them out.
+MODULE_ATTRIBUTION_WARNINGS = frozenset({
+    WarningCode.unattributed_kernels, WarningCode.replays_unattributed, WarningCode.low_graph_confidence,
+})
 
 
 # ---------------------------------------------------------------------------

@@ -41,8 +41,9 @@ def test_decodes_the_real_buffer_cleanly(imb):
     assert imb.records == 132 * 2 * 25 and imb.intervals == 132 * 2 * 12
     assert d.unmatched_begins == d.unmatched_ends == d.tag_mismatches == d.zero_slots == 0
     assert not d.overflow
-    # the buffer was sized exactly: every writer reached the last round, and that is said
-    assert d.truncated_lanes == 264 and any(w.code == "truncation_possible" for w in imb.warnings)
+    # the buffer was sized exactly: every writer reached the last round; kernelscope's writer keeps a bounds
+    # guard (the overflow bit is clear), so that is no truncation and no warning says so (it did, on every run)
+    assert d.truncated_lanes == 264 and not any(w.code == "truncation_possible" for w in imb.warnings)
     assert [p.name for p in imb.phases] == PHASES
     assert all(len(p.occurrences) == 3 and all(o.blocks == 132 for o in p.occurrences) for p in imb.phases)
     assert [i.name for i in imb.instants] == ["done"] and imb.instants[0].count == 264
@@ -115,6 +116,8 @@ def test_legacy_tags_give_the_same_answer():
     assert leg.tag_layout == "legacy" and not leg.sm_known and leg.decode.tag_mismatches == 0
     assert set(_phase(leg, "compute").slowest_blocks[:3]) == {5, 37, 90}
     assert _phase(leg, "reduce").last_blocks == [17, 17, 17]
+    # a legacy (FlashInfer) writer has no bounds guard: filling the last round may have lost records, said
+    assert leg.decode.truncated_lanes == 264 and any(w.code == "truncation_possible" for w in leg.warnings)
     # forcing the wrong layout is not silent: the block bits still match, but every "SM id" is 0
     wrong = analyze_timeline(TL / "imbalanced_legacy.bin", EVENTS, tag_layout="sm")
     assert any(w.code == "sm_single" for w in wrong.warnings)

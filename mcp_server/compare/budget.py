@@ -15,7 +15,7 @@ from mcp_server.compare.inputs import STEP_WEIGHT, Side, distinct_labels, filter
 from mcp_server.compare.models import BudgetResult, BudgetRow, SideInfo
 from mcp_server.errors import InputError
 from mcp_server.models import Warning_
-from mcp_server.vocab import WarningCode
+from mcp_server.vocab import MODULE_ATTRIBUTION_WARNINGS, WarningCode
 
 SideArg = Union[str, os.PathLike, Side]
 
@@ -75,7 +75,8 @@ def budget(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = None, ph
                 warnings.append(Warning_(code=WarningCode.mixed_phases, message=(
                     f"{s.label} holds both prefill and decode kernels; the budget mixes them "
                     "(pass phase='prefill' or 'decode')")))
-    warnings += sa.warnings + sb.warnings
+    # the budget reads categories only: a side's module-attribution warnings say nothing about it
+    warnings += [w for w in sa.warnings + sb.warnings if w.code not in MODULE_ATTRIBUTION_WARNINGS]
     resolve_per_step(sa, sb, per_step, warnings)
     ga, ta = category_totals(sa)
     gb, tb = category_totals(sb)

@@ -56,7 +56,7 @@ def _side_line(res) -> str:
 
 def _warnings(console: Console, res) -> None:
     for w in res.warnings:
-        console.print(f"[yellow]warning[/] {escape(w.message)}")
+        console.print(f"[yellow]warning[/] {escape(str(w.code))}: {escape(w.message)}")
 
 
 def _mismatches(console: Console, res) -> None:

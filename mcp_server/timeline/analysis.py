@@ -72,7 +72,11 @@ def _decode_warnings(dec: Decoded) -> list[Warning_]:
         w.append(Warning_(code=WarningCode.overflow, message=(
             "header overflow bit set: the bounds guard dropped records of at least one writer; "
             "phases after the drop are missing or unmatched (give the buffer more records per writer)")))
-    if st.truncated_lanes and not st.overflow:
+    # Filling the last round is a truncation only where nothing would have said so: kernelscope's writers
+    # (kernelscope_probe.cuh, the Triton helper; the "sm" tag layout) keep a bounds guard that sets the
+    # overflow bit instead of dropping records silently, so an "sm" buffer sized exactly (as the bundled
+    # ones are) is complete; legacy-layout (FlashInfer) writers have no guard, and there it is said.
+    if st.truncated_lanes and not st.overflow and dec.tag_layout != "sm":
         w.append(Warning_(code=WarningCode.truncation_possible, count=st.truncated_lanes, message=(
             f"{st.truncated_lanes} writer(s) recorded in the buffer's last round: if they recorded more, "
             "it was written past the end (no bounds check) or lost; size the buffer with spare rounds")))

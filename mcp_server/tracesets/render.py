@@ -59,6 +59,9 @@ def render_set(res: TraceSetAnalysis, console: Console, request: object = None) 
                   f"{m.imbalance:.3f}x")
     t.print(c)
     _collectives(res, c, ranks)
+    both = _why_both(res)
+    if both:
+        c.print(f"[bold]reading both[/]: {escape(both)}")
     for f in res.failed:
         c.print(f"[red]rank {f.rank} not analysed:[/] {escape(f.error)}")
     for w in res.warnings:
@@ -66,6 +69,21 @@ def render_set(res: TraceSetAnalysis, console: Console, request: object = None) 
     for label, path in (("summary workbook", res.output_xlsx), ("heat map", res.output_html)):
         if path:
             print_line(c, f"{label}: {escape(path)}")
+
+
+def _why_both(res: TraceSetAnalysis) -> str:
+    """When the collectives name a late rank that kernel time does not, say why both hold (the demo's
+    'rank 2 late each layer' set reads 'no straggler' by kernel time)."""
+    col = res.collectives
+    late = col.straggler_rank if col is not None else None
+    st = res.straggler
+    if late is None or (st.kind == "fixed" and st.rank == late):
+        return ""
+    by_time = (f"kernel time names rank {st.rank}" if st.kind == "fixed" else
+               "kernel time names no straggler" if st.kind != "moving" else "kernel time shows a moving slow rank")
+    return (f"{by_time}, yet rank {late} arrives late at the collectives: its GPU kernels take no longer, so it is "
+            f"delayed before it launches them (host work, data loading, scheduling), and the other ranks' collectives "
+            f"wait for it; kernel time does not count that wait (see 'Collective wait per layer')")
 
 
 def _collectives(res: TraceSetAnalysis, c: Console, ranks: list[int]) -> None:
