@@ -17,7 +17,8 @@ OPERATIONS = [
             "512x128, H = heads x stacked layers, decode batch M) with cuBLAS BF16 torch.bmm, kernelscope's Triton "
             "INT4 W4A16 and FP8 W8A16 kernels, warm (weights L2-resident when they fit) and cold (weight sets "
             "rotated so every launch streams from HBM), CUDA-graph timed in one run: microseconds, achieved TB/s, "
-            "speedup over BF16, correctness and quantization error, and the issue-11 targets met or missed. "
+            "speedup over BF16 (optionally the CUPTI kernel time beside), correctness and quantization error, "
+            "and the issue-11 and issue-26 targets met or missed. "
             "Needs a CUDA GPU with torch and triton (typed error otherwise). Runs GPU code for minutes."),
         request=MlaBenchRequest, result=MlaBenchResult,
         engine="mcp_server.kernels.engine:mla_bench", render="mcp_server.kernels.render:render_mla",
