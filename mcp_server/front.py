@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -422,9 +423,13 @@ def bootstrap(launcher: str, log: str) -> int:
     front = Front(sys.stdout.buffer, answer, bootstrap=True)
     threading.Thread(target=_pump, args=(sys.stdin.buffer, front.from_client), name="front-in", daemon=True).start()
     _say(f"installing its environment (first start); the installer writes to {log}")
+    # the installer runs in a session of its own and is never killed with the front: a client that stops
+    # the server (SIGINT, then SIGTERM) leaves it to finish, and the launcher's lock keeps a second one out
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     with open(log, "ab") as fh:
-        install = subprocess.run(["sh", launcher, "--install"], stdin=subprocess.DEVNULL, stdout=fh, stderr=fh)
-    if install.returncode != 0:
+        install = subprocess.Popen(["sh", launcher, "--install"], stdin=subprocess.DEVNULL, stdout=fh, stderr=fh,
+                                   start_new_session=True)
+    if install.wait() != 0:
         reason = f"kernelscope could not install its environment (sh {launcher} --install failed; see {log})"
         try:
             tail = Path(log).read_bytes()[-4000:].decode(errors="replace")

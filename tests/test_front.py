@@ -218,3 +218,20 @@ def test_first_start_whose_install_fails_says_why_and_ends(tmp_path):
     assert "installing" in (tmp_path / "install.log").read_text()
     assert "installing" in s.p.stderr.read().decode()  # the log's tail, with the reason
     s.p.stdin.close()
+
+
+def test_the_install_goes_on_when_the_client_stops_the_server(tmp_path):
+    """`claude mcp list` connects, then stops the server (SIGINT, SIGTERM): the first install finishes anyway."""
+    done = tmp_path / "installed"
+    s = _Server([sys.executable, str(ROOT / "mcp_server" / "front.py"), "--bootstrap",
+                 str(_launcher(tmp_path, f"sleep 2; touch {done}")), str(tmp_path / "install.log")], env=_env())
+    s.send(_init(msg_id=1))
+    assert s.read()["id"] == 1
+    s.p.send_signal(2)
+    s.p.terminate()
+    s.p.wait(timeout=30)
+    for _ in range(100):
+        if done.exists():
+            break
+        time.sleep(0.1)
+    assert done.exists()
