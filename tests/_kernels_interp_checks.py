@@ -55,6 +55,9 @@ def main() -> None:
             out[f"fp8_shuffled_g{grp}_{tag}"] = rel(w8a16_bmm(x, fw, config={"BLOCK_N": 32, "SUB": 1}), ref)
             out[f"fp8_splitk_g{grp}_{tag}"] = rel(w8a16_bmm(x, fw, config={
                 "BLOCK_N": 32, "SUB": 2, "SPLIT": K // 128}), ref)
+            x1 = x[:, :1].contiguous()
+            out[f"fp8_gemvsk_g{grp}_{tag}"] = rel(w8a16_bmm(x1, fw, config={
+                "variant": "gemv", "BLOCK_N": 16, "SUB": 1, "SPLIT": K // 64}), x1.float() @ quant.dequantize_fp8(fw))
             nat = quant.quantize_fp8(w, group=grp, layout="natural")
             out[f"fp8_natural_g{grp}_{tag}"] = rel(
                 w8a16_bmm(x, nat, config={"BLOCK_N": 32, "BLOCK_K": 64 if not grp or grp % 64 == 0 else 32}), ref)

@@ -58,6 +58,13 @@ def int4_candidates(M, K, N):
 
 def fp8_candidates(M, K, N):
     out = []
+    if M == 1:      # the FP8 CUDA-core GEMV, written after the third sweep
+        for bn, sub in ((128, 1), (64, 1), (128, 2)):
+            if N % bn or K % (64 * sub):
+                continue
+            for s in _splits(K, 64 * sub, N // bn, (3 * SMS, 7 * SMS, 14 * SMS)):
+                out.append({"variant": "gemv", "BLOCK_N": bn, "SUB": sub, "SPLIT": s, "num_warps": 4,
+                            "num_stages": 1})
     for bn, nw, ns, sub in ((128, 4, 1, 2), (128, 4, 2, 2), (128, 4, 1, 1), (64, 4, 1, 4), (256, 8, 1, 2)):
         if N % bn or K % (64 * sub):
             continue

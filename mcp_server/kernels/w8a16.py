@@ -171,6 +171,53 @@ def _w8a16_shuf_kernel(x_ptr, w_ptr, s_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K: t
 
 
 @triton.jit
+def _fp8_gemv_block(acc, p, x_row, k0, s_row, N, GROUP: tl.constexpr, UNPACK: tl.constexpr):
+    """One 64-k block of the M = 1 product on the CUDA cores: four [BN, 16] f16 tiles (byte j of
+    word i is k = 16 j + i) times the activations in fp32 FMAs; per-group scale if GROUP."""
+    ws = _unpack4_fp8(p, UNPACK)
+    part = ws[0].to(tl.float32) * tl.load(x_row + k0).to(tl.float32)[None, :]
+    for j in tl.static_range(1, 4):
+        part += ws[j].to(tl.float32) * tl.load(x_row + (k0 + 16 * j)).to(tl.float32)[None, :]
+    if GROUP > 0:
+        part = part * tl.load(s_row + (k0 // GROUP) * N)[:, None]
+    return acc + part
+
+
+@triton.jit
+def _w8a16_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, ws_ptr, cnt_ptr, N, K: tl.constexpr,
+                       GROUP: tl.constexpr, UNPACK: tl.constexpr, BLOCK_N: tl.constexpr,
+                       SPLIT: tl.constexpr, SUB: tl.constexpr):
+    """FP8 at M = 1 without tensor cores, as the INT4 GEMV: program (n-block, k-slice, head), fp32
+    FMAs into a [BN, 16] accumulator reduced across the lanes, split-K through ``splitk_store``.
+    Written after the H200 sweeps of issue 26 (not yet timed there): a candidate for the next one."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    b = tl.program_id(2).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_i = tl.arange(0, 16)
+    KW: tl.constexpr = K // 4
+    w_rows = w_ptr + b * N * KW + offs_n[:, None] * KW + offs_i[None, :]          # [BN, 16] words
+    x_row = x_ptr + b * K + offs_i
+    NG: tl.constexpr = K // GROUP if GROUP > 0 else 1
+    s_row = s_ptr + b * NG * N + offs_n
+    KS: tl.constexpr = K // SPLIT
+    acc = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
+    for kk in range(0, KS, 64 * SUB):
+        k0 = pid_k * KS + kk
+        p0 = tl.load(w_rows + k0 // 4)
+        if SUB >= 2:
+            p1 = tl.load(w_rows + (k0 + 64) // 4)
+        acc = _fp8_gemv_block(acc, p0, x_row, k0, s_row, N, GROUP, UNPACK)
+        if SUB >= 2:
+            acc = _fp8_gemv_block(acc, p1, x_row, k0 + 64, s_row, N, GROUP, UNPACK)
+    res = tl.sum(acc, axis=1, keep_dims=True)                                     # [BN, 1]
+    if GROUP == 0:
+        res = res * tl.load(s_ptr + b * N + offs_n)[:, None]
+    splitk_store(res, out_ptr, ws_ptr, cnt_ptr, b, pid_k, b * tl.num_programs(0) + pid_n, tl.arange(0, 1),
+                 offs_n, 1, N, SPLIT)
+
+
+@triton.jit
 def _w8a16_persistent_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, H, K: tl.constexpr,
                              GROUP: tl.constexpr, UNPACK: tl.constexpr,
                              BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
@@ -270,7 +317,8 @@ def _check(x, w: Fp8Weights, cfg: dict):
 def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
     """``x[H, M, K]`` bf16 times FP8 weights -> ``[H, M, N]`` bf16; (compiled kernel, out).
 
-    Shuffled weights run the word-tile kernel (``variant`` "asm" default, or "plain");
+    Shuffled weights run the word-tile kernel (``variant`` "asm" default, or "plain"; ``SPLIT``
+    splits K, ``SUB`` 64-k blocks per step) or, at M = 1, ``variant`` "gemv" (CUDA cores, split-K);
     natural-layout weights the plain tile kernel (fp8 tile through shared memory).
     """
     import os
@@ -302,6 +350,18 @@ def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
         bm = cfg.get("BLOCK_M") or min(64, max(16, triton.next_power_of_2(M)))
         interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
         unpack = 2 if interp else (1 if cfg.get("variant") == "plain" else 0)
+        if cfg.get("variant") == "gemv":
+            if M != 1:
+                raise ValueError("the fp8 gemv variant handles M = 1 only")
+            split = int(cfg.get("SPLIT", 1))
+            if sub > 2 or K % (split * 64 * sub):
+                raise ValueError(f"K={K} is not a multiple of SPLIT*64*SUB={split * 64 * sub} (SUB 1 or 2)")
+            ws, cnt = workspace(x.device, H * split * w.N if split > 1 else 1, H * (w.N // bn))
+            k = _w8a16_gemv_kernel[(w.N // bn, split, H)](
+                x, w.weight.view(torch.int32), w.scales, out, ws, cnt, w.N, K, GROUP=w.group, UNPACK=unpack,
+                BLOCK_N=bn, SPLIT=split, SUB=sub,
+                num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1))
+            return k, out
         if cfg.get("persistent"):
             from mcp_server.kernels.w4a16 import _sm_count
 
