@@ -16,6 +16,26 @@ from rich.rule import Rule
 from mcp_server import DEMO_DIR, package_file
 
 
+def _rule(console: Console, text: str) -> None:
+    """A section heading; one too long for the width (rich would cut it) keeps its head in the rule and its
+    description on the next line, whole."""
+    from mcp_server.textable import print_line
+
+    if len(text) + 6 <= console.width:
+        console.print(Rule(text))
+        return
+    cut = min((i for i in (text.find(" ("), text.find(": ")) if i > 0), default=-1)
+    if cut < 0:
+        console.print(Rule())
+        print_line(console, text)
+        return
+    console.print(Rule(text[:cut]))
+    rest = text[cut:].strip()
+    if rest.startswith("(") and rest.endswith(")"):
+        rest = rest[1:-1]
+    print_line(console, f"[dim]{rest.removeprefix(': ')}[/]")
+
+
 def demo_file(name: str) -> Path:
     """A bundled demo file, shipped in the package (``mcp_server/demo_data``; in the repository
     those are symlinks to the real fixtures under ``tests/fixtures``), so the demo runs from an
@@ -40,7 +60,7 @@ def step_analyze(console: Console) -> None:
     from mcp_server.traces.render import render_analysis
 
     for name, ref, what in TRACE_FIXTURES:
-        console.print(Rule(f"analyze {name}: {what}"))
+        _rule(console, f"analyze {name}: {what}")
         res = analyze_trace(demo_file(name), reference_trace=demo_file(ref) if ref else None)
         render_analysis(res, console, max_modules=12, max_tree_depth=2)
 
@@ -51,7 +71,7 @@ def step_compare(console: Console) -> None:
     from mcp_server.compare.render import render_diff
     from mcp_server.kernel_names import display_kernel_name
 
-    console.print(Rule("compare llama_prefill_eager vs llama_prefill_sdpa (diff_modules)"))
+    _rule(console, "compare llama_prefill_eager vs llama_prefill_sdpa (diff_modules)")
     res = diff_modules(demo_file("llama_prefill_eager.json.gz"), demo_file("llama_prefill_sdpa.json.gz"),
                        labels=["eager", "sdpa"])
     render_diff(res, console, panels=1)
@@ -69,7 +89,7 @@ def step_budget(console: Console) -> None:
     from mcp_server.compare.budget import budget
     from mcp_server.compare.render import render_budget
 
-    console.print(Rule("budget llama_prefill_eager vs llama_prefill_sdpa"))
+    _rule(console, "budget llama_prefill_eager vs llama_prefill_sdpa")
     res = budget(demo_file("llama_prefill_eager.json.gz"), demo_file("llama_prefill_sdpa.json.gz"),
                  labels=["eager", "sdpa"])
     render_budget(res, console)
@@ -82,9 +102,9 @@ def step_timeline(console: Console) -> None:
 
     before, after = demo_file("imbalanced_probe.bin"), demo_file("balanced_probe.bin")
     names = demo_file("phases.events")
-    console.print(Rule("timeline analyze imbalanced_probe.bin (persistent kernel, grid barriers, H200)"))
+    _rule(console, "timeline analyze imbalanced_probe.bin (persistent kernel, grid barriers, H200)")
     render_analysis(analyze_timeline(before, names), console)
-    console.print(Rule("timeline compare imbalanced_probe.bin -> balanced_probe.bin"))
+    _rule(console, "timeline compare imbalanced_probe.bin -> balanced_probe.bin")
     render_comparison(compare_timelines(before, after, names), console)
 
 
@@ -100,11 +120,11 @@ def step_compass(console: Console) -> None:
     for name, what in (("targets_none.ncu-rep.xz", "six targets of known bottleneck, warm"),
                        ("mla_wuv_16layers_cold.ncu-rep.xz", "DeepSeek-V3 W_UV BMM, 16 stacked layers, cold"),
                        ("mla_wuv_1layer_warm.ncu-rep.xz", "the same BMM, one layer, warm")):
-        console.print(Rule(f"classify {name}: {what}"))
+        _rule(console, f"classify {name}: {what}")
         render_classification(classify_bottleneck(str(demo_file(name))), console)
-    console.print(Rule("select targets_none.ncu-rep.xz"))
+    _rule(console, "select targets_none.ncu-rep.xz")
     render_selection(select_candidate(str(demo_file("targets_none.ncu-rep.xz"))), console)
-    console.print(Rule("ledger show 1 and 2: the worked example's loop on the H200 (examples/mla_decode)"))
+    _rule(console, "ledger show 1 and 2: the worked example's loop on the H200 (examples/mla_decode)")
     import shutil
     import tempfile
 
@@ -122,12 +142,12 @@ def step_tracesets(console: Console) -> None:
     sets = demo_file("tracesets")
     for name, what in (("straggler", "rank 1 does extra work in every layer"),
                        ("moving", "layer L's extra work runs on rank L % 4")):
-        console.print(Rule(f"analyze tracesets/{name}/ (4 ranks: {what})"))
+        _rule(console, f"analyze tracesets/{name}/ (4 ranks: {what})")
         render_set(analyze_trace_set([str(sets / name)]), console)
-    console.print(Rule("analyze tracesets/tp4_gloo_straggler/ (4 TP ranks, gloo all-reduces; rank 2 starts each "
-                       "all-reduce late, host-side)"))
+    _rule(console, "analyze tracesets/tp4_gloo_straggler/ (4 TP ranks, gloo all-reduces; rank 2 starts each "
+                   "all-reduce late, host-side)")
     render_set(analyze_trace_set([str(sets / "tp4_gloo_straggler")]), console)
-    console.print(Rule("compare tracesets/balanced/ tracesets/tokens/ (rank 3 given 8x the tokens)"))
+    _rule(console, "compare tracesets/balanced/ tracesets/tokens/ (rank 3 given 8x the tokens)")
     render_compare(compare_trace_sets(str(sets / "balanced"), str(sets / "tokens")), console)
 
 

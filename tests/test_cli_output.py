@@ -61,3 +61,18 @@ def test_budget_keeps_only_its_own_warnings_and_prints_their_codes(capsys):
     assert main(["budget", str(mixed), str(graph), "--labels", "mixed", "graph", "--width", "120"]) == 0
     out = capsys.readouterr().out
     assert "warning step_count_differs:" in out and "warning per_step:" in out and "no owning module" not in out
+
+
+def test_demo_headings_and_tables_fit_80_columns():
+    """At 80 columns (make demo piped) a long section heading keeps its description whole on the next line
+    (rich cut 'rank 2 starts each all-reduce late' to 'rank 2…'), and the tables fit."""
+    from mcp_server import demo
+
+    console = Console(record=True, width=80)
+    for step in (demo.step_tracesets, demo.step_compass):
+        step(console)
+    lines = console.export_text().splitlines()
+    assert max(len(x) for x in lines) <= 80
+    assert not [x for x in lines if x.startswith("─") and "…" in x]
+    i = next(n for n, x in enumerate(lines) if "analyze tracesets/tp4_gloo_straggler/" in x)
+    assert lines[i + 1] == "4 TP ranks, gloo all-reduces; rank 2 starts each all-reduce late, host-side"

@@ -70,7 +70,7 @@ def render_classification(res: Classification, con, request: Any = None) -> None
     from mcp_server.textable import Col, TextTable, print_line
 
     print_line(con, escape(_source_line(res.source)) + f", gpu {res.gpu or '?'}")
-    t = TextTable([Col("id"), Col("kernel", "name", min_width=14), Col("share"), Col("class", justify="left"),
+    t = TextTable([Col("id"), Col("kernel", "name", min_width=12), Col("share"), Col("class", justify="left"),
                    Col("limiter", justify="left"), Col("L2-resident"), Col("conf."), Col("SM %"), Col("mem %")],
                   title=f"{len(res.kernels)} kernels, {_us(res.total_duration_ns)} total", title_justify="left")
     for k in res.kernels:
