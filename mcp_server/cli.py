@@ -29,32 +29,11 @@ from rich.console import Console
 from mcp_server import __version__
 from mcp_server.errors import InputError, KernelscopeError
 from mcp_server.faces import Operation, operations
+from mcp_server.textable import PipeConsole, quiet_stdout
 from mcp_server.vocab import ExitCode, ProgressFn
 
-
-class _Console(Console):
-    """rich's console, except that a closed pipe (``kernelscope ... | head``) ends the run quietly with
-    status 0, as standard tools do (rich's own handler exits 1)."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        raise BrokenPipeError
-
-
-# emoji=False: a name such as "t :x:.json" in a rendered result or an error prints as it is, not as an emoji
-out = _Console(highlight=False, soft_wrap=False, emoji=False)
-err = Console(stderr=True, highlight=False, emoji=False)
-
-
-def _quiet_stdout() -> None:
-    """After a broken pipe: point stdout at /dev/null, so the interpreter's last flush cannot fail again."""
-    import os
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
+out = PipeConsole(highlight=False, soft_wrap=False)  # a closed pipe ends the run quietly with 0 (main)
+err = Console(stderr=True, highlight=False)
 
 
 # --------------------------------------------------------------------------- options from request fields
@@ -406,7 +385,7 @@ def main(argv: list[str] | None = None, limits: bool = False) -> int:
         err.print("interrupted")
         return ExitCode.interrupted
     except BrokenPipeError:  # the reader closed the pipe (`| head`): what it wanted was printed
-        _quiet_stdout()
+        quiet_stdout()
         return ExitCode.ok
 
 

@@ -162,9 +162,14 @@ STEPS: list[Callable[[Console], None]] = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    console = Console(highlight=False, emoji=False)
-    for step in STEPS:
-        step(console)
+    from mcp_server.textable import PipeConsole, quiet_stdout
+
+    console = PipeConsole(highlight=False, emoji=False)
+    try:
+        for step in STEPS:
+            step(console)
+    except BrokenPipeError:  # `make demo | head`: the reader had what it wanted
+        quiet_stdout()
     return 0
 
 

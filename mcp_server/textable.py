@@ -214,3 +214,24 @@ def print_line(console: Console, markup: str) -> None:
         for part in text.divide(cuts):
             part.rstrip()
             console.print(part, soft_wrap=True, highlight=False)
+
+
+class PipeConsole(Console):
+    """rich's console, except that a closed pipe (``kernelscope ... | head``) raises ``BrokenPipeError`` for the
+    caller to end quietly with status 0, as standard tools do (rich's own handler exits 1 with no message)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def quiet_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null, so the interpreter's last flush cannot fail again."""
+    import os
+    import sys
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

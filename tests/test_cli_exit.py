@@ -136,3 +136,14 @@ def test_a_closed_pipe_ends_quietly_with_status_0(extra):
     finally:
         os.close(w)
     assert proc.returncode == 0 and proc.stderr == ""
+
+
+def test_the_demo_piped_into_a_closed_reader_ends_quietly():
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "mcp_server.demo"], stdout=w, stderr=subprocess.PIPE,
+                              env=_env(), timeout=120, text=True)
+    finally:
+        os.close(w)
+    assert proc.returncode == 0 and proc.stderr == ""
