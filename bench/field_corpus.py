@@ -10,6 +10,8 @@ peak RSS. For each Nsight Compute file (``*.ncu-rep``, an ncu CSV) it runs ``par
 
 * TraceLens's ``gpu_timeline.csv`` beside a trace (``<stem>_perf_report_csvs/`` or ``perf_csvs/``):
   its busy and total time against ours (same definition and window);
+* a trace with a ``capture_traces/`` folder beside it holding one trace (SGLang's graph capture) is
+  analysed a second time with that capture as ``reference_trace``;
 * with ``--hta-python PY`` (an interpreter where HolisticTraceAnalysis is installed, outside the
   project), HTA's temporal breakdown (idle) and communication-computation overlap, computed by HTA
   itself; ours is computed again on HTA's own event set (HTA reads the trace, drops what it drops and
@@ -83,6 +85,13 @@ def tracelens_peer(trace: Path) -> Optional[dict[str, float]]:
     return None
 
 
+def capture_reference(trace: Path) -> Optional[Path]:
+    """The graph-capture trace profiled beside a replay trace (SGLang's ``capture_traces/``), if exactly one."""
+    d = trace.parent / "capture_traces"
+    caps = sorted(p for p in d.glob("*.json*")) if d.is_dir() else []
+    return caps[0] if len(caps) == 1 and trace.parent != d else None
+
+
 # --------------------------------------------------------------------------- one file (child process)
 
 
@@ -105,11 +114,11 @@ def _raw_gpu_sum(path: Path) -> tuple[int, float]:
     return n, s
 
 
-def one_trace(path: Path) -> dict[str, Any]:
+def one_trace(path: Path, ref: Optional[str] = None) -> dict[str, Any]:
     from mcp_server.traces import analyze_trace
 
     t = time.perf_counter()
-    res = analyze_trace(path)
+    res = analyze_trace(path, reference_trace=ref)
     secs = time.perf_counter() - t
     raw_n, raw_us = _raw_gpu_sum(path)
     b = res.breakdown
@@ -139,19 +148,21 @@ def one_ncu(path: Path) -> dict[str, Any]:
             "warnings": {w.code: w.count for w in cls.warnings}, "seconds": secs}
 
 
-def child_main(path: str, kind: str) -> None:
+def child_main(path: str, kind: str, ref: Optional[str] = None) -> None:
     from mcp_server.errors import KernelscopeError
 
     try:
-        out = one_trace(Path(path)) if kind == "trace" else one_ncu(Path(path))
+        out = one_trace(Path(path), ref) if kind == "trace" else one_ncu(Path(path))
     except KernelscopeError as exc:  # a typed error is an answer, not a crash
         out = {"error": f"{type(exc).__name__}: {exc}"}
     out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     sys.stdout.write(json.dumps(out))
 
 
-def run_child(path: Path, kind: str, timeout: float) -> dict[str, Any]:
+def run_child(path: Path, kind: str, timeout: float, ref: Optional[Path] = None) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--one", str(path), "--kind", kind]
+    if ref is not None:
+        cmd += ["--ref", str(ref)]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     t = time.perf_counter()
     try:
@@ -325,9 +336,10 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per file")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--kind", help=argparse.SUPPRESS)
+    ap.add_argument("--ref", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        child_main(a.one, a.kind)
+        child_main(a.one, a.kind, a.ref)
         return
     dirs = [Path(d) for d in a.dirs] or [ROOT.parent / "shared" / "field"]
     missing = [str(d) for d in dirs if not d.is_dir()]
@@ -348,6 +360,13 @@ def main() -> None:
                     hta["ours"] = ours_on_hta_events(hta.pop("events"))
                 r["hta"] = hta
         rows.append(r)
+        ref = capture_reference(path) if kind == "trace" and "error" not in r else None
+        if ref is not None:  # the graph replays again, attributed from the capture trace beside them
+            r2 = run_child(path, kind, a.timeout, ref)
+            r2.update(file=f"{rel} (reference: {ref.relative_to(path.parent)})", kind=kind)
+            if "error" not in r2:
+                r2["tracelens"] = r.get("tracelens")
+            rows.append(r2)
     errors = [r for r in rows if "error" in r]
     head = (f"{len(rows)} files ({sum(r['kind'] == 'trace' for r in rows)} traces, "
             f"{sum(r['kind'] == 'ncu' for r in rows)} Nsight Compute), {len(errors)} error(s)"

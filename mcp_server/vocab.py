@@ -65,6 +65,7 @@ class WarningCode(StrEnum):
     no_module_spans = "no_module_spans"  # the trace holds no nn.Module spans: profile with with_stack/with_modules
     kernels_before_first_step = "kernels_before_first_step"  # GPU events with no launch, before the first launched one
     thread_without_modules = "thread_without_modules"  # kernels launched from a thread with no module spans (backward)
+    outside_modules = "outside_modules"  # kernels launched between module calls (inputs, sampling, copies)
 
     # --- compare (diff_modules, budget, recategorize) ---
     gpu_kernels_truncated = "gpu_kernels_truncated"  # a report's GPU Kernels sheet is capped at 1000 rows

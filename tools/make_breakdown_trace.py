@@ -14,7 +14,8 @@ those traits, deterministically (a fixed seed), into ``breakdown_streams.json.gz
 * one ``cudaLaunchKernel`` runtime event per launched GPU event, on one CPU thread, and one
   ``nn.Module: Net_0`` span around those launches;
 * 3 backward kernels launched from a second CPU thread (the autograd engine's) inside an
-  ``aten::native_layer_norm_backward`` op, with no module span on that thread.
+  ``aten::native_layer_norm_backward`` op, with no module span on that thread;
+* 2 kernels launched on the module thread after ``Net_0`` returned (outside every module call).
 
     python3 tools/make_breakdown_trace.py --out tests/fixtures/breakdown
 """
@@ -94,6 +95,11 @@ def build(seed: int = 23) -> dict:
         t += d + 20.0
     events.append({"ph": "X", "cat": "python_function", "name": "nn.Module: Net_0", "pid": 100, "tid": 100,
                    "ts": min(launches) - 1.0, "dur": max(launches) - min(launches) + 5.0, "args": {}})
+    # 2 kernels launched on the module thread after Net_0 returned (a copy of the outputs, a sampling step)
+    t += 50.0
+    for name in ("void at::native::index_elementwise_kernel<128, 4>", "void at::native::reduce_kernel<512, 1>"):
+        gpu("kernel", name, t, 4.0, 0, 7, True)
+        t += 10.0
     events.sort(key=lambda e: e["ts"])
     return {"schemaVersion": 1, "kernelscope_fixture": "tools/make_breakdown_trace.py (synthetic)",
             "deviceProperties": [{"id": 0, "name": "synthetic"}, {"id": 1, "name": "synthetic"}],

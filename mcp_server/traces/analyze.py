@@ -524,6 +524,14 @@ def _coverage_warnings(rt: RawTrace, lk: Linked, path_code: np.ndarray) -> list[
             out.append(Warning_(code=WarningCode.thread_without_modules, count=len(off), message=(
                 f"{share(mask)} were launched from {why}; module spans exist only on the thread that ran "
                 "forward, so these have no module (backward kernels are listed by category and name)")))
+        between = idx[np.isin(lth, mod_threads)]
+        if len(between):
+            mask = np.zeros(len(un), dtype=bool)
+            mask[between] = True
+            out.append(Warning_(code=WarningCode.outside_modules, count=len(between), message=(
+                f"{share(mask)} were launched on a thread that runs modules but outside every module call "
+                "(input preparation, sampling, copies between steps): they belong to no module; listed by "
+                "category and name")))
     return out
 
 

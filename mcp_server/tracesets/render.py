@@ -44,6 +44,15 @@ def render_set(res: TraceSetAnalysis, console: Console, request: object = None) 
         t.add_row(str(r.rank), f"{r.total_kernel_us:,.1f}", f"{r.vs_mean:.3f}x", f"{r.kernel_count:,}",
                   r.path.rsplit("/", 1)[-1])
     t.print(c)
+    if res.gpu_time:
+        t = _table(f"GPU time per rank ({res.gpu_time[0].window}), us",
+                   ["Rank", "Window", "Busy %", "Idle", "Compute", "Comm", "Exposed comm", "Overlap %"])
+        for g in res.gpu_time[:MAX_ROWS]:
+            b = g.total
+            t.add_row(str(g.rank), f"{b.window_us:,.1f}", f"{b.busy_pct:.1f}", f"{b.idle_us:,.1f}",
+                      f"{b.computation_us:,.1f}", f"{b.communication_us:,.1f}", f"{b.exposed_communication_us:,.1f}",
+                      "-" if b.comm_overlap_pct is None else f"{b.comm_overlap_pct:.1f}")
+        t.print(c)
     ranks = _shown_ranks(res)
     if res.layers:
         t = _table(f"Layers ({res.layer_source}), us per rank", ["Layer", *map(str, ranks), "Slowest", "Imbalance"],
