@@ -1,37 +1,37 @@
 """The stdio front of the MCP server: answer the handshake at once, hand the rest to the real server.
 
 A client (Claude Code, the MCP Inspector) counts a server as connected when it answers
-``initialize``; Claude Code gives up after 30 s. The official SDK alone takes most of a second to
-import, and a plugin's first start has no venv at all. The front, standard library only, stands
-between the client and the real server (the "backend") and copies JSON-RPC lines both ways, except:
+``initialize``; Claude Code gives up after 30 s, and ``claude mcp list`` waits 5 s more for the
+tool list. The official SDK alone takes most of a second to import (several on a loaded machine),
+and a plugin's first start has no venv at all. The front, standard library only, stands between the
+client and the real server (the "backend") and copies JSON-RPC lines both ways, except:
 
-- ``initialize`` is answered by the front as soon as it can build the answer. The client's request
-  is kept and replayed to the backend, under an id of the front's own, as the backend's first
-  message; the backend's answer to it is dropped. The session the backend holds is then the one the
-  client opened, and every later line passes through unchanged.
+- ``initialize`` may be answered by the front itself. The client's request is then kept and
+  replayed to the backend, under an id of the front's own, as the backend's first message; the
+  backend's answer to it is dropped. The session the backend holds is the one the client opened,
+  and every later line passes through unchanged.
 - Lines that arrive before the backend is attached wait in order and are sent when it is.
-- In bootstrap mode (``--bootstrap``: a plugin's first start, the venv still installing) ``ping``
-  and ``tools/list`` are answered too (no tools yet, and ``tools.listChanged`` declared), and once
-  the backend is attached the client is told ``notifications/tools/list_changed``, so the tools
-  appear in the same session.
 
 Two uses:
 
 - ``python -m mcp_server`` (``serve_in_process``): the front runs in threads on the process's
   stdin/stdout while the main thread imports the SDK and serves on pipes put in place of fds 0
-  and 1. ``initialize`` is answered from the operations' declarations (the tool list in the
-  instructions) without importing the SDK, and ``tools/list`` from the SDK's own earlier answer;
-  both are cached per user and per fingerprint of the sources, the SDK and pydantic
-  (``AnswerCache``), so a change of any of them makes the SDK answer again.
-  bench/bench_cold_start.py measures it. ``KERNELSCOPE_FRONT=0`` turns it off.
+  and 1. The front records the SDK's answers to ``initialize`` (per requested protocol version) and
+  to ``tools/list`` (per negotiated version) in a per-user cache keyed by a fingerprint of this
+  package's sources, the SDK and pydantic (``AnswerCache``). When it holds both for the client's
+  request, the front answers them at once, without waiting for the SDK; otherwise (the first start of
+  new code) the SDK answers, as without the front, and its answers are recorded. The front never
+  makes up an answer: it repeats the SDK's. bench/bench_cold_start.py measures it;
+  ``KERNELSCOPE_FRONT=0`` turns it off.
 - ``bin/kernelscope-mcp`` when its venv is not ready (``python3 mcp_server/front.py --bootstrap
-  LAUNCHER LOG``): the front serves at once, runs ``LAUNCHER --install`` (its output to LOG, so that
-  it goes on when a client that only checked the connection has gone), then starts ``LAUNCHER`` as
-  the backend. An install that fails ends the server with the log's tail and its reason on stderr.
+  LAUNCHER LOG``): the front answers ``initialize`` itself (no tools yet, ``tools.listChanged``
+  declared), and ``ping`` and ``tools/list`` (empty) until the backend is attached; it runs
+  ``LAUNCHER --install`` (its output to LOG, in a session of its own, so that it goes on when a
+  client that only checked the connection has gone), then starts ``LAUNCHER`` as the backend and
+  tells the client ``notifications/tools/list_changed``: the tools appear in the same session. An
+  install that fails ends the server with the log's tail and its reason on stderr.
 
-The answers the front gives equal the SDK's (tests/test_front.py compares them for every protocol
-version the handshake negotiates). A protocol without ``initialize`` (the 2026 ``server/discover``
-envelope) is passed through untouched.
+A protocol without ``initialize`` (the 2026 ``server/discover`` envelope) is passed through untouched.
 """
 from __future__ import annotations
 
@@ -45,24 +45,13 @@ from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
 #: Protocol versions the ``initialize`` handshake negotiates (the SDK's ``HANDSHAKE_PROTOCOL_VERSIONS``);
-#: an unknown request gets the newest.
+#: an unknown request gets the newest. Used by the bootstrap answer only.
 HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
-#: What the SDK's server declares for kernelscope (tools, and the empty prompt and resource lists).
-CAPABILITIES: dict[str, Any] = {
-    "prompts": {"listChanged": False},
-    "resources": {"listChanged": False, "subscribe": False},
-    "tools": {"listChanged": False},
-}
 #: The id under which the client's ``initialize`` is replayed to the backend (its answer is dropped).
 REPLAY_ID = "kernelscope-front-initialize"
 #: Written to the SDK's stdout when it has stopped: the copier's last line.
 _END = b"kernelscope-front-end-of-output\n"
 
-INSTRUCTIONS_HEAD = (
-    "GPU kernel performance tools for LLM inference. Paths are local file paths on the server's machine. "
-    "Answers are summaries by default (top_n rows per list, a summary_truncated warning saying what was cut; "
-    "detail=true for everything); unknown argument names are refused. Tools:"
-)
 BOOTSTRAP_INSTRUCTIONS = (
     "kernelscope is installing its Python environment (the plugin's first start, a minute or two); "
     "its tools appear in this session when that is done.")
@@ -90,21 +79,25 @@ def _line(obj: dict[str, Any]) -> bytes:
 
 
 class Front:
-    """Routes lines between the client and a backend that is attached later (see the module doc)."""
+    """Routes lines between the client and a backend that is attached later (see the module doc).
 
-    def __init__(self, client_out: IO[bytes], answer_initialize: Callable[[dict[str, Any]], Optional[dict[str, Any]]],
+    ``answer_initialize(params)`` is the bootstrap's own answer; ``cache`` the in-process mode's record
+    of the SDK's answers."""
+
+    def __init__(self, client_out: IO[bytes],
+                 answer_initialize: Optional[Callable[[dict[str, Any]], dict[str, Any]]] = None,
                  bootstrap: bool = False, cache: Optional["AnswerCache"] = None):
         self._out = client_out
         self._answer_initialize = answer_initialize
         self._bootstrap = bootstrap
         self._cache = cache
-        self._version: Optional[str] = None    # negotiated by the front's own initialize answer
-        self._list_id: Any = None              # a tools/list passed to the backend, whose answer is kept
         self._lock = threading.Lock()        # routing state
         self._write_lock = threading.Lock()  # whole lines to the client
         self._send: Optional[Callable[[Optional[bytes]], None]] = None
         self._waiting: list[bytes] = []
-        self._replay: Optional[bytes] = None
+        self._handshake = False              # the client's initialize has been seen
+        self._version: Optional[str] = None  # the protocol version negotiated with the client
+        self._recording: dict[Any, tuple[str, str]] = {}  # request id -> what the backend's answer is
         self._listed_early = False
         self._eof = False
         self._failed: Optional[str] = None
@@ -133,25 +126,11 @@ class Front:
                 if self._send is not None:
                     self._send(None)
                 return
-            if self._replay is None and b'"initialize"' in line:
-                msg = _parse(line)
-                if msg is not None and msg.get("method") == "initialize" and "id" in msg:
-                    result = self._answer_initialize(msg.get("params") or {})
-                    if result is not None:
-                        self._replay = _line({**msg, "id": REPLAY_ID})
-                        self._version = result.get("protocolVersion")
-                        self._respond(msg["id"], result)
-                        self._deliver(self._replay)
-                        return
-            if self._cache is not None and self._version is not None and b'"tools/list"' in line:
-                msg = _parse(line)
-                if msg is not None and msg.get("method") == "tools/list" and "id" in msg \
-                        and not (msg.get("params") or {}).get("cursor"):
-                    listed = self._cache.tools(self._version)
-                    if listed is not None:
-                        self._respond(msg["id"], listed)
-                        return
-                    self._list_id = msg["id"]
+            if not self._handshake and b'"initialize"' in line and self._initialize(line):
+                return
+            if self._version is not None and self._cache is not None and b'"tools/list"' in line \
+                    and self._tools_list(line):
+                return
             if self._send is not None:
                 self._send(line)
                 return
@@ -169,6 +148,43 @@ class Front:
                     return
             self._waiting.append(line)
 
+    def _initialize(self, line: bytes) -> bool:
+        """The client's handshake: answered here (True) when the front can, else recorded on its way."""
+        msg = _parse(line)
+        if msg is None or msg.get("method") != "initialize" or "id" not in msg:
+            return False
+        self._handshake = True
+        params = msg.get("params") or {}
+        requested = str(params.get("protocolVersion"))
+        if self._answer_initialize is not None:
+            result: Optional[dict[str, Any]] = self._answer_initialize(params)
+        elif self._cache is not None:
+            result = self._cache.initialize(requested)
+            if result is None or self._cache.tools(str(result.get("protocolVersion"))) is None:
+                self._recording[msg["id"]] = ("initialize", requested)  # the SDK answers; keep its answer
+                return False
+        else:
+            return False
+        assert result is not None
+        self._version = result.get("protocolVersion")
+        self._respond(msg["id"], result)
+        self._deliver(_line({**msg, "id": REPLAY_ID}))
+        return True
+
+    def _tools_list(self, line: bytes) -> bool:
+        msg = _parse(line)
+        if msg is None or msg.get("method") != "tools/list" or "id" not in msg:
+            return False
+        if (msg.get("params") or {}).get("cursor"):
+            return False
+        assert self._cache is not None and self._version is not None
+        listed = self._cache.tools(self._version)
+        if listed is not None:
+            self._respond(msg["id"], listed)
+            return True
+        self._recording[msg["id"]] = ("tools", self._version)
+        return False
+
     def _deliver(self, line: bytes) -> None:
         if self._send is not None:
             self._send(line)
@@ -177,7 +193,7 @@ class Front:
 
     # ----------------------------------------------------------------- the backend
     def attach(self, send: Callable[[Optional[bytes]], None]) -> None:
-        """The backend is ready: send what waited (the replayed handshake first), pass everything on from
+        """The backend is ready: send what waited (a replayed handshake first), pass everything on from
         now. ``send(None)`` closes the backend's input."""
         with self._lock:
             for line in self._waiting:
@@ -194,14 +210,23 @@ class Front:
             msg = _parse(line)
             if msg is not None and msg.get("id") == REPLAY_ID and "method" not in msg:
                 return  # the backend's answer to the replayed initialize: the client has one already
-        if self._list_id is not None and self._cache is not None and self._version is not None:
-            msg = _parse(line)
-            if msg is not None and msg.get("id") == self._list_id and "method" not in msg:
-                self._list_id = None
-                result = msg.get("result")
-                if isinstance(result, dict) and isinstance(result.get("tools"), list) and not result.get("nextCursor"):
-                    self._cache.put_tools(self._version, result)
+        if self._recording:
+            self._record(line)
         self.write(line)
+
+    def _record(self, line: bytes) -> None:
+        msg = _parse(line)
+        if msg is None or "method" in msg or msg.get("id") not in self._recording:
+            return
+        what, version = self._recording.pop(msg["id"])
+        result = msg.get("result")
+        if not isinstance(result, dict) or self._cache is None:
+            return
+        if what == "initialize":
+            self._version = result.get("protocolVersion")
+            self._cache.put("initialize", version, result)
+        elif isinstance(result.get("tools"), list) and not result.get("nextCursor"):
+            self._cache.put("tools", version, result)
 
     def fail(self, reason: str) -> None:
         """The backend will never come: answer what waits (and what comes) with ``reason``."""
@@ -251,9 +276,9 @@ def _fingerprint() -> str:
 
 
 class AnswerCache:
-    """The answers the front gives without the SDK (the instructions, the tool list per protocol version),
-    kept per user under ``$XDG_CACHE_HOME/kernelscope`` and per fingerprint of the code that makes them.
-    Best effort: an unreadable or unwritable cache only means the SDK answers."""
+    """The SDK's answers the front repeats (``initialize`` per requested protocol version, ``tools/list``
+    per negotiated one), kept per user under ``$XDG_CACHE_HOME/kernelscope`` and per fingerprint of the code
+    that makes them. Best effort: an unreadable or unwritable cache only means the SDK answers."""
 
     def __init__(self, path: Optional[Path] = None):
         if path is None:
@@ -267,19 +292,20 @@ class AnswerCache:
         except (OSError, ValueError):
             self._data = {}
 
-    def instructions(self) -> Optional[str]:
-        text = self._data.get("instructions")
-        return text if isinstance(text, str) else None
+    def initialize(self, requested: str) -> Optional[dict[str, Any]]:
+        """The SDK's answer to an ``initialize`` that asked for ``requested``."""
+        return self._get("initialize", requested)
 
     def tools(self, version: str) -> Optional[dict[str, Any]]:
-        listed = (self._data.get("tools") or {}).get(version)
-        return listed if isinstance(listed, dict) else None
+        """The SDK's answer to ``tools/list`` under the negotiated ``version``."""
+        return self._get("tools", version)
 
-    def put_instructions(self, text: str) -> None:
-        self._put({"instructions": text})
+    def _get(self, what: str, key: str) -> Optional[dict[str, Any]]:
+        got = (self._data.get(what) or {}).get(key)
+        return got if isinstance(got, dict) else None
 
-    def put_tools(self, version: str, result: dict[str, Any]) -> None:
-        self._put({"tools": {**(self._data.get("tools") or {}), version: result}})
+    def put(self, what: str, key: str, result: dict[str, Any]) -> None:
+        self._put({what: {**(self._data.get(what) or {}), key: result}})
 
     def _put(self, update: dict[str, Any]) -> None:
         with self._lock:
@@ -294,22 +320,6 @@ class AnswerCache:
                 os.replace(tmp, self.path)
             except OSError:
                 pass
-
-
-def server_instructions() -> str:
-    """The server's instructions: what it is, and one line per tool (imports the operation declarations)."""
-    from mcp_server.faces import operations
-
-    return "\n".join([INSTRUCTIONS_HEAD] + [f"- {op.tool}: {op.title}" for op in operations()])
-
-
-def initialize_result(params: dict[str, Any], instructions: str) -> dict[str, Any]:
-    """The SDK's answer to ``initialize`` for kernelscope (tests/test_front.py holds them equal)."""
-    from mcp_server import __version__
-
-    return {"capabilities": CAPABILITIES, "instructions": instructions,
-            "protocolVersion": negotiate(params.get("protocolVersion")),
-            "serverInfo": {"name": "kernelscope", "version": __version__}}
 
 
 def front_enabled() -> bool:
@@ -341,26 +351,8 @@ def serve_in_process(run_server: Callable[[], None]) -> None:
     os.close(to_sdk_r)
     os.close(from_sdk_w)
 
-    ready = threading.Event()
-    known: dict[str, str] = {}
-
-    def answer(params: dict[str, Any]) -> Optional[dict[str, Any]]:
-        ready.wait()
-        return initialize_result(params, known["instructions"]) if "instructions" in known else None
-
-    cache = AnswerCache()
-    front = Front(client_out, answer, cache=cache)
+    front = Front(client_out, cache=AnswerCache())
     threading.Thread(target=_pump, args=(client_in, front.from_client), name="front-in", daemon=True).start()
-    cached = cache.instructions()
-    if cached is not None:
-        known["instructions"] = cached
-        ready.set()
-    else:
-        try:
-            known["instructions"] = server_instructions()
-            cache.put_instructions(known["instructions"])
-        finally:
-            ready.set()
 
     to_sdk = os.fdopen(to_sdk_w, "wb")
 

@@ -29,11 +29,17 @@ from mcp_server import __version__
 from mcp_server.confine import check_outputs, roots_from_env, roots_from_uris
 from mcp_server.errors import KernelscopeError, one_line, redact
 from mcp_server.faces import Operation, operations
-from mcp_server.front import INSTRUCTIONS_HEAD
 from mcp_server.sizing import text_content
 from mcp_server.workers import WorkerPool
 
 log = logging.getLogger("kernelscope.server")
+
+INSTRUCTIONS_HEAD = (
+    "GPU kernel performance tools for LLM inference. Paths are local file paths on the server's machine. "
+    "Answers are summaries by default (top_n rows per list, a summary_truncated warning saying what was cut; "
+    "detail=true for everything); unknown argument names are refused. Tools:"
+)
+
 
 class KernelscopeServer(MCPServer):
     """``MCPServer`` that refuses unknown argument names instead of dropping them."""

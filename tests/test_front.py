@@ -61,18 +61,40 @@ def _env(**extra) -> dict:
 
 # --------------------------------------------------------------------------- the answers equal the SDK's
 
-def test_the_handshake_constants_are_the_sdks():
+def test_the_bootstrap_negotiates_as_the_sdk():
     from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
-
-    from mcp_server.server import build_server
 
     assert front.HANDSHAKE_VERSIONS == tuple(HANDSHAKE_PROTOCOL_VERSIONS)
     assert front.negotiate("1999-01-01") == LATEST_HANDSHAKE_VERSION
-    server = build_server()
-    opts = server._lowlevel_server.create_initialization_options()
-    caps = opts.capabilities.model_dump(by_alias=True, exclude_none=True)
-    assert {k: v for k, v in caps.items() if v != {}} == front.CAPABILITIES  # the wire omits the empty ones
-    assert server.instructions == front.server_instructions()
+    assert front.negotiate("2025-06-18") == "2025-06-18"
+
+
+def test_the_front_repeats_what_the_sdk_answered(tmp_path):
+    """A cold cache: the handshake and the tool list pass to the backend and its answers are kept; the
+    next session's front answers both itself, under that session's ids, and replays the handshake."""
+    cache = front.AnswerCache(tmp_path / "front-x.json")
+    out, backend = io.BytesIO(), _Backend()
+    f = front.Front(out, cache=cache)
+    f.attach(backend)
+    f.from_client(_line(_init(msg_id=1)))
+    f.from_backend(_line({"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": "2025-11-25", "x": 1}}))
+    f.from_client(_line({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+    f.from_backend(_line({"jsonrpc": "2.0", "id": 2, "result": {"tools": [{"name": "t"}]}}))
+    assert [m["id"] for m in backend.got] == [1, 2]  # both went to the backend
+    out2, backend2 = io.BytesIO(), _Backend()
+    f2 = front.Front(out2, cache=front.AnswerCache(tmp_path / "front-x.json"))
+    f2.from_client(_line(_init(msg_id=10)))
+    f2.from_client(_line({"jsonrpc": "2.0", "id": 11, "method": "tools/list"}))
+    f2.from_client(_line({"jsonrpc": "2.0", "id": 12, "method": "tools/list", "params": {"cursor": "c"}}))
+    f2.attach(backend2)
+    assert [json.loads(x) for x in out2.getvalue().splitlines()] == [
+        {"jsonrpc": "2.0", "id": 10, "result": {"protocolVersion": "2025-11-25", "x": 1}},
+        {"jsonrpc": "2.0", "id": 11, "result": {"tools": [{"name": "t"}]}}]
+    assert [m["id"] for m in backend2.got] == [front.REPLAY_ID, 12]  # a later page is the backend's
+    f3 = front.Front(io.BytesIO(), cache=front.AnswerCache(tmp_path / "front-x.json"))
+    f3.attach(_Backend())
+    f3.from_client(_line(_init("2024-11-05", msg_id=20)))  # another version: not recorded yet
+    assert f3._recording == {20: ("initialize", "2024-11-05")}
 
 
 def test_the_fronts_initialize_answer_is_the_sdks(tmp_path):
