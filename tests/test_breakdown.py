@@ -202,3 +202,14 @@ def test_every_unattributed_kernel_has_a_reason(tmp_path: Path) -> None:
     reasons = {"no_module_spans", "kernels_before_first_step", "replays_unattributed", "thread_without_modules",
                "outside_modules"}
     assert full.unattributed_count == 0 and not reasons & set(_codes(full))
+
+
+def test_pointer_sized_stream_ids_keep_their_rows() -> None:
+    """ROCm writes stream handles (pointer-sized numbers): each (device, stream) is still its own row."""
+    from mcp_server.traces.breakdown import COMPUTATION, compute_breakdown
+
+    ts = np.array([0.0, 1.0, 2.0, 3.0])
+    b = compute_breakdown(ts, np.ones(4), np.full(4, COMPUTATION, dtype=np.int8), np.array([0, 0, 1, 1]),
+                          np.array([2**62, -5, 2**62, 7]))
+    assert sorted((s.device, s.stream) for s in b.streams) == [(0, -5), (0, 2**62), (1, 7), (1, 2**62)]
+    assert all(s.kernel_count == 1 and s.busy_us == 1.0 for s in b.streams)

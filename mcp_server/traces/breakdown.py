@@ -143,8 +143,8 @@ def compute_breakdown(ts: np.ndarray, dur: np.ndarray, cls: np.ndarray, device: 
                    for i, r in enumerate(_rows(ts, end, cls, dev_g, D, d0, d1))]
         devices.sort(key=lambda r: -r.busy_us)
 
-    pair = dev_g.astype(np.int64) * (int(stream.max()) - int(stream.min()) + 1) + (stream - stream.min())
-    pu, pg = np.unique(pair, return_inverse=True)
+    su, sg = np.unique(stream, return_inverse=True)  # stream ids may be pointer-sized: number them first
+    pu, pg = np.unique(dev_g.astype(np.int64) * len(su) + sg, return_inverse=True)
     P = len(pu)
     pdev = np.zeros(P, dtype=np.int64)
     pdev[pg] = dev_g
