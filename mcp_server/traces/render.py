@@ -69,7 +69,8 @@ def render_analysis(res: TraceAnalysis, console: Console, request: object = None
         t_ = b.total
         c.print(f"GPU time ({escape(b.window)}, window {_us(t_.window_us)}): busy {_us(t_.busy_us)} "
                 f"({t_.busy_pct:.1f}%), idle {_us(t_.idle_us)}; computation {_us(t_.computation_us)}, "
-                f"communication {_us(t_.communication_us)} (exposed {_us(t_.exposed_communication_us)}), "
+                f"communication {_us(t_.communication_us)} (exposed {_us(t_.exposed_communication_us)}"
+                + (f", {t_.comm_overlap_pct:.1f}% under compute" if t_.comm_overlap_pct is not None else "") + "), "
                 f"memcpy/memset {_us(t_.memory_us)}; {len(b.streams)} stream(s)")
     for wn in res.warnings:  # before the tables: a person reads them before trusting the numbers
         c.print(f"[yellow]warning[/] {escape(wn.code)}: {escape(wn.message)}")
