@@ -30,12 +30,14 @@ browser-deps:
 	command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium) || true
 
 # lint (ruff), types (mypy), import layers (import-linter), the skills' frontmatter (Agent Skills
-# reference validator), then the whole suite (GPU tests skip without a GPU)
+# reference validator), dead code (vulture, tools/deadcode.py), then the whole suite (GPU tests skip
+# without a GPU)
 test: $(STAMP) browser-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(VPY) tools/validate_skills.py
+	$(VPY) tools/deadcode.py
 	$(VPY) -m pytest -q
 
 bench: $(STAMP)

@@ -61,9 +61,6 @@ class CategoryRules:
         self._memo[name] = cat
         return cat
 
-    def classify_many(self, names) -> list[str]:
-        return [self.classify(n) for n in names]
-
     @property
     def categories(self) -> list[str]:
         seen: dict[str, None] = {}

@@ -69,20 +69,6 @@ class GpuSpec:
         v = self.value("l2_mb")
         return None if v is None else v * 1e6
 
-    @property
-    def mem_bytes_per_s(self) -> float | None:
-        v = self.value("hbm_tb_s")
-        return None if v is None else v * 1e12
-
-    def matrix_flops_per_s(self, dtype: str = "bf16") -> float | None:
-        v = self.value(f"{dtype}_tflops")
-        return None if v is None else v * 1e12
-
-    @property
-    def fp32_flops_per_s(self) -> float | None:
-        v = self.value("fp32_tflops")
-        return None if v is None else v * 1e12
-
 
 def _numbers(path: Path, key: str, table: Mapping) -> dict[str, float]:
     out: dict[str, float] = {}

@@ -22,14 +22,6 @@ MIN_LAUNCHES = 48             # launches per captured graph
 REPLAYS = 15
 
 
-def cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
-
-
 def device_info() -> dict:
     import torch
     import triton

@@ -97,8 +97,8 @@ DECODE_TABLE: dict[tuple[str, int, int, int], dict] = {
 }
 TABLE.update(DECODE_TABLE)
 
-SOURCE = ("H200 sweeps 2026-12-01 (bench/results/mla_sweep_h200.json; decode GEMMs and FP8 W_UV: "
-          "bench/results/decode_sweep_h200_r*.json)")
+# Source of the values: H200 sweeps 2026-12-01 (bench/results/mla_sweep_h200.json; decode GEMMs and FP8 W_UV:
+# bench/results/decode_sweep_h200_r*.json)
 
 
 def bucket(M: int) -> int:

@@ -428,6 +428,3 @@ class Ledger:
         rows = self.query("SELECT decision FROM decisions WHERE candidate_id = ? ORDER BY id DESC LIMIT 1",
                           (candidate_id,))
         return "pending" if not rows else str(rows[0]["decision"])
-
-    def integrity(self) -> str:
-        return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 AMPERE = ("sm_80", "sm_86", "sm_87")
 ADA = ("sm_89",)
 HOPPER = ("sm_90",)
-BLACKWELL = ("sm_100", "sm_103", "sm_120")
 
 
 @dataclass(frozen=True)
@@ -179,9 +178,6 @@ DEFAULT_SECTIONS = (
     "SpeedOfLight", "LaunchStats", "Occupancy", "ComputeWorkloadAnalysis",
     "MemoryWorkloadAnalysis", "WarpStateStats", "SchedulerStats",
 )
-
-#: Named metric sets for ``run_ncu --metric-set``.
-METRIC_SETS = ("classify", "sections-only", "minimal")
 
 
 def canonical(ncu_name: str) -> str | None:

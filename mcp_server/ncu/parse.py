@@ -258,7 +258,7 @@ def read_csv(path: Path) -> RawProfile:
     if not text.strip():
         raise NcuFormatError("the CSV is empty", path=path,
                              hint="export with `ncu --import R.ncu-rep --page raw --csv > R.csv`")
-    rows, n_prof, n_other = _split_csv_lines(text)
+    rows, _, n_other = _split_csv_lines(text)
     hi = _find_header(rows)
     if hi < 0:
         if "==ERROR==" in text or "ERR_NVGPUCTRPERM" in text:

@@ -198,10 +198,6 @@ def _find_header(rows: list[list[Any]], first: str, must: str, start: int = 0) -
     return None
 
 
-def _is_blank(row: list[Any]) -> bool:
-    return all(v in ("", None) for v in row)
-
-
 def _num(v: Any, default: float = 0.0) -> float:
     x = L.parse_number(v)
     return default if x is None else x

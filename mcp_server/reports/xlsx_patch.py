@@ -190,16 +190,6 @@ class SheetXml:
         self._index = {r.num: i for i, r in enumerate(self.rows)}
         return new
 
-    def style_of(self, num: int, col: int) -> Optional[bytes]:
-        row = self._row(num, create=False)
-        if row is None:
-            return None
-        for c, cx in self._cells(row):
-            if c == col:
-                m = _CELL_S_RE.search(cx, 0, cx.index(b">") + 1)
-                return m.group(1) if m else None
-        return None
-
     def set_cell(self, num: int, col: int, value: Any, style: Optional[bytes] = None) -> None:
         row = self._row(num)
         assert row is not None  # _row creates the row when absent

@@ -1,8 +1,6 @@
 """Text renderings of timeline results (rich), for the CLI and the plain-text report."""
 from __future__ import annotations
 
-import io
-
 from rich.console import Console
 from rich.markup import escape
 
@@ -108,10 +106,3 @@ def render_comparison(cmp: TimelineComparison, con: Console, request=None) -> No
         con.print(escape(f"- {f}"), highlight=False)
     for k, path in cmp.outputs.items():
         print_line(con, f"wrote {k}: {escape(path)}")
-
-
-def analysis_text(res: TimelineAnalysis, width: int = 160) -> str:
-    """The text report as a plain string (no colour)."""
-    buf = io.StringIO()
-    render_analysis(res, Console(file=buf, width=width, color_system=None, highlight=False, emoji=False))
-    return buf.getvalue()

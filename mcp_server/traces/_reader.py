@@ -43,11 +43,6 @@ def check_path(path: str | os.PathLike) -> Path:
     return p
 
 
-def is_gzip(p: Path) -> bool:
-    with open(p, "rb") as f:
-        return f.read(2) == b"\x1f\x8b"
-
-
 def compression(p: Path) -> str:
     """``"gzip"``, ``"zstd"`` or ``""`` (plain text), from the file's magic bytes."""
     with open(p, "rb") as f:
@@ -113,16 +108,6 @@ def decompress_errors() -> tuple:
     except ImportError:
         pass
     return tuple(errs)
-
-
-def open_trace(p: Path):
-    kind = compression(p)
-    raw = open(p, "rb")
-    if kind == "gzip":
-        return _gzip_file(raw, gzip_backend())
-    if kind == "zstd":
-        return _zstd_reader(p, raw)
-    return raw
 
 
 def _zstd_reader(p: Path, raw: Any) -> Any:

@@ -779,7 +779,7 @@ def _type_stats(rt, lk, table, arrays, path_code, span_pc, total) -> list[Module
     gm = lk.graph & (path_code > 1)
     if gm.any():
         gi = np.flatnonzero(gm)
-        grp_u, grp = np.unique(lk.graph_group[gi], return_inverse=True)
+        _, grp = np.unique(lk.graph_group[gi], return_inverse=True)
         keys = np.unique(grp * P + path_code[gi])
         frontier = keys
         while len(frontier):  # close under parents

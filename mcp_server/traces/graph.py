@@ -46,7 +46,7 @@ else at the repeat period of the kernel-name sequence (the longest run where
 from __future__ import annotations
 
 import difflib
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -99,31 +99,6 @@ class Reference:
     @property
     def empty(self) -> bool:
         return not self.steps and not self.vote and not self.captures
-
-
-def learn(names: Sequence[str], paths: Sequence[str], step_ids: Sequence[int]) -> Reference:
-    """``names/paths/step_ids``: attributed eager kernels in time order."""
-    by_step: dict[int, tuple[list[str], list[str]]] = defaultdict(lambda: ([], []))
-    votes: dict[str, Counter] = defaultdict(Counter)
-    for n, p, s in zip(names, paths, step_ids):
-        a, b = by_step[s]
-        a.append(n)
-        b.append(p)
-        votes[n][p] += 1
-    vote = {}
-    for n, c in votes.items():
-        p, k = c.most_common(1)[0]
-        vote[n] = (p, k / sum(c.values()))
-    # distinct step shapes only (identical steps align identically)
-    seen: set[tuple[str, ...]] = set()
-    steps = []
-    for a, b in by_step.values():
-        key = tuple(a)
-        if key in seen:
-            continue
-        seen.add(key)
-        steps.append((a, b))
-    return Reference(steps[:16], vote)
 
 
 def learn_layers(ref: Reference, names: Sequence[str], paths: Sequence[str]) -> None:

@@ -61,8 +61,6 @@ KIND_NAMES = ("kernel", "memcpy", "memset")
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "runtime", "driver",
                          "Runtime", "Driver"})
 CPU_OP_CATS = frozenset({"cpu_op", "Operator"})
-#: categories of the first Kineto schema (PyTorch 1.8/1.9); a trace holding them is reported as such
-OLD_SCHEMA_CATS = frozenset({"Kernel", "Memcpy", "Memset", "Runtime", "Driver", "Operator"})
 GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch", "hipGraphLaunch"})
 #: record_function annotations that say the phase of what runs inside them: SGLang's ``step[DECODE bs=32]`` /
 #: ``step[EXTEND bs=15 toks=15360]`` and graph captures ``capture_32_DECODE``; the ``execute_[N_]context_C(...)
