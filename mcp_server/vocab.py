@@ -60,6 +60,7 @@ class WarningCode(StrEnum):
     low_graph_confidence = "low_graph_confidence"  # graph-replay kernels attributed with a low majority share
     unattributed_kernels = "unattributed_kernels"  # kernels with no enclosing module
     replays_unattributed = "replays_unattributed"  # CUDA-graph replays with no eager kernels to learn modules from
+    graph_capture = "graph_capture"  # a CUDA/HIP-graph capture trace (launches ran nothing): a reference for replays
     no_gpu_events = "no_gpu_events"  # the trace holds no GPU kernel/copy/memset (CPU-only, counters-only, all damaged)
     # why kernels are unattributed (issue 23: every trace under 95 % attributed says why)
     no_module_spans = "no_module_spans"  # the trace holds no nn.Module spans: profile with with_stack/with_modules

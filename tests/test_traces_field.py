@@ -131,6 +131,9 @@ def test_replays_attributed_from_their_capture_trace():
     assert {p.phase for p in alone.phases if p.phase} == {"graph"}  # no evidence of a phase
     cap = run("capture_capture")
     assert cap.kernel_count == 2 and "no_gpu_events" not in {w.code for w in cap.warnings}
+    w = [x for x in cap.warnings if x.code == WarningCode.graph_capture]  # never a silent near-zero
+    assert w and w[0].count == 191 and "--reference-trace" in w[0].message
+    assert not [x for x in run("capture_eager").warnings if x.code == WarningCode.graph_capture]
     res = run("capture_replay", "capture_capture")
     assert res.graph.graph_kernel_count == 573 and res.graph.attributed_count == 573  # 3 replays x 191
     assert res.graph.method == "reference-trace" and res.graph.mean_confidence == 1.0

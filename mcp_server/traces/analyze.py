@@ -187,8 +187,7 @@ _CAPTURE_BEGIN, _CAPTURE_END = "StreamBeginCapture", "StreamEndCapture"
 def _captures(rt: RawTrace, lk: Linked) -> list[G.Capture]:
     """The CUDA/HIP-graph captures of a trace: per ``*StreamBeginCapture`` .. ``*StreamEndCapture`` window on
     its thread, the kernel/copy/memset launches in it whose kernel did not run (a launch during capture
-    only records a graph node), in launch order, with the module span and phase around each launch.
-    Without those calls, a trace whose launches mostly ran nothing is taken as one capture."""
+    only records a graph node), in launch order, with the module span and phase around each launch."""
     if not len(rt.l_name):
         return []
     names = rt.names
@@ -203,7 +202,7 @@ def _captures(rt: RawTrace, lk: Linked) -> list[G.Capture]:
     begin_ids = [i for i in uniq.tolist() if _CAPTURE_BEGIN in names[i]]
     end_ids = [i for i in uniq.tolist() if _CAPTURE_END in names[i]]
     windows: list[np.ndarray] = []
-    if begin_ids:
+    if begin_ids:  # without the capture calls a launch that ran nothing may as well be untraced GPU work
         b = np.flatnonzero(np.isin(rt.l_name, begin_ids))
         e = np.flatnonzero(np.isin(rt.l_name, end_ids))
         for bi in b[np.argsort(rt.l_ts[b], kind="stable")].tolist():
@@ -213,8 +212,6 @@ def _captures(rt: RawTrace, lk: Linked) -> list[G.Capture]:
             sel = np.flatnonzero(cand & (rt.l_thread == th) & (rt.l_ts > t0) & (rt.l_ts < t1))
             if len(sel):
                 windows.append(sel)
-    elif cand.sum() >= 0.5 * (lkind >= 0).sum():
-        windows.append(np.flatnonzero(cand))
     if not windows:
         return []
     inferred = _infer_root_phase(rt, lk)
@@ -235,6 +232,23 @@ def _captures(rt: RawTrace, lk: Linked) -> list[G.Capture]:
         out.append(G.Capture(kinds=lkind[sel].tolist(), kernels=[names[i] for i in rt.l_kernel[sel].tolist()],
                              paths=paths, phases=phases))
     return out
+
+
+def _capture_warning(rt: RawTrace, lk: Linked) -> list[Warning_]:
+    """``graph_capture``: the trace is (or holds) a CUDA/HIP-graph capture and no replay: its launches ran
+    nothing, so its kernel time is not the model's; it is the reference for the replays' trace."""
+    names = rt.names
+    uniq = np.unique(rt.l_name).tolist() if len(rt.l_name) else []
+    if not any(_CAPTURE_BEGIN in names[i] for i in uniq):
+        return []  # cheap test first: no capture call
+    caps = _captures(rt, lk)
+    if not caps:
+        return []
+    n = sum(len(c.kinds) for c in caps)
+    return [Warning_(code=WarningCode.graph_capture, count=n, message=(
+        f"the trace holds {len(caps)} CUDA/HIP-graph capture(s) ({n} launches recorded as graph nodes, no kernel "
+        f"run): its {len(rt.k_name)} kernel(s) are not the captured work; pass this trace as --reference-trace "
+        "(reference_trace) of the trace that profiles the graph's replays, to attribute them to modules"))]
 
 
 def analyze_trace(
@@ -275,6 +289,8 @@ def analyze_trace(
     if lk.graph.any():
         warnings += _attribute_replays(rt, lk, table, rules, reference_trace, report,
                                        path_code, confidence, phase, layer, gstat)
+    else:
+        warnings += _capture_warning(rt, lk)
 
     report(3, "building the kernel table")
     arrays = table.arrays()
