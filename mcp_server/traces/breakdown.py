@@ -124,6 +124,7 @@ def compute_breakdown(ts: np.ndarray, dur: np.ndarray, cls: np.ndarray, device: 
         window = WINDOW_LAUNCHED
     excluded = int(n - keep.sum())
     excluded_us = float(dur[~keep].sum()) if excluded else 0.0
+    early = int((ts[~keep] < ts[keep].min()).sum()) if excluded else 0
     ts, dur, cls, device, stream = ts[keep], dur[keep], cls[keep], device[keep], stream[keep]
     end = ts + dur
     zero = np.zeros(len(ts), dtype=np.int64)
@@ -156,8 +157,8 @@ def compute_breakdown(ts: np.ndarray, dur: np.ndarray, cls: np.ndarray, device: 
     streams.sort(key=lambda r: -r.busy_us)
     if window == WINDOW_LAUNCHED:
         note = (f"first to last GPU event whose launch is in the trace; {excluded} GPU event(s) "
-                f"({excluded_us:,.1f} us) without a launch event (run before the profiler recorded the CPU "
-                "side) are left out")
+                f"({excluded_us:,.1f} us) without a launch event are left out ({early} of them ran before the "
+                "first launched one: work queued before the profiler recorded the CPU side)")
     else:
         note = "first to last GPU event of the trace"
     return GpuBreakdown(window=window, window_note=note, excluded_count=excluded, excluded_us=excluded_us,
