@@ -78,3 +78,10 @@ def test_readme_examples_write_under_out_and_say_how_to_reach_the_command():
     assert len(outputs) >= 8
     bad = [o for o in outputs if not o.startswith(("out/", "/tmp/"))]
     assert not bad, f"README examples write outside out/: {bad}"
+
+
+def test_make_demo_says_how_to_reach_the_command():
+    """After `make demo` the command lives in .venv/bin, not on PATH: the demo target says so."""
+    make = (ROOT / "Makefile").read_text()
+    demo = make[make.index("\ndemo:"):].split("\n\n", 1)[0]
+    assert "source $(VENV)/bin/activate" in demo and "$(VENV)/bin/kernelscope" in demo
