@@ -46,6 +46,15 @@ def test_other_schemas_read_like_the_current_trace(name):
     assert set(cols["stream"]) == set(base.kernels["stream"]) == {7}  # "stream 7" is stream 7
 
 
+def test_budget_and_compare_read_old_schema_traces():
+    # before: "totals of 0.0" on both sides
+    b = budget(TRACES / "format_pt18_prefill.json.gz", TRACES / "llama_prefill_sdpa.json.gz")
+    assert b.a.total_us == pytest.approx(b.b.total_us) and b.a.total_us == pytest.approx(212.3, abs=0.05)
+    assert all(r.gap_us == pytest.approx(0.0, abs=1e-6) for r in b.rows)
+    d = diff_modules(TRACES / "format_pt18_prefill.json.gz", TRACES / "format_rocm_stream_prefill.json.gz")
+    assert d.a.total_us == pytest.approx(d.b.total_us) == pytest.approx(212.3, abs=0.05)
+
+
 def test_pt18_categories_and_string_ids_are_read():
     rt = load_trace(TRACES / "format_pt18_prefill.json.gz")
     assert rt.skipped == 0
