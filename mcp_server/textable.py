@@ -199,7 +199,7 @@ class TextTable:
             console.width = old
 
 
-def print_line(console: Console, markup: str) -> None:
+def print_line(console: Console, markup: str, *, highlight: bool = False) -> None:
     """A line of prose holding paths or names: wrapped only at spaces, never inside a word or a path
     (a word longer than the width runs past it instead of breaking)."""
     import re
@@ -213,7 +213,7 @@ def print_line(console: Console, markup: str) -> None:
                 start = m.start()
         for part in text.divide(cuts):
             part.rstrip()
-            console.print(part, soft_wrap=True, highlight=False)
+            console.print(part, soft_wrap=True, highlight=highlight)
 
 
 class PipeConsole(Console):

@@ -159,6 +159,7 @@ class WarningCode(StrEnum):
 #: Warnings about which module a kernel belongs to: operations that read only categories (budget) leave them out.
 MODULE_ATTRIBUTION_WARNINGS = frozenset({
     WarningCode.unattributed_kernels, WarningCode.replays_unattributed, WarningCode.low_graph_confidence,
+    WarningCode.thread_without_modules, WarningCode.outside_modules,
 })
 
 

@@ -120,3 +120,13 @@ def test_ledger_show_says_the_decision_once(capsys, tmp_path):
     assert "accepted, speedup 1.736x [1.720, 1.753]" in one and "accepted  accepted" not in one
     two = _run(capsys, "ledger", "show", "2", "--ledger", str(db), "--width", "130")
     assert "reverted (validation: not_faster), speedup 1.027x" in two
+
+
+def test_paths_in_text_lines_stay_whole(capsys, tmp_path):
+    """A report path on a narrow console moves to its own line instead of breaking inside a name."""
+    db = tmp_path / "l.db"
+    shutil.copyfile(LEDGER, db)
+    text = _run(capsys, "ledger", "show", "1", "--ledger", str(db), "--width", "40")
+    assert "/root/out/ex/reports/e1-p1.ncu-rep" in text.splitlines()
+    text = _run(capsys, "classify", str(NCU), "--width", "40")
+    assert str(NCU) in [ln.strip() for ln in text.splitlines()]

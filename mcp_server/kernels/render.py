@@ -16,7 +16,7 @@ def _warnings(res: Any, con) -> None:
 def render_mla(res: MlaBenchResult, con, request: Any = None) -> None:
     from rich.markup import escape
 
-    from mcp_server.textable import Col, TextTable
+    from mcp_server.textable import Col, TextTable, print_line
 
     d = res.device
     con.print(escape(f"{res.model} on {d.name} ({d.sm_count} SMs, L2 {d.l2_mb:.0f} MB), torch {d.torch}, "
@@ -50,14 +50,14 @@ def render_mla(res: MlaBenchResult, con, request: Any = None) -> None:
         worst = "n/a" if g.worst is None else f"{g.worst:.2f}x"
         con.print(f"{escape(g.target)}: worst {worst} over {g.rows} rows: {mark}", highlight=False)
     if res.json_path:
-        con.print(f"json: {escape(res.json_path)}", highlight=False)
+        print_line(con, f"json: {escape(res.json_path)}", highlight=False)
     _warnings(res, con)
 
 
 def render_l2(res: L2SweepResult, con, request: Any = None) -> None:
     from rich.markup import escape
 
-    from mcp_server.textable import Col, TextTable
+    from mcp_server.textable import Col, TextTable, print_line
 
     t = TextTable([Col(c) for c in ("H", "MB", "BF16", "BF16 cold", "INT4", "FP8", "INT4 x", "FP8 x", "warm/cold")],
                   title=f"L2 sweep on {escape(res.device.name)}: W_UK heads K={res.K} N={res.N} M={res.M} (µs, warm)",
@@ -74,14 +74,14 @@ def render_l2(res: L2SweepResult, con, request: Any = None) -> None:
               f"{mb(res.int4_crossover_mb)}, FP8 from {mb(res.fp8_crossover_mb)}", highlight=False)
     for label, path in (("json", res.json_path), ("png", res.png_path)):
         if path:
-            con.print(f"{label}: {escape(path)}", highlight=False)
+            print_line(con, f"{label}: {escape(path)}", highlight=False)
     _warnings(res, con)
 
 
 def render_decode(res: DecodeGemmResult, con, request: Any = None) -> None:
     from rich.markup import escape
 
-    from mcp_server.textable import Col, TextTable
+    from mcp_server.textable import Col, TextTable, print_line
 
     d = res.device
     con.print(escape(f"decode GEMMs on {d.name} ({d.sm_count} SMs), torch {d.torch}, triton {d.triton}; copy "
@@ -118,5 +118,5 @@ def render_decode(res: DecodeGemmResult, con, request: Any = None) -> None:
         worst = "n/a" if g.worst is None else f"{g.worst:.2f}x"
         con.print(f"{escape(g.target)}: worst {worst} over {g.rows} rows: {mark}", highlight=False)
     if res.json_path:
-        con.print(f"json: {escape(res.json_path)}", highlight=False)
+        print_line(con, f"json: {escape(res.json_path)}", highlight=False)
     _warnings(res, con)

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from mcp_server.ledger.models import LedgerExportResult, LedgerListResult, LedgerRecordResult, LedgerShowResult
-from mcp_server.textable import Col, TextTable
+from mcp_server.textable import Col, TextTable, print_line
 
 _STATUS_STYLE = {"accepted": "green", "reverted": "red", "abandoned": "yellow", "error": "red", "pending": "magenta"}
 
@@ -25,11 +25,12 @@ def target_label(target: list[str]) -> str:
 def render_record(res: LedgerRecordResult, console: Console, request: Any = None) -> None:
     verb = "recorded" if res.created else "already recorded (same key)"
     extra = f", candidate {res.candidate_id}" if res.candidate_id is not None and res.kind != "candidate" else ""
-    console.print(f"{res.kind} {res.id} {verb} in experiment {res.experiment_id}{extra}  [dim]{escape(res.ledger)}[/]")
+    print_line(console, f"{res.kind} {res.id} {verb} in experiment {res.experiment_id}{extra}  "
+                        f"[dim]{escape(res.ledger)}[/]")
 
 
 def render_list(res: LedgerListResult, console: Console, request: Any = None) -> None:
-    console.print(f"[bold]ledger[/] {escape(res.ledger)}  [dim]schema {res.schema_version}, "
+    print_line(console, f"[bold]ledger[/] {escape(res.ledger)}  [dim]schema {res.schema_version}, "
                   f"{res.total} experiment(s)[/]")
     if not res.experiments:
         console.print("  [dim]no experiments yet[/]")
@@ -58,7 +59,7 @@ def render_show(res: LedgerShowResult, console: Console, request: Any = None) ->
     console.print(f"  GPU {escape(str(e.env.get('gpu')))}  driver {escape(str(e.env.get('driver')))}  torch "
                   f"{e.env.get('torch')}  triton {e.env.get('triton')}  ncu {escape(str(e.env.get('ncu')))}")
     for p in res.profiles:
-        console.print(f"  profile {p.id}: {escape(str(p.report_path))}  [dim]{(p.report_sha256 or '')[:12]}[/]")
+        print_line(console, f"  profile {p.id}: {escape(str(p.report_path))}  [dim]{(p.report_sha256 or '')[:12]}[/]")
     if not res.candidates:
         console.print("  [dim]no candidates yet[/]")
         return
@@ -86,6 +87,6 @@ def render_show(res: LedgerShowResult, console: Console, request: Any = None) ->
 
 def render_export(res: LedgerExportResult, console: Console, request: Any = None) -> None:
     if res.output:
-        console.print(f"{res.experiments} experiment(s) exported as {res.format} to {escape(res.output)}")
+        print_line(console, f"{res.experiments} experiment(s) exported as {res.format} to {escape(res.output)}")
     else:
         console.print(res.text or "", markup=False, highlight=False, soft_wrap=True, end="")

@@ -7,13 +7,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from mcp_server.loop.models import LoopResult
+from mcp_server.textable import print_line
 
 _STYLE = {"accepted": "green", "reverted": "red", "abandoned": "yellow", "error": "red"}
 
 
 def render_loop(res: LoopResult, console: Console, request: Any = None) -> None:
     head = "resumed" if res.resumed else "started"
-    console.print(f"[bold]experiment {res.experiment_id}[/] ({head})  [dim]{escape(res.ledger)}[/]")
+    print_line(console, f"[bold]experiment {res.experiment_id}[/] ({head})  [dim]{escape(res.ledger)}[/]")
     if res.candidate:
         console.print(f"  selected kernel [bold]{escape(res.candidate)}[/]: {escape(res.diagnosis or '')}")
     for s in res.steps:

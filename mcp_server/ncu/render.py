@@ -117,7 +117,9 @@ def render_selection(res: Selection, con, request: Any = None) -> None:
 def render_run(res: NcuRun, con, request: Any = None) -> None:
     from rich.markup import escape
 
-    con.print(f"{escape(res.report)}: {res.kernels_profiled} kernels profiled in {res.wall_s:.1f} s "
+    from mcp_server.textable import print_line
+
+    print_line(con, f"{escape(res.report)}: {res.kernels_profiled} kernels profiled in {res.wall_s:.1f} s "
               f"(ncu {res.ncu_version or '?'}, cache-control {res.cache_control}, clock-control {res.clock_control}, "
               f"target rc {res.target_rc})", highlight=False)
     con.print(f"log {escape(res.log)}; sidecar {escape(res.sidecar)}", highlight=False)

@@ -110,4 +110,4 @@ def render_analysis(res: TraceAnalysis, console: Console, request: object = None
             t.add_row(*row)
         t.print(c)
     if res.output_xlsx:
-        c.print(f"report written: {escape(res.output_xlsx)}")
+        print_line(c, f"report written: {escape(res.output_xlsx)}")

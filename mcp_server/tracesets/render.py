@@ -100,8 +100,8 @@ def _collectives(res: TraceSetAnalysis, c: Console, ranks: list[int]) -> None:
     if col is None:
         return
     who = f"[bold red]rank {col.straggler_rank} arrives late[/]" if col.straggler_rank is not None else "no late rank"
-    c.print(f"collectives ({escape(col.source)}): {col.matched} matched on every rank, {col.unmatched} unmatched; "
-            f"{who}: {escape(col.evidence)}")
+    print_line(c, f"collectives ({escape(col.source)}): {col.matched} matched on every rank, "
+               f"{col.unmatched} unmatched; {who}: {escape(col.evidence)}")
     t = _table("Collective wait per layer, us per rank (the late rank sets the start)",
                ["Layer", *map(str, ranks), "Late", "By"], [x.name for x in col.layers])
     for x in sorted(col.layers, key=lambda x: x.index)[:MAX_ROWS * 4]:

@@ -6,7 +6,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from mcp_server.textable import Col, TextTable
+from mcp_server.textable import Col, TextTable, print_line
 from mcp_server.validate.models import ValidationResult
 
 _COLOURS = {"accepted": "green", "rejected": "red", "not_faster": "yellow", "error": "red"}
@@ -86,7 +86,7 @@ def render(res: ValidationResult, con: Console, request: Any = None) -> None:
             con.print(f"{o.cache} cache (reported, not deciding): speedup {med} [{lo}, {hi}] over {o.rounds} "
                       "rounds", highlight=False)
     if res.roofline and res.roofline.checked:
-        con.print(f"roofline: {escape(res.roofline.detail)} ({escape(res.roofline.source or '')})", highlight=False)
+        print_line(con, f"roofline: {escape(res.roofline.detail)} ({escape(res.roofline.source or '')})")
     for p in res.patched:
         con.print(f"[red]patched[/] {escape(p.name)} by the {p.by} during {escape(p.stage)} (put back)",
                   highlight=False)
