@@ -10,8 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from mcp_server import front
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,18 +122,6 @@ def test_the_fronts_initialize_answer_is_the_sdks(tmp_path):
     assert answers[0]["id"] == 7 and answers[0]["result"]["protocolVersion"] == "2025-11-25"
     cached = json.loads(next(tmp_path.glob("kernelscope/front-*.json")).read_text())
     assert cached["tools"]["2025-11-25"] == lists[2]["result"]  # the warm start answered from the cache
-
-
-@pytest.mark.parametrize("version", ["1999-01-01"])
-def test_the_negotiated_version_is_the_sdks(version, tmp_path):
-    answers = []
-    for mode in ("1", "0"):
-        s = _Server([sys.executable, "-m", "mcp_server"], env=_env(KERNELSCOPE_FRONT=mode,
-                                                                    XDG_CACHE_HOME=str(tmp_path)))
-        s.send(_init(version))
-        answers.append(s.read())
-        assert s.close()[0] == 0
-    assert answers[0] == answers[1] and answers[0]["result"]["protocolVersion"] == front.negotiate(version)
 
 
 # --------------------------------------------------------------------------- routing
