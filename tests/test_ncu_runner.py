@@ -224,3 +224,84 @@ def test_no_shell_anywhere_in_the_ncu_engine():
     for f in src.glob("*.py"):
         text = f.read_text()
         assert "shell=True" not in text and "os.system" not in text and "shlex" not in text, f.name
+
+
+# -- a make_repro directory as the target ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def attn_repro(tmp_path_factory):
+    """The eager Llama prefill's attention ops rebuilt by make_repro (op0 aten::mm ... op3 aten::_softmax)."""
+    from conftest import TRACES
+
+    from mcp_server.repro.extract import make_repro
+
+    out = tmp_path_factory.mktemp("ncu_repro") / "attn"
+    res = make_repro(str(TRACES / "llama_prefill_eager.json.gz"), str(out), module="LlamaAttention", top=5)
+    return res, out
+
+
+def test_repro_dir_profiles_exactly_its_op(fake_ncu, attn_repro):
+    res, out = attn_repro
+    softmax = next(o for o in res.ops if o.name == "aten::_softmax")
+    run = run_ncu([out.name], repro_op=softmax.id, cwd=str(out.parent), report=str(fake_ncu / "sm"),
+                  timeout_s=60, parse=False)
+    argv = json.loads((fake_ncu / "argv.json").read_text())  # what ncu was given
+    replay = [sys.executable, str(out.resolve() / "repro.py"), "--only", softmax.id, "--cache", "cold",
+              "--iters", "5", "--nvtx"]
+    assert argv[-len(replay):] == replay and run.argv[-len(replay):] == replay
+    head = argv[:-len(replay)]
+    assert "--nvtx" in head and [head[i + 1] for i, a in enumerate(head) if a == "--nvtx-include"] == [
+        f"{softmax.id}/"]
+    assert "--kernel-name" not in head  # the op's range is the filter, not a guessed regex
+    side = json.loads(Path(run.sidecar).read_text())
+    assert side["target"] == replay
+    assert side["repro"] == {"dir": str(out.resolve()), "op": softmax.id, "name": "aten::_softmax"}
+    assert "nvtx_include=['op3/']" in side["filters"]
+
+
+def test_repro_dir_cli_defaults_to_the_slowest_op(fake_ncu, attn_repro, capsys):
+    from mcp_server.cli import main as cli_main
+
+    res, out = attn_repro
+    rc = cli_main(["ncu", "run", "--report", str(fake_ncu / "cli"), "--no-parse", "--json", "--", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    argv = json.loads((fake_ncu / "argv.json").read_text())
+    assert argv[argv.index("--only") + 1] == res.ops[0].id == "op0" and argv[argv.index("--nvtx-include") + 1] == "op0/"
+    rc = cli_main(["ncu", "run", "--report", str(fake_ncu / "cli2"), "--repro-op", "op1", "--no-parse", "--", str(out)])
+    argv = json.loads((fake_ncu / "argv.json").read_text())
+    assert rc == 0 and argv[argv.index("--only") + 1] == "op1" and argv[argv.index("--nvtx-include") + 1] == "op1/"
+
+
+def test_repro_target_errors(tmp_path, attn_repro):
+    from mcp_server.errors import InputError, ReproError
+
+    _, out = attn_repro
+    with pytest.raises(ReproError, match="not a rebuilt op of this directory .*op0, op1, op2, op3, op4"):
+        run_ncu([str(out)], repro_op="op7", report=str(tmp_path / "r"))
+    with pytest.raises(ReproError, match="needs the target to be one repro directory, not a 2-word command"):
+        run_ncu(["python", "bench.py"], repro_op="op0", report=str(tmp_path / "r"))
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(ReproError, match="not a repro directory"):
+        run_ncu([str(tmp_path / "plain")], report=str(tmp_path / "r"))
+    with pytest.raises(InputError, match="nvtx_include is set by the repro target"):
+        run_ncu([str(out)], nvtx_include=["other/"], report=str(tmp_path / "r"))
+
+
+def test_repro_replay_command_runs(attn_repro, capsys):
+    """The replay command ncu is given is one the generated repro.py runs (here in-process on the CPU: no NVTX)."""
+    pytest.importorskip("torch")
+    import importlib.util
+
+    from mcp_server.replay_dir import repro_target
+
+    _, out = attn_repro
+    rt = repro_target([str(out)], "op3")
+    assert rt is not None and rt.spec == out.resolve() / "spec_op3.toml" and rt.name == "aten::_softmax"
+    assert rt.argv[:2] == (sys.executable, str(out.resolve() / "repro.py"))
+    spec = importlib.util.spec_from_file_location("ncu_repro_attn", rt.argv[1])
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main([*rt.argv[2:], "--device", "cpu"]) == 0
+    rows = [ln.split() for ln in capsys.readouterr().out.splitlines()[1:]]  # under the header: one row per op
+    assert len(rows) == 1 and rows[0][:2] == ["op3", "aten::_softmax"] and float(rows[0][4]) > 0  # warm us

@@ -17,7 +17,12 @@ CACHE_HELP = ("Cache control the profile was collected with, when neither the si
 
 class RunNcuRequest(Request):
     target: list[str] = Field(min_length=1, description=(
-        "The command to profile as an argument list (e.g. ['python', 'bench.py', '--n', '4']); never a shell string"))
+        "The command to profile as an argument list (e.g. ['python', 'bench.py', '--n', '4']); never a shell string. "
+        "Or one make_repro directory (['out/attn']): its op `repro_op` is replayed and profiled alone"))
+    repro_op: Optional[str] = Field(default=None, max_length=16, pattern=r"^op[0-9]+$", description=(
+        "With a make_repro directory as the target: the op to profile (default op0, the slowest). The target "
+        "becomes [python, DIR/repro.py, --only OP, --cache cold, --iters 5, --nvtx] and the kernel filter its NVTX "
+        "range (nvtx_include OP/): exactly the op's kernels, 8 calls (3 warm-up, 5 timed)"))
     report: str = Field(default="kernelscope_ncu", description=(
         "Report path (.ncu-rep added when missing); the log, sidecar JSON and application output go beside it"))
     timeout_s: float = Field(default=600.0, gt=0, description=(

@@ -215,7 +215,8 @@ def diagnose(log_text: str, rc: Optional[int], n_profiled: int, filters: str,
 
 
 def run_ncu(target: list[str], report: str = "kernelscope_ncu", ncu: Optional[str] = None,
-            metric_set: str = "classify", set_name: Optional[str] = None, sections: Optional[list[str]] = None,
+            repro_op: Optional[str] = None, metric_set: str = "classify", set_name: Optional[str] = None,
+            sections: Optional[list[str]] = None,
             metrics: Optional[list[str]] = None, kernel_name: Optional[str] = None, kernel_id: Optional[str] = None,
             launch_skip: Optional[int] = None, launch_count: Optional[int] = None,
             nvtx_include: Optional[list[str]] = None, nvtx_exclude: Optional[list[str]] = None,
@@ -223,12 +224,22 @@ def run_ncu(target: list[str], report: str = "kernelscope_ncu", ncu: Optional[st
             target_processes: str = "all", replay_mode: Optional[str] = None, overwrite: bool = False,
             timeout_s: float = 600.0, cwd: Optional[str] = None, parse: bool = True,
             progress: Optional[ProgressFn] = None) -> NcuRun:
-    """Profile ``target`` with ncu into a report, a log and a sidecar; parse the report when asked."""
+    """Profile ``target`` with ncu into a report, a log and a sidecar; parse the report when asked.
+
+    A target that is one make_repro directory profiles one of its ops (``repro_op``, default op0): the target
+    becomes the replay of that op alone and the kernel filter its NVTX range (``replay_dir``)."""
     from mcp_server import proc
     from mcp_server.atomic import atomic_write_text, check_output_path
+    from mcp_server.replay_dir import repro_target
 
     if timeout_s <= 0:
         raise InputError(f"timeout_s={timeout_s} must be positive")
+    replay = repro_target(target, repro_op, cwd)
+    if replay is not None:
+        if nvtx_include:
+            raise InputError(f"nvtx_include is set by the repro target (the range {replay.nvtx_include} of "
+                             f"{replay.op}): leave it out", hint="narrow further with kernel_name or launch_count")
+        target, nvtx_include = list(replay.argv), [replay.nvtx_include]
     exe = find_ncu(ncu)
     rep, log, side, app = report_paths(report)
     check_output_path(rep, "ncu report")
@@ -275,6 +286,8 @@ def run_ncu(target: list[str], report: str = "kernelscope_ncu", ncu: Optional[st
         "wall_s": round(wall, 3), "rc": res.rc, "timed_out": res.timed_out, "kernels_profiled": count,
         "filters": filters or None, "kernelscope": __version__,
     }
+    if replay is not None:
+        sidecar["repro"] = {"dir": str(replay.directory), "op": replay.op, "name": replay.name}
     atomic_write_text(side, json.dumps(sidecar, indent=1) + "\n", "ncu sidecar")
     if res.timed_out:
         raise NcuTimeoutError(f"ncu ran past timeout_s={timeout_s:g} s after {count} profiled kernel(s); the process "

@@ -16,33 +16,18 @@ from typing import Optional
 
 from mcp_server.errors import ReproError
 from mcp_server.models import Warning_
+from mcp_server.replay_dir import load_repro_dir
 from mcp_server.repro.models import ReplayTiming, RunReproResult
 from mcp_server.vocab import ProgressFn, WarningCode
 
 BAND = (0.8, 1.25)  # replay within 20 % of the trace (either way)
 
 
-def check_repro_dir(output_dir: str) -> tuple[Path, dict]:
-    d = Path(os.path.expanduser(output_dir)).resolve()  # repro.py runs with the directory as its cwd
-    if not d.is_dir():
-        raise ReproError("not a directory", path=d, hint="give the output_dir of a make_repro call")
-    if not (d / "ops.json").is_file() or not (d / "repro.py").is_file():
-        raise ReproError("not a repro directory (no ops.json and repro.py)", path=d,
-                         hint="write one with `kernelscope repro TRACE -o DIR`")
-    try:
-        doc = json.loads((d / "ops.json").read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise ReproError("ops.json is not the JSON make_repro writes", path=d / "ops.json") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("ops"), list):
-        raise ReproError("ops.json holds no op list", path=d / "ops.json")
-    return d, doc
-
-
 def run_repro(output_dir: str, device: str = "cuda", only: Optional[list[str]] = None, iters: int = 50,
               timeout_s: float = 600.0, cache: str = "both", progress: Optional[ProgressFn] = None) -> RunReproResult:
     from mcp_server.proc import stream
 
-    d, doc = check_repro_dir(output_dir)
+    d, doc = load_repro_dir(output_dir)  # resolved: repro.py runs with the directory as its cwd
     known = [str(o["id"]) for o in doc["ops"] if isinstance(o, dict) and "id" in o]
     ids = only or known
     unknown = [i for i in ids if i not in known]
