@@ -71,6 +71,7 @@ def test_graph_only_trace_without_reference_says_to_pass_one(capsys):
     assert main(["analyze", str(graph), "--width", "100"]) == 0
     out = capsys.readouterr().out
     assert "replays_unattributed" in out and "Module types: none, no kernel is attributed to a module" in out
+    assert "399 kernels, none attributed (see the warnings)" in out  # not "0 attributed by unattributed"
 
 
 def test_validate_without_torch_is_one_line_and_status_2(monkeypatch, capsys):

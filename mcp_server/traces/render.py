@@ -59,8 +59,9 @@ def render_analysis(res: TraceAnalysis, console: Console, request: object = None
                                        f"{_us(p.total_us)}" for p in res.phases))
     g = res.graph
     if g.graph_kernel_count:
-        c.print(f"CUDA-graph replays: {g.graph_kernel_count:,} kernels, {g.attributed_count:,} attributed by "
-                f"{g.method} (mean confidence {g.mean_confidence:.2f}); layer cut: {g.layer_cut}, "
+        how = (f"{g.attributed_count:,} attributed by {g.method} (mean confidence {g.mean_confidence:.2f})"
+               if g.attributed_count else "none attributed (see the warnings)")
+        c.print(f"CUDA-graph replays: {g.graph_kernel_count:,} kernels, {how}; layer cut: {g.layer_cut}, "
                 f"{g.layers_found} layer(s) per replay")
         for note in g.notes:
             c.print(f"  {escape(note)}")
