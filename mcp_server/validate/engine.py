@@ -241,7 +241,11 @@ def build_result(spec: Spec, raw: dict | None, *, timed_out: bool, rc: int | Non
         return ValidationResult(accepted=False, verdict="rejected", reasons=reasons, speedup=speedup,
                                 timing=timing, roofline=roofline, warnings=warnings, **common)
     bar = 1.0 + spec.min_gain
-    iv = f"speedup {speedup.median:.4f} [{speedup.ci_low:.4f}, {speedup.ci_high:.4f}] ({spec.confidence:.0%})"
+    med = "n/a" if speedup.median is None else f"{speedup.median:.4f}"
+    if speedup.ci_low is not None and speedup.ci_high is not None:
+        iv = f"speedup {med} [{speedup.ci_low:.4f}, {speedup.ci_high:.4f}] ({spec.confidence:.0%})"
+    else:  # too few rounds for an interval (a short time budget): never accepted on the median alone
+        iv = f"speedup {med} (no {spec.confidence:.0%} interval: too few timing rounds)"
     accepted = speedup.ci_low is not None and speedup.ci_low > bar
     if accepted:
         reasons.append(f"correct on {len(spec.shapes)} shape(s) x {spec.seeds} seeds; {iv}: lower bound "
