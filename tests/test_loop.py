@@ -358,3 +358,137 @@ def test_forced_proposal_is_validated_with_a_warning(proj):
     assert [w.code for w in res.warnings] == ["forced_proposal"]
     assert (proj / "proj" / "kernel.py").read_text() == BASE
 
+
+
+# -- a make_repro directory as the target: its op profiled alone, its spec the baseline -------------------------
+
+@pytest.fixture(scope="module")
+def attn_repro(tmp_path_factory):
+    """The eager Llama prefill's attention ops rebuilt by make_repro (op2 an in-place copy_ without a spec,
+    op3 aten::_softmax with spec_op3.toml)."""
+    from conftest import TRACES
+
+    from mcp_server.repro.extract import make_repro
+
+    out = tmp_path_factory.mktemp("loop_repro") / "attn"
+    res = make_repro(str(TRACES / "llama_prefill_eager.json.gz"), str(out), module="LlamaAttention", top=5)
+    return res, out.resolve()
+
+
+class ReproSteps:
+    """Stand-ins that record what the loop profiles and the spec it validates (accepted when fake_speedup > 1.03)."""
+
+    def __init__(self) -> None:
+        self.profiled: list[list[str]] = []
+        self.specs: list[Any] = []
+
+    def profile(self, target, report: Path, cache_control):
+        self.profiled.append(list(target))
+        report.write_bytes(b"replay report")
+        return report
+
+    def select(self, report: Path, cache_control) -> Selection:
+        return Selection(kernel="softmax_warp_forward", short_name="softmax_warp_forward",
+                         diagnosis="latency_bound (small_grid)",
+                         classification={"kernels": [{"name": "softmax_warp_forward"}]})
+
+    def validate(self, spec) -> dict[str, Any]:
+        self.specs.append(spec)
+        s = float(spec.get("fake_speedup", 1.0))
+        return {"accepted": s > 1.03, "verdict": "accepted" if s > 1.03 else "not_faster", "reasons": [],
+                "speedup": {"median": s}}
+
+    def steps(self) -> LoopSteps:
+        return LoopSteps(profile=self.profile, select=self.select, validate=self.validate)
+
+
+def test_repro_dir_target_and_candidate_against_the_op_spec(attn_repro, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    res, out = attn_repro
+    op = next(o for o in res.ops if o.name == "aten::_softmax")
+    assert op.spec == f"spec_{op.id}.toml"
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "softmax_fast.py").write_text("def op3(x, dim, half):\n    return x.softmax(dim)\n")
+    props = _write(tmp_path, f'[[proposal]]\nid = "fast"\ncandidate = "kernels/softmax_fast.py:{op.id}"\n'
+                             '[proposal.spec]\ncache = "warm"\nfake_speedup = 1.2\n\n'
+                             f'[[proposal]]\nid = "same"\ncandidate = "kernels/softmax_fast.py:{op.id}"\n')
+    fake = ReproSteps()
+    r = drive([str(out)], repro_op=op.id, steps=fake.steps(), iters=5, proposals=props, ledger="l.db")
+    replay = [sys.executable, str(out / "repro.py"), "--only", op.id, "--cache", "cold", "--iters", "5", "--nvtx"]
+    assert fake.profiled[0] == replay  # the op's replay, as run_ncu expands the directory
+    assert [(s.proposal_id, s.decision) for s in r.steps] == [("fast", "accepted"), ("same", "reverted")]
+    spec = fake.specs[0]  # the repro op's spec, the proposal's candidate and fields over it
+    assert spec["baseline"] == f"{out / 'repro.py'}:{op.id}" and spec["inputs"] == f"{out / 'repro.py'}:make_inputs"
+    assert spec["candidate"] == f"{tmp_path / 'kernels' / 'softmax_fast.py'}:{op.id}"
+    assert spec["shapes"] == [{"op": op.id}] and spec["dtype"] == "float32" and spec["mode"] == "ab"
+    assert spec["cache"] == "warm" and "cache" not in fake.specs[1]
+    shown = ledger_show(id=r.experiment_id, ledger="l.db")
+    assert shown.experiment.target == replay  # the ledger keys the experiment by what runs
+    # the same directory and op again resumes that experiment (and never re-tries the proposals)
+    again = drive([str(out)], repro_op=op.id, steps=ReproSteps().steps(), iters=5, proposals=props, ledger="l.db")
+    assert again.experiment_id == r.experiment_id and again.resumed and not again.steps
+    other = drive([str(out)], steps=ReproSteps().steps(), iters=5, ledger="l.db")  # op0 by default: another target
+    assert other.experiment_id != r.experiment_id and other.stopped == "no_proposals"
+
+
+@pytest.mark.parametrize("body,op,text", [
+    ('candidate = "k.py:op3"\n', None, "candidate needs a repro directory"),
+    ('text = "no spec"\n', "op3", "spec missing"),
+    ('candidate = "k.py:op2"\n', "op2", r"op2 \(aten::copy_\) has no spec"),
+    ('candidate = "missing.py:op3"\n', "op3", "candidate file not found: missing.py"),
+    ('candidate = "k.py:op3"\nspec = "s.toml"\n', "op3", "candidate or a spec file, not both"),
+    ('candidate = "k.py"\n', "op3", "not 'file.py:function'"),
+])
+def test_repro_proposal_errors(attn_repro, tmp_path, monkeypatch, body, op, text):
+    monkeypatch.chdir(tmp_path)
+    _, out = attn_repro
+    (tmp_path / "k.py").write_text("def op3(*a):\n    return None\n")
+    (tmp_path / "s.toml").write_text("")
+    props = _write(tmp_path, f'[[proposal]]\nid = "p"\n{body}')
+    target = [str(out)] if op else ["python", "bench.py"]
+    with pytest.raises(ProposalError, match=text):
+        drive(target, repro_op=op, steps=ReproSteps().steps(), proposals=props, ledger="l.db")
+
+
+def test_repro_dir_default_profile_step_passes_the_op_to_run_ncu(attn_repro, monkeypatch, tmp_path):
+    from mcp_server.loop import steps as steps_mod
+    from mcp_server.replay_dir import repro_target
+
+    _, out = attn_repro
+    calls: list[tuple[str, dict]] = []
+
+    def fake_call(tool, arguments):
+        calls.append((tool, arguments))
+        return {"report": arguments["report"]}
+
+    monkeypatch.setattr(steps_mod, "call_tool", fake_call)
+    rt = repro_target([str(out)], "op1")
+    assert rt is not None
+    steps_mod.default_steps(None, rt).profile(list(rt.argv), tmp_path / "r.ncu-rep", "none")
+    assert calls == [("run_ncu", {"target": [str(out)], "repro_op": "op1", "report": str(tmp_path / "r.ncu-rep"),
+                                  "cache_control": "none", "overwrite": True})]
+    from mcp_server.ncu.requests import RunNcuRequest
+
+    RunNcuRequest.model_validate(calls[0][1])  # the arguments run_ncu's request model takes
+
+
+def test_repro_candidate_spec_is_one_validate_candidate_runs(attn_repro, tmp_path, monkeypatch):
+    """The spec a candidate proposal gets (the repro op's, paths made absolute) through the real validate_candidate
+    (on the CPU): the candidate is checked against the replayed op and timed; the loop decides on that answer."""
+    pytest.importorskip("torch")
+    from mcp_server.loop.steps import _validate
+
+    monkeypatch.chdir(tmp_path)
+    _, out = attn_repro
+    (tmp_path / "k.py").write_text("import torch\n\n\ndef op3(x, dim, half_to_float):\n    return torch.softmax(x, dim)\n")
+    props = _write(tmp_path, '[[proposal]]\nid = "cpu-softmax"\ncandidate = "k.py:op3"\n'
+                             '[proposal.spec]\ndevice = "cpu"\ntime_budget_s = 1\n')
+    fake = ReproSteps()
+    r = drive([str(out)], repro_op="op3", steps=LoopSteps(profile=fake.profile, select=fake.select, validate=_validate),
+              proposals=props, ledger="l.db")
+    (step,) = r.steps
+    assert step.verdict in ("accepted", "not_faster"), step.why  # correct against the replayed aten::_softmax
+    assert step.decision == ("accepted" if step.verdict == "accepted" else "reverted")
+    assert isinstance((step.speedup or {}).get("median"), float)

@@ -28,6 +28,7 @@ from mcp_server.loop.models import LoopResult, LoopSkip, LoopStep
 from mcp_server.loop.proposals import Proposal, load_proposals
 from mcp_server.loop.steps import LoopSteps, Selection, default_steps
 from mcp_server.models import Warning_
+from mcp_server.replay_dir import repro_target
 from mcp_server.vocab import ProgressFn, WarningCode
 
 
@@ -256,13 +257,20 @@ def _advised_against(p: Proposal, sel: Selection) -> Optional[str]:
 
 def drive(target: list[str], *, steps: LoopSteps, iters: int = 5, proposals: Optional[str] = None,
           profile: Optional[str] = None, ledger: Optional[str] = None, cache_control: Optional[str] = None,
-          max_rejects: int = 3, by: str = "loop", fresh: bool = False,
+          max_rejects: int = 3, by: str = "loop", fresh: bool = False, repro_op: Optional[str] = None,
           progress: Optional[ProgressFn] = None) -> LoopResult:
-    """Run the loop with the given steps (``run_loop`` passes the declared operations)."""
+    """Run the loop with the given steps (``run_loop`` passes the declared operations).
+
+    A target that is one make_repro directory names one of its ops (``repro_op``, default op0): the loop's
+    target is then that op's replay command (``replay_dir.ReproTarget.argv``: it is what the ledger records,
+    keys experiments by and profiles), and proposals may give ``candidate`` instead of ``spec``."""
     target = list(target)
     if not target:
         raise InputError("target is empty: give the command to profile after --")
-    props = load_proposals(proposals, target_repository(target)) if proposals else []
+    replay = repro_target(target, repro_op)
+    if replay is not None:
+        target = list(replay.argv)
+    props = load_proposals(proposals, target_repository(target), replay) if proposals else []
     given = Path(profile) if profile else None
     if given is not None and not given.is_file():
         raise FileMissingError("ncu report not found", path=given, hint="give the .ncu-rep or CSV run_ncu wrote")
@@ -395,8 +403,10 @@ def _record_candidate(led: Ledger, exp_id: int, pid: Optional[int], sel: Selecti
 
 def run_loop(target: list[str], iters: int = 5, proposals: Optional[str] = None, profile: Optional[str] = None,
              ledger: Optional[str] = None, gpu: Optional[str] = None, cache_control: Optional[str] = None,
-             max_rejects: int = 3, by: str = "loop", fresh: bool = False,
+             max_rejects: int = 3, by: str = "loop", fresh: bool = False, repro_op: Optional[str] = None,
              progress: Optional[ProgressFn] = None) -> LoopResult:
     """The ``loop`` operation: the loop over the declared run_ncu / select_candidate / validate_candidate."""
-    return drive(target, steps=default_steps(gpu), iters=iters, proposals=proposals, profile=profile, ledger=ledger,
-                 cache_control=cache_control, max_rejects=max_rejects, by=by, fresh=fresh, progress=progress)
+    replay = repro_target(list(target), repro_op)
+    return drive(target, steps=default_steps(gpu, replay), iters=iters, proposals=proposals, profile=profile,
+                 ledger=ledger, cache_control=cache_control, max_rejects=max_rejects, by=by, fresh=fresh,
+                 repro_op=repro_op, progress=progress)

@@ -9,6 +9,9 @@ kind   = "quantization"                   # optional: the kind of change; skippe
                                           # advises against it
 force  = false                            # validate even when advised against (the worked example's L2-resident case)
 spec   = "specs/int4.toml"                # the candidate spec for validate_candidate (a path, or an inline table)
+# candidate = "my_kernel.py:op0"          # instead of spec, when the loop's target is a make_repro directory: the
+                                          # repro op's spec (spec_<op>.toml) with this candidate; an inline spec
+                                          # table beside it overrides that spec's fields (cache = "warm", ...)
 
 [proposal.apply]                          # optional; without it nothing is applied (the spec alone names the kernel)
 file = "src/attn_kernel.py"               # file swap: this file ...
@@ -18,10 +21,11 @@ with = "proposals/attn_kernel_int4.py"    # ... replaced by this one while valid
 # repo  = "."
 ```
 
-Paths are relative to the proposals file. A change may only write inside the target's repository (the
-git work tree holding the target's script, else the script's folder), never inside ``.git``:
-``apply.file`` is a relative path without ``..`` that resolves (symlinks followed) there, a patch names
-only such paths and applies in a ``repo`` there; over MCP every file the change reads or writes also lies
+Paths are relative to the proposals file (a repro op's spec keeps its baseline and inputs, read from the
+repro directory). A change may only write inside the target's repository (the git work tree holding
+the target's script, else the script's folder), never inside ``.git``: ``apply.file`` is a relative path
+without ``..`` that resolves (symlinks followed) there, a patch names only such paths and applies in a
+``repo`` there; over MCP every file the change reads or writes also lies
 inside the server's roots. A proposal that breaks a rule is not applied: the loop records it as an
 ``error`` with the reason and moves on. A proposal's fingerprint hashes its id, its
 spec (the spec file's text, or the inline table), its change (the replacement file's or the
@@ -48,6 +52,7 @@ from mcp_server import limits
 from mcp_server.atomic import call_roots, inside, real_path
 from mcp_server.errors import FileMissingError, LimitError, ProposalError
 from mcp_server.ledger.patches import bad_patch_path, patch_paths, strip_prefix
+from mcp_server.replay_dir import ReproTarget
 from mcp_server.userregex import compile_user_regex
 
 if sys.version_info >= (3, 11):
@@ -77,7 +82,9 @@ class ProposalSpec(BaseModel):
     kernel: Optional[str] = None
     kind: Optional[str] = None
     force: bool = False
-    spec: Union[str, dict[str, Any]]
+    spec: Optional[Union[str, dict[str, Any]]] = None
+    candidate: Optional[str] = Field(None, min_length=1, description=(
+        "'file.py:function': validated against the repro op's spec (the loop's target is a repro directory)"))
     apply: Optional[ApplySpec] = None
 
 
@@ -151,10 +158,43 @@ def fingerprint(p: ProposalSpec, spec: Union[Path, dict[str, Any]], change: Chan
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def load_proposals(path: Union[str, Path], repository: Optional[Path] = None) -> list[Proposal]:
+def _repro_spec(p: ProposalSpec, base: Path, src: Path, repro: Optional[ReproTarget]) -> dict[str, Any]:
+    """A ``candidate`` proposal's spec: the repro op's spec (its paths made absolute from the repro directory),
+    the proposal's inline spec fields over it, and the candidate (from the proposals file's folder)."""
+    where = f"proposal {p.id!r}"
+    if repro is None:
+        raise ProposalError(f"{where}: candidate needs a repro directory as the loop's target (its op's spec is "
+                            "the baseline)", path=src, hint="give spec = a validate_candidate spec instead")
+    if isinstance(p.spec, str):
+        raise ProposalError(f"{where}: give candidate or a spec file, not both", path=src,
+                            hint="an inline spec table beside candidate overrides fields of the repro op's spec")
+    if repro.spec is None:
+        raise ProposalError(f"{where}: the repro op {repro.op} ({repro.name}) has no spec (make_repro writes none "
+                            "for in-place ops)", path=src, hint="give spec = a validate_candidate spec")
+    try:
+        doc = limits.loads_toml(repro.spec.read_text(encoding="utf-8"), "repro spec", path=repro.spec)
+    except LimitError:
+        raise
+    except (OSError, ValueError, UnicodeDecodeError):
+        raise ProposalError(f"{where}: the repro spec is not readable TOML", path=repro.spec) from None
+    cand = p.candidate or ""
+    file, sep, fn = cand.rpartition(":")
+    if not sep or not file or not fn:
+        raise ProposalError(f"{where}: candidate is not 'file.py:function' or 'module:function'", path=src)
+    if file.endswith(".py") and not (base / file).is_file():
+        raise ProposalError(f"{where}: candidate file not found: {file}", path=src)
+    spec = _resolve_spec_fields(doc, repro.directory)
+    spec.update(_resolve_spec_fields(dict(p.spec or {}), base))
+    spec["candidate"] = _resolve_spec_fields({"candidate": cand}, base)["candidate"]
+    return spec
+
+
+def load_proposals(path: Union[str, Path], repository: Optional[Path] = None,
+                   repro: Optional[ReproTarget] = None) -> list[Proposal]:
     """Read and check a proposals file (TOML, ``[[proposal]]`` tables). ``repository``: the folder changes may
     write in (the target's repository); a change that breaks the rules (see the module's text) carries its
-    ``problem`` instead of failing the file."""
+    ``problem`` instead of failing the file. ``repro``: the loop's target is this repro op, so a proposal may
+    give ``candidate`` instead of ``spec``."""
     src = Path(path)
     if not src.is_file():
         raise FileMissingError("proposals file not found", path=src)
@@ -191,11 +231,17 @@ def load_proposals(path: Union[str, Path], repository: Optional[Path] = None) ->
         if p.kernel and p.kernel.startswith("regex:"):  # a bad pattern is the file's error, found when it is read
             compile_user_regex(p.kernel[len("regex:"):], ignorecase=False, where=f"proposal {p.id!r}: kernel",
                                error=ProposalError, path=src)
-        if isinstance(p.spec, str):
+        if p.candidate is not None:
+            spec: Union[Path, dict[str, Any]] = _repro_spec(p, base, src, repro)
+        elif p.spec is None:
+            raise ProposalError(f"proposal {p.id!r}: spec missing", path=src, hint=(
+                "give spec = a validate_candidate spec, or (with a repro directory as the loop's target) "
+                "candidate = 'file.py:function'"))
+        elif isinstance(p.spec, str):
             spec_file = (base / p.spec).resolve()
             if not spec_file.is_file():
                 raise ProposalError(f"proposal {p.id!r}: spec file not found: {p.spec}", path=src)
-            spec: Union[Path, dict[str, Any]] = spec_file
+            spec = spec_file
         else:
             spec = _resolve_spec_fields(p.spec, base)
         change = _change(p, base, src, repository)

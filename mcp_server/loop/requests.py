@@ -10,11 +10,17 @@ from mcp_server.faces import WritesOutputs
 
 class LoopRequest(WritesOutputs):
     target: list[str] = Field(min_length=1, description=(
-        "The target's argument list, e.g. [\"python\", \"bench.py\", \"--size\", \"big\"] (CLI: after --)"))
+        "The target's argument list, e.g. [\"python\", \"bench.py\", \"--size\", \"big\"] (CLI: after --); or one "
+        "make_repro directory ([\"out/attn\"]): its op `repro_op` is profiled alone, and proposals may give "
+        "`candidate` instead of `spec` to be validated against that op's spec (spec_OP.toml)"))
+    repro_op: Optional[str] = Field(default=None, max_length=16, pattern=r"^op[0-9]+$", description=(
+        "With a make_repro directory as the target: the op to work on (default op0, the slowest); profiled as "
+        "run_ncu's repro_op is (its replay alone, its NVTX range the kernel filter)"))
     iters: int = Field(default=5, ge=1, le=1000, description="Proposals to validate in this run at most")
     proposals: Optional[str] = Field(default=None, description=(
-        "Proposals file (TOML [[proposal]] tables: id, text, kernel, kind, spec = a validate_candidate spec, "
-        "apply = file swap or git patch). Without it the loop profiles, selects and stops, showing the candidate"))
+        "Proposals file (TOML [[proposal]] tables: id, text, kernel, kind, spec = a validate_candidate spec, or "
+        "candidate = 'file.py:function' with a repro directory as the target, apply = file swap or git patch). "
+        "Without it the loop profiles, selects and stops, showing the candidate"))
     profile: Optional[str] = Field(default=None, description=(
         "Use this ncu report (.ncu-rep or CSV) instead of running ncu (runs without ncu)"))
     ledger: Optional[str] = Field(default=None, description=(

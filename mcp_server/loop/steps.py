@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from mcp_server.errors import ToolMissingError
+from mcp_server.replay_dir import ReproTarget
 
 SpecArg = Union[Path, dict[str, Any]]
 
@@ -78,10 +79,13 @@ def _first(names: tuple[str, ...], available: tuple[str, ...]) -> Optional[str]:
     return next((n for n in names if n in available), None)
 
 
-def _ncu_profile(target: list[str], report: Path, cache_control: Optional[str]) -> Path:
+def _ncu_profile(target: list[str], report: Path, cache_control: Optional[str],
+                 replay: Optional[ReproTarget] = None) -> Path:
     op = _operation("run_ncu")
     fields = op.field_names
     args: dict[str, Any] = {op.remainder or "target": list(target)}
+    if replay is not None:  # run_ncu expands the directory into ``target`` (replay.argv) and the op's NVTX range
+        args.update({op.remainder or "target": [str(replay.directory)], "repro_op": replay.op})
     out_field = _first(("output", "report", "out", "output_path", "report_path"), fields)
     if out_field:
         args[out_field] = str(report)
@@ -205,5 +209,10 @@ def _validate(spec: SpecArg) -> dict[str, Any]:
     return call_tool("validate_candidate", dict(spec))
 
 
-def default_steps(gpu: Optional[str] = None) -> LoopSteps:
-    return LoopSteps(profile=_ncu_profile, select=_ncu_select(gpu), validate=_validate)
+def default_steps(gpu: Optional[str] = None, replay: Optional[ReproTarget] = None) -> LoopSteps:
+    """The declared operations; with ``replay`` (a repro op as the target) run_ncu profiles that op alone."""
+    def profile(target: list[str], report: Path, cache_control: Optional[str]) -> Path:
+        return _ncu_profile(target, report, cache_control, replay)
+
+    return LoopSteps(profile=profile if replay is not None else _ncu_profile, select=_ncu_select(gpu),
+                     validate=_validate)
