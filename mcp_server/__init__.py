@@ -61,9 +61,9 @@ def shared_path(name: str) -> Path:
     silently using the defaults. A name found nowhere returns the packaged path (the caller
     reports it missing).
     """
-    import os
+    from mcp_server.envvars import env
 
-    base = os.environ.get("KERNELSCOPE_SHARED")
+    base = env("KERNELSCOPE_SHARED")
     if base:
         user = Path(base).expanduser()
         if not user.is_dir() or (user / name).is_file():

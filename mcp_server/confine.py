@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from mcp_server import envvars
 from mcp_server.atomic import check_replace, inside
 from mcp_server.errors import ConfinementError
 
@@ -28,7 +29,7 @@ __all__ = ["ConfinementError", "check_outputs", "inside", "roots_from_env", "roo
 
 
 def roots_from_env(cwd: str | os.PathLike | None = None) -> list[Path]:
-    env = os.environ.get("KERNELSCOPE_ROOTS", "")
+    env = envvars.env("KERNELSCOPE_ROOTS") or ""
     roots = [Path(p) for p in env.split(os.pathsep) if p.strip()]
     return roots or [Path(cwd or os.getcwd())]
 

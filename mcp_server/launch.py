@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from mcp_server.envvars import env
+
 #: modules whose absence means "not installed here" (the CLI imports them on every verb)
 NEEDED = ("rich", "pydantic", "msgspec", "numpy", "pandas")
 _GUARD = "KERNELSCOPE_SCRIPT_REEXEC"
@@ -32,7 +34,7 @@ def ensure_dependencies(script: str) -> None:
     venv = root / ".venv"
     vpy = venv / "bin" / "python"
     in_venv = Path(sys.prefix).resolve() == venv.resolve()
-    if vpy.is_file() and os.access(vpy, os.X_OK) and not in_venv and not os.environ.get(_GUARD):
+    if vpy.is_file() and os.access(vpy, os.X_OK) and not in_venv and not env(_GUARD):
         os.environ[_GUARD] = "1"  # one re-exec at most, whatever that interpreter lacks
         os.execv(str(vpy), [str(vpy), script, *sys.argv[1:]])
     sys.stderr.write(f"error: kernelscope's dependencies ({', '.join(missing)}) are not installed for "

@@ -4,68 +4,33 @@ A reader asks ``limit(NAME)`` for the value in force and raises ``over(NAME, ...
 naming the file, the limit, the value found and the variable that raises it). Values are read from the
 environment at every call, so a test or a user can change them without restarting anything.
 
-| variable | default | bounds |
-|---|---|---|
-| ``KERNELSCOPE_MAX_TRACE_BYTES`` | 32 GiB | decompressed text of one trace |
-| ``KERNELSCOPE_MAX_TRACE_RATIO`` | 200 | decompressed / compressed bytes of a gzip trace (checked past 64 MiB) |
-| ``KERNELSCOPE_MAX_TRACE_UNSTREAMED_BYTES`` | 256 MiB | a trace whose layout cannot be streamed (read whole) |
-| ``KERNELSCOPE_MAX_DURATION_US`` | 1e12 (11.6 days) | one trace event's duration (longer, negative, non-finite: |
-| | | skipped and counted in the damaged-events warning) |
-| ``KERNELSCOPE_MAX_XLSX_MEMBER_BYTES`` | 1 GiB | one decompressed member of an xlsx zip |
-| ``KERNELSCOPE_MAX_XLSX_TOTAL_BYTES`` | 4 GiB | all decompressed members of an xlsx |
-| ``KERNELSCOPE_MAX_XLSX_RATIO`` | 500 | decompressed / compressed bytes of one member (checked past 16 MiB) |
-| ``KERNELSCOPE_MAX_XLSX_MEMBERS`` | 10 000 | members of an xlsx zip |
-| ``KERNELSCOPE_MAX_XLSX_CELLS`` | 50 000 000 | cells of a sheet's bounding box (rows x columns, from its refs) |
-| ``KERNELSCOPE_MAX_XLSX_EMPTY_CELLS`` | 4 000 000 | empty cells of that box (or as many as the cells present); |
-| | | ``KERNELSCOPE_MAX_XLSX_CELLS`` set alone raises this one too |
-| ``KERNELSCOPE_MAX_XLSX_STRING_BYTES`` | 1 MiB | one shared string (Excel itself stops at 32 767 characters) |
-| ``KERNELSCOPE_MAX_XLSX_TEXT_BYTES`` | 2 GiB | shared-string text the sheets' cells expand to |
-| ``KERNELSCOPE_MAX_BUFFER_BYTES`` | 256 MiB | a timeline probe buffer (memory-mapped; decode + analysis |
-| | | hold about 16 x its size: 128 MiB took 2.0 GB) |
-| ``KERNELSCOPE_MAX_EVENT_NAME`` | 200 | characters of one timeline event name |
-| ``KERNELSCOPE_MAX_TEXT_FILE_BYTES`` | 64 MiB | small text inputs read whole (events names, overhead JSON, rule CSVs) |
-| ``KERNELSCOPE_MAX_WORLD_SIZE`` | 65 536 | a trace set's world size and rank numbers (distributedInfo, file names) |
-| ``KERNELSCOPE_MAX_NESTING`` | 64 | nesting depth of a JSON or TOML document the loop, the ledger and validate |
-| | | read or store (proposals, specs, results, classifications) |
+The bounds, their defaults and what each bounds are declared in ``mcp_server.envvars`` (the
+``KERNELSCOPE_MAX_*`` variables; docs/REFERENCE.md lists them).
 """
 from __future__ import annotations
 
 import os
 
+from mcp_server import envvars
 from mcp_server.errors import LimitError
 
 _K, _M, _G = 1 << 10, 1 << 20, 1 << 30
+_PREFIX = "KERNELSCOPE_MAX_"
 
-DEFAULTS: dict[str, int] = {
-    "TRACE_BYTES": 32 * _G,
-    "TRACE_RATIO": 200,
-    "TRACE_UNSTREAMED_BYTES": 256 * _M,
-    "DURATION_US": 10**12,
-    "XLSX_MEMBER_BYTES": 1 * _G,
-    "XLSX_TOTAL_BYTES": 4 * _G,
-    "XLSX_RATIO": 500,
-    "XLSX_MEMBERS": 10_000,
-    "XLSX_CELLS": 50_000_000,
-    "XLSX_EMPTY_CELLS": 4_000_000,
-    "XLSX_STRING_BYTES": 1 * _M,
-    "XLSX_TEXT_BYTES": 2 * _G,
-    "BUFFER_BYTES": 256 * _M,
-    "EVENT_NAME": 200,
-    "TEXT_FILE_BYTES": 64 * _M,
-    "WORLD_SIZE": 1 << 16,
-    "NESTING": 64,
-}
+#: limit name -> default, from the KERNELSCOPE_MAX_<name> declarations
+DEFAULTS: dict[str, int] = {v.name.removeprefix(_PREFIX): int(v.value) for v in envvars.VARS
+                            if v.name.startswith(_PREFIX) and v.value is not None}
 
 
 def env_name(name: str) -> str:
-    return f"KERNELSCOPE_MAX_{name}"
+    return f"{_PREFIX}{name}"
 
 
 def limit(name: str) -> int:
     """The bound in force: ``KERNELSCOPE_MAX_<name>`` when set to a positive number (K/M/G suffixes), else the
     default."""
     default = DEFAULTS[name]
-    text = os.environ.get(env_name(name), "").strip()
+    text = (envvars.env(env_name(name)) or "").strip()
     if not text:
         return default
     t = text.upper().removesuffix("B")
@@ -168,7 +133,7 @@ def loads_toml(text: str, what: str, *, path: str | os.PathLike | None = None) -
 # --------------------------------------------------------------------------- process address space
 
 #: the address-space limit of a worker process (MCP calls, trace-set ranks) unless configured
-DEFAULT_MEMORY = 8 << 30
+DEFAULT_MEMORY = int(envvars.default("KERNELSCOPE_WORKER_MEMORY"))
 
 
 def parse_size(text: str, variable: "str | None" = None) -> int:
@@ -190,7 +155,7 @@ def parse_size(text: str, variable: "str | None" = None) -> int:
 def memory_limit(text: "str | None" = None) -> "int | None":
     """Bytes of address space for a worker: ``text`` (e.g. 8G; 0, none or off for no limit), else
     ``KERNELSCOPE_WORKER_MEMORY``, else ``DEFAULT_MEMORY``."""
-    raw = (text if text is not None else os.environ.get("KERNELSCOPE_WORKER_MEMORY") or "").strip()
+    raw = (text if text is not None else envvars.env("KERNELSCOPE_WORKER_MEMORY") or "").strip()
     if raw.lower() in ("0", "none", "off"):
         return None
     return parse_size(raw, None if text is not None else "KERNELSCOPE_WORKER_MEMORY") if raw else DEFAULT_MEMORY
@@ -201,7 +166,7 @@ def env_seconds(variable: str, default: float) -> float:
     ``LimitError`` naming the variable (its value is never shown)."""
     import math
 
-    raw = os.environ.get(variable, "").strip()
+    raw = (envvars.env(variable) or "").strip()
     if not raw:
         return float(default)
     try:

@@ -13,7 +13,9 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
+from mcp_server.envvars import VARS, EnvVar
 from mcp_server.faces import Operation, operations
+from mcp_server.limits import human
 from mcp_server.vocab import WarningCode
 
 
@@ -72,6 +74,23 @@ def _warning_meanings() -> dict[str, str]:
     return found
 
 
+def _env_default(v: EnvVar) -> str:
+    if v.value is None:
+        return v.default
+    shown = human(v.value) if v.kind in ("bytes", "size") else f"{v.value:g} s" if v.kind == "seconds" else f"{v.value:,}"
+    return f"{shown} {v.default}".strip()
+
+
+def _env_table() -> list[str]:
+    out = ["", "## Environment variables", "",
+           "Every `KERNELSCOPE_*` variable the package reads (`mcp_server/envvars.py`); read at each use.", "",
+           "| variable | read as | default | meaning |", "|---|---|---|---|"]
+    for v in VARS:
+        meaning = ("(internal) " if v.internal else "") + v.meaning
+        out.append(f"| `{v.name}` | {v.kind} | {_env_default(v)} | {meaning.replace('|', chr(92) + '|')} |")
+    return out
+
+
 def render_reference(ops: list[Operation] | None = None) -> str:
     ops = operations() if ops is None else ops
     out = [
@@ -102,6 +121,7 @@ def render_reference(ops: list[Operation] | None = None) -> str:
     meaning = _warning_meanings()
     out += ["| code | meaning |", "|---|---|"]
     out += [f"| `{code.value}` | {meaning.get(code.value, '')} |" for code in WarningCode]
+    out += _env_table()
     return "\n".join(out) + "\n"
 
 

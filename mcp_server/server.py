@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 import threading
 from typing import Any, Optional
 
@@ -27,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from mcp_server import __version__
 from mcp_server.confine import check_outputs, roots_from_env, roots_from_uris
+from mcp_server.envvars import enabled
 from mcp_server.errors import KernelscopeError, one_line, redact
 from mcp_server.faces import Operation, operations
 from mcp_server.sizing import text_content
@@ -87,7 +87,7 @@ def _validation_text(op: Operation, exc: ValidationError) -> str:
 
 def isolation_enabled() -> bool:
     """Engine calls run in supervised worker processes unless ``KERNELSCOPE_ISOLATION=0``."""
-    return os.environ.get("KERNELSCOPE_ISOLATION", "1").lower() not in ("0", "off", "no", "false")
+    return enabled("KERNELSCOPE_ISOLATION")
 
 
 _POOL: Optional[WorkerPool] = None

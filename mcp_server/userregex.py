@@ -25,7 +25,6 @@ file and the line: a bad pattern, a repetition count too large for Python
 from __future__ import annotations
 
 import importlib
-import os
 import re
 import signal
 import threading
@@ -40,6 +39,7 @@ except ImportError:  # pragma: no cover - Python 3.10
     _sre_parse = importlib.import_module("sre_parse")
     _c = importlib.import_module("sre_constants")
 
+from mcp_server.envvars import default, env
 from mcp_server.errors import CategoriesError, KernelscopeError
 
 try:
@@ -47,7 +47,7 @@ try:
 except ImportError:  # pragma: no cover - the dependency is declared; keep working without it
     _re2 = None
 
-DEFAULT_TIMEOUT_S = 1.0
+DEFAULT_TIMEOUT_S = float(default("KERNELSCOPE_REGEX_TIMEOUT"))
 RE2_MAX_REPEAT = 1000  # RE2 refuses counted repetitions above this
 
 
@@ -211,7 +211,7 @@ def _backtrack_risk(items: Any, in_repeat: bool = False) -> Optional[str]:
 
 def _timeout_s() -> float:
     try:
-        return max(0.01, float(os.environ.get("KERNELSCOPE_REGEX_TIMEOUT", DEFAULT_TIMEOUT_S)))
+        return max(0.01, float(env("KERNELSCOPE_REGEX_TIMEOUT") or DEFAULT_TIMEOUT_S))
     except ValueError:
         return DEFAULT_TIMEOUT_S
 

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from mcp_server.envvars import default
 from mcp_server.errors import KernelscopeError, redact
 from mcp_server.limits import (  # noqa: F401  (re-exported)
     DEFAULT_MEMORY,
@@ -35,7 +36,7 @@ from mcp_server.limits import (  # noqa: F401  (re-exported)
     parse_size,
 )
 
-DEFAULT_CALL_TIMEOUT_S = 900.0
+DEFAULT_CALL_TIMEOUT_S = float(default("KERNELSCOPE_CALL_TIMEOUT"))
 #: extra seconds granted over a request's own ``timeout_s``, for start-up and teardown
 TIMEOUT_MARGIN_S = 30.0
 

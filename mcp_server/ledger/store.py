@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from mcp_server import envvars
 from mcp_server.atomic import check_confined
 from mcp_server.errors import LedgerError, redact_data
 from mcp_server.limits import loads_json
@@ -150,7 +151,7 @@ def resolve_path(ledger: Optional[str] = None) -> Path:
     """The ledger file: ``ledger`` if given, else ``$KERNELSCOPE_LEDGER``, else ``./.kernelscope/ledger.db``."""
     if ledger:
         return Path(ledger).expanduser()
-    env = os.environ.get(ENV_VAR)
+    env = envvars.env(ENV_VAR)
     if env:
         return Path(env).expanduser()
     return DEFAULT_PATH

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from mcp_server.atomic import atomic_write_text
+from mcp_server.envvars import env
 from mcp_server.errors import redact
 
 DEFAULT_TTL_S = 3600.0
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("KERNELSCOPE_CACHE_DIR")
+    base = env("KERNELSCOPE_CACHE_DIR")
     root = Path(base).expanduser() if base else Path.home() / ".cache" / "kernelscope"
     return root / "refs"
 

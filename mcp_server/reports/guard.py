@@ -33,6 +33,7 @@ import zlib
 from functools import lru_cache
 from pathlib import Path
 
+from mcp_server.envvars import env
 from mcp_server.errors import LimitError, ReportFormatError
 from mcp_server.limits import env_name, human, limit, over
 
@@ -207,7 +208,7 @@ def _stream(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: str, budget: list[
 def _empty_floor() -> int:
     """The empty-cells bound: ``KERNELSCOPE_MAX_XLSX_EMPTY_CELLS``; when only ``KERNELSCOPE_MAX_XLSX_CELLS`` is
     set, that one value raises both (one knob: "allow grids this large")."""
-    if os.environ.get(env_name("XLSX_CELLS"), "").strip() and not os.environ.get(env_name("XLSX_EMPTY_CELLS"), ""):
+    if (env(env_name("XLSX_CELLS")) or "").strip() and not env(env_name("XLSX_EMPTY_CELLS")):
         return max(limit("XLSX_CELLS"), limit("XLSX_EMPTY_CELLS"))
     return limit("XLSX_EMPTY_CELLS")
 

@@ -19,6 +19,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from mcp_server.envvars import env
 from mcp_server.errors import FileMissingError, TraceFormatError
 from mcp_server.limits import human, limit, over
 
@@ -56,7 +57,7 @@ def compression(p: Path) -> str:
 
 def gzip_backend(name: "str | None" = None) -> str:
     """The gzip backend to use: ``name``, else ``KERNELSCOPE_TRACE_GZIP``, else the fastest installed."""
-    want = name or os.environ.get("KERNELSCOPE_TRACE_GZIP", "").strip().lower() or None
+    want = name or (env("KERNELSCOPE_TRACE_GZIP") or "").strip().lower() or None
     if want is not None and want not in GZIP_BACKENDS:
         raise TraceFormatError("KERNELSCOPE_TRACE_GZIP names no gzip backend" if name is None else
                                f"unknown gzip backend {want!r}",

@@ -49,6 +49,7 @@ from typing import Any, Callable, Iterator, Optional, Union
 import msgspec
 import numpy as np
 
+from mcp_server.envvars import env
 from mcp_server.errors import FileMissingError, TraceFormatError
 from mcp_server.limits import limit
 from mcp_server.traces._reader import AHEAD as _AHEAD
@@ -828,7 +829,7 @@ def _split_point(p: Path, head_len: int) -> Optional[int]:
     ``KERNELSCOPE_TRACE_SPLIT``: ``off`` never splits, ``force`` splits any streamable trace (tests),
     default: a trace of at least 128 MiB of text when this process may run on two or more cores.
     """
-    mode = os.environ.get("KERNELSCOPE_TRACE_SPLIT", "").strip().lower()
+    mode = (env("KERNELSCOPE_TRACE_SPLIT") or "").strip().lower()
     if mode in ("0", "off", "no", "false") or not sys.executable:
         return None
     try:

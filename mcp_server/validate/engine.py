@@ -17,6 +17,7 @@ from typing import Any
 
 from mcp_server import PACKAGE_DIR, proc
 from mcp_server.atomic import atomic_write_text
+from mcp_server.envvars import env
 from mcp_server.errors import ToolMissingError
 from mcp_server.models import Warning_
 from mcp_server.validate import stats
@@ -81,7 +82,7 @@ def harness_memory_limit() -> int | None:
     the rest stays for the machine)."""
     from mcp_server.limits import parse_size
 
-    raw = os.environ.get(MEMORY_ENV, "").strip()
+    raw = (env(MEMORY_ENV) or "").strip()
     if raw.lower() in ("0", "none", "off"):
         return None
     if raw:
