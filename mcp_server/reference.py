@@ -77,7 +77,10 @@ def _warning_meanings() -> dict[str, str]:
 def _env_default(v: EnvVar) -> str:
     if v.value is None:
         return v.default
-    shown = human(v.value) if v.kind in ("bytes", "size") else f"{v.value:g} s" if v.kind == "seconds" else f"{v.value:,}"
+    if v.kind in ("bytes", "size"):
+        shown = human(v.value)
+    else:
+        shown = f"{v.value:g} s" if v.kind == "seconds" else f"{v.value:,}"
     return f"{shown} {v.default}".strip()
 
 

@@ -44,11 +44,6 @@ class ReproTarget:
     spec: Optional[Path]
 
 
-def is_repro_dir(path: str | os.PathLike[str]) -> bool:
-    p = Path(os.path.expanduser(str(path)))
-    return p.is_dir() and (p / "ops.json").is_file() and (p / "repro.py").is_file()
-
-
 def load_repro_dir(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:
     """The directory (resolved) and its ``ops.json``; a ReproError when it is not a make_repro directory."""
     d = Path(os.path.expanduser(str(path))).resolve()

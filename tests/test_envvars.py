@@ -72,9 +72,10 @@ def test_readers_go_through_env():
             continue
         consts = _constants(tree)
 
-        def ours(arg: ast.expr) -> bool:
-            value = arg.value if isinstance(arg, ast.Constant) else consts.get(arg.id) if isinstance(arg, ast.Name) \
-                else None
+        def ours(arg: ast.expr, consts: dict[str, str] = consts) -> bool:
+            value = arg.value if isinstance(arg, ast.Constant) else None
+            if isinstance(arg, ast.Name):
+                value = consts.get(arg.id)
             return isinstance(value, str) and value.startswith("KERNELSCOPE_")
 
         for node in ast.walk(tree):
