@@ -130,3 +130,14 @@ def test_paths_in_text_lines_stay_whole(capsys, tmp_path):
     assert "/root/out/ex/reports/e1-p1.ncu-rep" in text.splitlines()
     text = _run(capsys, "classify", str(NCU), "--width", "40")
     assert str(NCU) in [ln.strip() for ln in text.splitlines()]
+
+
+def test_renderers_build_their_tables_with_the_shared_helper():
+    """One helper for every CLI table: a renderer that builds a rich Table itself can cut numbers again.
+    compare's block panels are the exception: one folded kernel column takes all the slack (ratio=1) and
+    their numbers are no_wrap columns sized by their cells."""
+    root = Path(__file__).resolve().parents[1] / "mcp_server"
+    allowed = {"textable.py", "compare/render.py"}
+    users = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                   if "from rich.table import Table" in p.read_text() and str(p.relative_to(root)) not in allowed)
+    assert users == [], f"use mcp_server.textable.TextTable in {users}"
