@@ -391,6 +391,35 @@ def serve_in_process(run_server: Callable[[], None]) -> None:
         out.join(timeout=10)
 
 
+def record(versions: list[str]) -> int:
+    """Start the server once per protocol version, as a client would, so that its front records the SDK's
+    answers (``bin/kernelscope-mcp --install`` runs this last: the first start after an install then
+    answers at once too). Returns how many were recorded."""
+    done = 0
+    for version in versions:
+        p = subprocess.Popen([sys.executable, "-m", "mcp_server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL)
+        assert p.stdin is not None and p.stdout is not None
+        try:
+            for msg in ({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                    "protocolVersion": version, "capabilities": {},
+                    "clientInfo": {"name": "kernelscope-record", "version": "1"}}},
+                        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                        {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}):
+                p.stdin.write(_line(msg))
+                p.stdin.flush()
+                if "id" in msg and not p.stdout.readline():
+                    break
+            else:
+                done += 1
+            p.stdin.close()
+            p.wait(timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            p.kill()
+            p.wait()
+    return done
+
+
 # --------------------------------------------------------------------------- bin/kernelscope-mcp, first start
 
 def _version_beside() -> str:
@@ -457,5 +486,7 @@ if __name__ == "__main__":
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)  # the reader thread may still wait on stdin: no interpreter shutdown around it
-    sys.stderr.write("usage: python3 mcp_server/front.py --bootstrap LAUNCHER INSTALL_LOG\n")
+    if len(sys.argv) > 2 and sys.argv[1] == "--record":
+        sys.exit(0 if record(sys.argv[2:]) == len(sys.argv) - 2 else 1)
+    sys.stderr.write("usage: python3 mcp_server/front.py --bootstrap LAUNCHER INSTALL_LOG | --record VERSION...\n")
     sys.exit(2)

@@ -243,3 +243,13 @@ def test_the_install_goes_on_when_the_client_stops_the_server(tmp_path):
             break
         time.sleep(0.1)
     assert done.exists()
+
+
+def test_recording_after_an_install_fills_the_cache(tmp_path):
+    """bin/kernelscope-mcp --install ends with `python -m mcp_server.front --record VERSIONS`."""
+    out = subprocess.run([sys.executable, "-m", "mcp_server.front", "--record", "2025-06-18"], timeout=180,
+                         env=_env(XDG_CACHE_HOME=str(tmp_path)), capture_output=True)
+    assert out.returncode == 0 and out.stdout == b""
+    cached = json.loads(next(tmp_path.glob("kernelscope/front-*.json")).read_text())
+    assert cached["initialize"]["2025-06-18"]["protocolVersion"] == "2025-06-18"
+    assert {t["name"] for t in cached["tools"]["2025-06-18"]["tools"]} >= {"analyze_trace", "budget"}
