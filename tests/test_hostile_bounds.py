@@ -181,3 +181,24 @@ def test_a_bad_limit_variable_is_named_never_shown_on_both_faces(var, value, wor
     assert err.startswith(f"error: {words}") and value not in err and "Traceback" not in err
     ((is_error, text, _),) = mcp_session([("analyze_trace", {"trace_path": SDPA})], env={var: value}, alive=False)
     assert is_error and text.startswith(words) and value not in text
+
+
+def test_more_damaged_ledgers_found_by_the_fuzz_bench(tmp_path, capsys):
+    numbers, bad_text = tmp_path / "target_numbers.db", tmp_path / "bad_text.db"
+    recipes.ledger_target_numbers(numbers)  # before: a pydantic ValidationError of every item
+    recipes.ledger_bad_text(bad_text)  # before: UnicodeDecodeError
+    want = {numbers: "the ledger's target record is not a JSON array of strings",
+            bad_text: "the ledger cannot be read (a text record is not UTF-8 (column note))"}
+    lines = {p: cli_error(["ledger", "list", "--ledger", str(p)], capsys) for p in want}
+    for p, w in want.items():
+        assert lines[p].startswith(f"{p}: {w}"), lines[p]
+    got = mcp_session([("ledger_list", {"ledger": str(p)}) for p in want], env={"KERNELSCOPE_ROOTS": str(tmp_path)})
+    assert [(e, t) for e, t, _ in got] == [(True, lines[p]) for p in want]
+
+
+def test_a_nan_count_in_a_report_is_a_typed_error_on_both_faces(capsys):
+    p = str(HOSTILE / "xlsx_nan_count.xlsx")  # before: ValueError (int of NaN)
+    line = cli_error(["budget", p, p], capsys)
+    assert line == f"{p}: sheet 'GPU Kernels': row 2: a count that is not a finite whole number"
+    ((is_error, text, _),) = mcp_session([("budget", {"a": p, "b": p})])
+    assert is_error and text == line

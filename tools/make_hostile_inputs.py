@@ -401,6 +401,46 @@ def ledger_env_text(path: Path) -> None:
     db.close()
 
 
+def ledger_target_numbers(path: Path) -> None:
+    """The example ledger whose experiments' target is an array of numbers (a pydantic ValidationError listing
+    every item escaped ledger list). Found by bench/bench_fuzz.py. Built at test time."""
+    import sqlite3
+
+    shutil.copyfile(EXAMPLE_LEDGER, path)
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE experiments SET target = ?", ("[1, 2, 3]",))
+    db.close()
+
+
+def ledger_bad_text(path: Path) -> None:
+    """The example ledger with a note that is not UTF-8 (a UnicodeDecodeError escaped ledger list). Found by
+    bench/bench_fuzz.py. Built at test time."""
+    import sqlite3
+
+    shutil.copyfile(EXAMPLE_LEDGER, path)
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE experiments SET note = CAST(X'E2FF41' AS TEXT)")
+    db.close()
+
+
+def xlsx_nan_count(path: Path, base: Path = ROOT / "tests" / "fixtures" / "upstream" / "llama_prefill_sdpa.xlsx") -> None:
+    """An upstream report (the committed upstream fixture) whose 'GPU Kernels' row 2 count is NaN (int(NaN): a
+    ValueError escaped read_report and budget). Found by bench/bench_fuzz.py."""
+    from mcp_server.reports.xlsx_patch import sheet_parts
+
+    with zipfile.ZipFile(base) as z:
+        member = sheet_parts(z)["GPU Kernels"]
+
+    def edit(name: str, data: bytes):
+        if name == member:
+            data = re.sub(rb'(<c r="D2"(?: s="\d+")?(?: t="n")?>)<v>[^<]*</v>', rb"\1<v>NaN</v>", data, count=1)
+        return data, zipfile.ZIP_DEFLATED
+
+    _rewrite(base, path, edit)
+
+
 def disclosure_and_bounds(out: Path) -> None:
     trace_world_size(out / "trace_world_size.json")
     trace_rank_huge(out / "trace_rank_huge.json")
@@ -415,6 +455,7 @@ def disclosure_and_bounds(out: Path) -> None:
     events_passwd(out / "events_passwd.events")
     spec_secret_value(out / "spec_secret_value.toml")
     spec_pow_flops(out / "spec_pow_flops.toml")
+    xlsx_nan_count(out / "xlsx_nan_count.xlsx")
 
 
 # ----------------------------------------------------------------------------- loop, ledger, validate (issue 21)

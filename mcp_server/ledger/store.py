@@ -139,7 +139,7 @@ _VERBATIM = {"id", "key", "target_key", "fingerprint", "report_sha256", "change_
              "repo", "git_rev", "git_dirty", "accepted"}
 _JSON_COLUMNS = {"target", "env", "classification", "spec", "result"}
 #: the JSON type a column always holds when kernelscope wrote it (spec and classification take any JSON)
-_JSON_SHAPES: dict[str, tuple[type, str]] = {"target": (list, "array"), "env": (dict, "object"),
+_JSON_SHAPES: dict[str, tuple[type, str]] = {"target": (list, "array of strings"), "env": (dict, "object"),
                                              "result": (dict, "object")}
 
 
@@ -174,6 +174,17 @@ def _check_header(path: Path, *, allow_empty: bool) -> None:
                           hint="point --ledger / KERNELSCOPE_LEDGER at a ledger file or a new path")
 
 
+def _sqlite_why(exc: BaseException) -> str:
+    """What SQLite said, without any text of the file: its decode error quotes the cell ("Could not decode to
+    UTF-8 column 'note' with text '...'"), so that one is reworded."""
+    import re
+
+    if isinstance(exc, UnicodeDecodeError) or str(exc).startswith("Could not decode"):
+        m = re.search(r"column '(\w{1,64})'", str(exc))
+        return "a text record is not UTF-8" + (f" (column {m.group(1)})" if m else "")
+    return str(exc).split(" with text ", 1)[0][:200]
+
+
 def _decode(row: sqlite3.Row, path: Optional[Path] = None) -> dict[str, Any]:
     out = dict(row)
     for k in _JSON_COLUMNS & out.keys():
@@ -184,7 +195,8 @@ def _decode(row: sqlite3.Row, path: Optional[Path] = None) -> dict[str, Any]:
                 raise LedgerError(f"the ledger's {k} record is not JSON", path=path,
                                   hint="the file was changed outside kernelscope; restore it from a copy") from None
             want = _JSON_SHAPES.get(k)
-            if want is not None and not isinstance(out[k], want[0]):
+            if want is not None and (not isinstance(out[k], want[0])
+                                     or (k == "target" and not all(isinstance(a, str) for a in out[k]))):
                 raise LedgerError(f"the ledger's {k} record is not a JSON {want[1]}", path=path,
                                   hint="the file was changed outside kernelscope; restore it from a copy")
     return out
@@ -240,9 +252,9 @@ class Ledger:
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
             led._migrate()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # a damaged page or text cell
             conn.close()
-            raise LedgerError(f"not a kernelscope ledger ({exc})", path=path,
+            raise LedgerError(f"not a kernelscope ledger ({_sqlite_why(exc)})", path=path,
                               hint="point --ledger / KERNELSCOPE_LEDGER at a ledger file or a new path") from None
         except BaseException:
             conn.close()
@@ -290,9 +302,9 @@ class Ledger:
                 raise LedgerError(f"an SQLite file that is not a kernelscope ledger (schema version {version} but "
                                   f"no {', '.join(sorted(set(TABLES) - tables))} table)", path=path,
                                   hint="choose another path")
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # a damaged page or text cell
             conn.close()
-            raise LedgerError(f"not a kernelscope ledger ({exc})", path=path,
+            raise LedgerError(f"not a kernelscope ledger ({_sqlite_why(exc)})", path=path,
                               hint="point --ledger / KERNELSCOPE_LEDGER at a ledger file") from None
         except BaseException:
             conn.close()
@@ -385,7 +397,10 @@ class Ledger:
         try:
             rows = self._conn.execute(sql, args).fetchall()
         except sqlite3.DatabaseError as exc:  # a damaged page found only when read ("disk image is malformed")
-            raise LedgerError(f"the ledger cannot be read ({exc})", path=self.path,
+            raise LedgerError(f"the ledger cannot be read ({_sqlite_why(exc)})", path=self.path,
+                              hint="restore it from a copy, or start a new ledger at another path") from None
+        except UnicodeDecodeError:  # a damaged text cell
+            raise LedgerError("the ledger cannot be read (a text record is not UTF-8)", path=self.path,
                               hint="restore it from a copy, or start a new ledger at another path") from None
         return [_decode(r, self.path) for r in rows]
 

@@ -21,6 +21,7 @@ A sheet or column an operation needs that is missing raises
 """
 from __future__ import annotations
 
+import math
 import os
 import zipfile
 from collections import defaultdict
@@ -203,6 +204,14 @@ def _num(v: Any, default: float = 0.0) -> float:
     return default if x is None else x
 
 
+def _count(book: "_Book", sheet: str, row: int, v: Any) -> int:
+    """A count cell as int; a value that is not a finite number (``NaN``, ``1e999``) is a typed error."""
+    x = _num(v)
+    if not math.isfinite(x) or abs(x) > 2**53:
+        raise book.missing(sheet, f"row {row}: a count that is not a finite whole number")
+    return int(x)
+
+
 # --------------------------------------------------------------------------- sheets
 
 
@@ -226,7 +235,7 @@ def _read_gpu_kernels(book: _Book) -> tuple[pd.DataFrame, bool]:
             truncated = True
             break
         total = _num(_cell(r, ti))
-        cnt = int(_num(_cell(r, ki)))
+        cnt = _count(book, sheet, rn, _cell(r, ki))
         out["name"].append(name)
         out["category"].append(_s(_cell(r, ci)))
         out["total_us"].append(total)
@@ -273,7 +282,7 @@ def _read_summary(book: _Book) -> tuple[pd.DataFrame, pd.DataFrame, Optional[flo
         if not name:
             break
         cats["category"].append(name)
-        cats["count"].append(int(_num(_cell(r, ki))))
+        cats["count"].append(_count(book, sheet, rn + 1, _cell(r, ki)))
         cats["total_us"].append(_num(_cell(r, ti)))
         cats["avg_us"].append(_num(_cell(r, ai)))
         cats["pct"].append(_num(_cell(r, pi)))
@@ -313,7 +322,7 @@ def _read_tree(book: _Book) -> pd.DataFrame:
         out["module_type"].append(module_type(name))
         out["depth"].append(depth)
         out["total_us"].append(_num(_cell(r, ti)))
-        out["kernel_count"].append(int(_num(_cell(r, ki))))
+        out["kernel_count"].append(_count(book, sheet, rn, _cell(r, ki)))
         out["breakdown"].append(_s(_cell(r, bi)))
         out["phase"].append(_s(_cell(r, phi)))
         out["path"].append(path)
@@ -363,7 +372,7 @@ def _detail_title(rows: list[list[Any]]) -> Optional[tuple[Literal["old", "new"]
     r0 = rows[0]
     a1 = _s(_cell(r0, 0))
     b1 = _cell(r0, 1)
-    b1_is_count = (isinstance(b1, (int, float)) and not isinstance(b1, bool)) or (
+    b1_is_count = (isinstance(b1, (int, float)) and not isinstance(b1, bool) and math.isfinite(b1)) or (
         isinstance(b1, str) and b1.strip().isdigit())
     if a1 and b1_is_count:
         return "new", a1, "", int(_num(b1)), _s(_cell(r0, 2))

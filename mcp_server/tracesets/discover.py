@@ -172,7 +172,7 @@ def resolve_ranks(inputs: list[str]) -> tuple[list[RankRef], Optional[int], list
     _check_unique(refs)
     worlds = sorted({r.world_size for r in refs if r.world_size is not None})
     if len(worlds) > 1:
-        shown = "; ".join(f"{Path(r.path).name}: {r.world_size}" for r in refs if r.world_size is not None)
+        shown = "; ".join(f"{r.path}: {r.world_size}" for r in refs if r.world_size is not None)
         raise TraceSetError(f"the traces come from runs of different world sizes ({shown})",
                             hint="give the traces of one run")
     world = worlds[0] if worlds else None
