@@ -28,7 +28,7 @@ from rich.console import Console
 
 from mcp_server import __version__
 from mcp_server.errors import InputError, KernelscopeError
-from mcp_server.faces import Operation, operations
+from mcp_server.faces import Operation, invalid_arguments, operations
 from mcp_server.textable import PipeConsole, quiet_stdout
 from mcp_server.vocab import ExitCode, ProgressFn
 
@@ -262,8 +262,7 @@ def run_operation(op: Operation, given: dict[str, Any], as_json: bool, width: in
     try:
         req = op.make_request(given)
     except ValidationError as exc:
-        parts = [f"{'.'.join(str(x) for x in e.get('loc', ())) or 'arguments'}: {e.get('msg')}" for e in exc.errors()]
-        raise InputError(f"{op.verb}: invalid option(s): " + "; ".join(parts)) from None
+        raise InputError(invalid_arguments(op.verb, exc, "option")) from None
     if op.outputs:  # the output rule of both faces, before any work (confine.py; no roots on the CLI)
         from mcp_server.confine import check_outputs
 

@@ -20,7 +20,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mcp_server.errors import InputError
 from mcp_server.vocab import ProgressFn
@@ -210,6 +210,14 @@ def finite(result: BaseModel) -> BaseModel:
         return type(result).model_validate(clean(data))
     except Exception:  # a required float that is not finite: JSON faces print it as null
         return result
+
+
+def invalid_arguments(name: str, exc: ValidationError, what: str = "argument") -> str:
+    """The one line every face says for a request its model refuses: ``NAME: invalid argument(s): loc: msg; ...``
+    (``name`` the tool, or the CLI verb with ``what="option"``)."""
+    parts = [f"{'.'.join(str(x) for x in e.get('loc', ())) or 'arguments'}: {e.get('msg', 'invalid')}"
+             for e in exc.errors()]
+    return f"{name}: invalid {what}(s): " + "; ".join(parts)
 
 
 class UnknownArgumentError(InputError):

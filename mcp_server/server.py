@@ -28,7 +28,7 @@ from mcp_server import __version__
 from mcp_server.confine import check_outputs, roots_from_env, roots_from_uris
 from mcp_server.envvars import enabled
 from mcp_server.errors import KernelscopeError, one_line, redact
-from mcp_server.faces import Operation, operations
+from mcp_server.faces import Operation, invalid_arguments, operations
 from mcp_server.sizing import text_content
 from mcp_server.workers import WorkerPool
 
@@ -75,14 +75,6 @@ def _progress_bridge(ctx: Optional[Context]):
             pass
 
     return progress
-
-
-def _validation_text(op: Operation, exc: ValidationError) -> str:
-    parts = []
-    for e in exc.errors():
-        loc = ".".join(str(x) for x in e.get("loc", ())) or "arguments"
-        parts.append(f"{loc}: {e.get('msg', 'invalid')}")
-    return f"{op.tool}: invalid argument(s): " + "; ".join(parts)
 
 
 def isolation_enabled() -> bool:
@@ -136,7 +128,7 @@ def make_tool_function(op: Operation):
         try:
             req = op.make_request(given)
         except ValidationError as exc:
-            raise ToolError(_validation_text(op, exc)) from None
+            raise ToolError(invalid_arguments(op.tool, exc)) from None
         except KernelscopeError as exc:
             raise ToolError(str(exc)) from None
         progress = _progress_bridge(ctx) if op.progress else None

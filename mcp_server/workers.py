@@ -99,9 +99,9 @@ def _worker_main(conn: Any, memory: Optional[int]) -> None:
             res = op.shape(op.call(req, progress if op.progress else None, roots=roots), req)
             conn.send(("ok", res.model_dump(mode="json")))
         except ValidationError as exc:
-            parts = [f"{'.'.join(str(x) for x in e.get('loc', ())) or 'arguments'}: {e.get('msg')}"
-                     for e in exc.errors()]
-            conn.send(("error", f"{tool}: invalid argument(s): " + "; ".join(parts)))
+            from mcp_server.faces import invalid_arguments
+
+            conn.send(("error", invalid_arguments(tool, exc)))
         except KernelscopeError as exc:
             conn.send(("error", str(exc)))
         except MemoryError:

@@ -61,6 +61,7 @@ def call_tool(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     from pydantic import ValidationError
 
     from mcp_server.errors import InputError
+    from mcp_server.faces import invalid_arguments
 
     args = {k: v for k, v in arguments.items() if k in op.field_names}
     if "detail" in op.field_names:
@@ -68,9 +69,7 @@ def call_tool(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     try:
         req = op.make_request(args)
     except ValidationError as exc:  # a spec the tool refuses (dtype="int8"): the same one-line text as its faces
-        parts = [f"{'.'.join(str(x) for x in e.get('loc', ())) or 'arguments'}: {e.get('msg')}"
-                 for e in exc.errors()]
-        raise InputError(f"{tool}: invalid argument(s): " + "; ".join(parts)) from None
+        raise InputError(invalid_arguments(tool, exc)) from None
     res = op.call(req)
     return res.model_dump(mode="json")
 
