@@ -257,6 +257,7 @@ def test_repro_dir_profiles_exactly_its_op(fake_ncu, attn_repro):
     assert side["target"] == replay
     assert side["repro"] == {"dir": str(out.resolve()), "op": softmax.id, "name": "aten::_softmax"}
     assert "nvtx_include=['op3/']" in side["filters"]
+    assert run.replay == f"{out.resolve()} {softmax.id} (aten::_softmax)"
 
 
 def test_repro_dir_cli_defaults_to_the_slowest_op(fake_ncu, attn_repro, capsys):
@@ -266,6 +267,9 @@ def test_repro_dir_cli_defaults_to_the_slowest_op(fake_ncu, attn_repro, capsys):
     rc = cli_main(["ncu", "run", "--report", str(fake_ncu / "cli"), "--no-parse", "--json", "--", str(out)])
     assert rc == 0, capsys.readouterr().err
     argv = json.loads((fake_ncu / "argv.json").read_text())
+    rc = cli_main(["ncu", "run", "--report", str(fake_ncu / "cli_text"), "--no-parse", "--", str(out)])
+    text = " ".join(capsys.readouterr().out.split())  # the console wraps lines
+    assert rc == 0 and "op0 (aten::mm) alone, its NVTX range the kernel filter" in text
     assert argv[argv.index("--only") + 1] == res.ops[0].id == "op0" and argv[argv.index("--nvtx-include") + 1] == "op0/"
     rc = cli_main(["ncu", "run", "--report", str(fake_ncu / "cli2"), "--repro-op", "op1", "--no-parse", "--", str(out)])
     argv = json.loads((fake_ncu / "argv.json").read_text())
@@ -305,3 +309,28 @@ def test_repro_replay_command_runs(attn_repro, capsys):
     assert mod.main([*rt.argv[2:], "--device", "cpu"]) == 0
     rows = [ln.split() for ln in capsys.readouterr().out.splitlines()[1:]]  # under the header: one row per op
     assert len(rows) == 1 and rows[0][:2] == ["op3", "aten::_softmax"] and float(rows[0][4]) > 0  # warm us
+
+
+def test_repro_target_errors_on_the_mcp_face(attn_repro, monkeypatch):
+    """A wrong op or op id answers one line on the MCP face (run_ncu and run_loop alike), never a traceback."""
+    import anyio
+    from mcp import Client
+
+    from mcp_server.server import mcp
+
+    _, out = attn_repro
+    monkeypatch.setenv("KERNELSCOPE_ROOTS", str(out.parent))
+    monkeypatch.chdir(out.parent)
+
+    async def go():
+        async with Client(mcp) as c:
+            return [await c.call_tool(tool, args) for tool, args in (
+                ("run_ncu", {"target": [str(out)], "repro_op": "op9", "report": str(out.parent / "r")}),
+                ("run_loop", {"target": [str(out)], "repro_op": "op9"}),
+                ("run_loop", {"target": [str(out)], "repro_op": "softmax"}))]
+
+    answers = anyio.run(go)
+    texts = [" ".join(c.text for c in a.content if hasattr(c, "text")) for a in answers]
+    assert all(a.is_error for a in answers) and not any("Traceback" in t for t in texts)
+    assert "op 'op9' is not a rebuilt op of this directory" in texts[0] and "op0, op1" in texts[0]
+    assert "op 'op9' is not a rebuilt op" in texts[1] and "repro_op" in texts[2]

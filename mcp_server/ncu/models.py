@@ -185,6 +185,8 @@ class NcuRun(Model):
     sidecar: str
     app_output: str = Field(description="the target's own stdout + stderr (kept out of the data)")
     argv: list[str]
+    replay: Optional[str] = Field(default=None, description=(
+        "with a make_repro directory as the target: 'DIR op3 (aten::_softmax)', the op replayed and profiled"))
     ncu: str
     ncu_version: Optional[str] = None
     cache_control: CacheControl

@@ -123,6 +123,8 @@ def render_run(res: NcuRun, con, request: Any = None) -> None:
               f"(ncu {res.ncu_version or '?'}, cache-control {res.cache_control}, clock-control {res.clock_control}, "
               f"target rc {res.target_rc})", highlight=False)
     con.print(f"log {escape(res.log)}; sidecar {escape(res.sidecar)}", highlight=False)
+    if res.replay:
+        print_line(con, f"replayed {escape(res.replay)} alone, its NVTX range the kernel filter", highlight=False)
     if res.profile is not None:
         render_profile(res.profile, con)
     _warnings(res, con)

@@ -313,6 +313,7 @@ def run_ncu(target: list[str], report: str = "kernelscope_ncu", ncu: Optional[st
         except ToolMissingError as exc:
             warnings.append(_warn("report_not_parsed", str(exc)))
     return NcuRun(report=str(rep), log=str(log), sidecar=str(side), app_output=str(app), argv=argv, ncu=exe,
+                  replay=None if replay is None else f"{replay.directory} {replay.op} ({replay.name})",
                   ncu_version=version, cache_control=cache_control, clock_control=clock_control,
                   gpu=gpu.get("name"), kernels_profiled=count, target_rc=res.rc, wall_s=round(wall, 3),
                   profile=profile, warnings=warnings)
