@@ -1,0 +1,24 @@
+"""Every module of the package sits in a layer of the import contract (pyproject.toml,
+[tool.importlinter]; docs/ARCHITECTURE.md, "Layers"): a module outside every layer is checked by nothing."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _layered() -> set[str]:
+    text = (ROOT / "pyproject.toml").read_text()
+    block = re.search(r'^layers = \[\n(.*?)^\]', text, re.M | re.S)
+    assert block, "pyproject.toml has no layers contract"
+    return set(re.findall(r"mcp_server\.(\w+)", block.group(1)))
+
+
+def test_every_module_is_in_a_layer():
+    pkg = ROOT / "mcp_server"
+    modules = {p.stem for p in pkg.glob("*.py") if p.stem != "__init__"}
+    modules |= {p.name for p in pkg.iterdir() if (p / "__init__.py").is_file()}
+    assert {"cli", "traces", "limits", "envvars"} <= modules  # the walk sees modules and packages
+    missing = sorted(modules - _layered())
+    assert not missing, f"add {missing} to a layer of [tool.importlinter] in pyproject.toml (docs/ARCHITECTURE.md)"
