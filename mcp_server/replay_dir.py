@@ -29,6 +29,7 @@ PROFILE_ITERS = 5
 #: The op a repro directory names when no op is given: make_repro numbers ops slowest first.
 DEFAULT_OP = "op0"
 OP_ID = re.compile(r"^op[0-9]{1,6}$")
+OP_NAME = re.compile(r"^[A-Za-z_][\w.]{0,80}::[\w.]{1,120}$")
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ def repro_target(target: Sequence[str], op: Optional[str] = None, cwd: Optional[
                          path=d / "ops.json", hint="`kernelscope repro` lists the rebuilt ops; ops.json holds them")
     entry = next(o for o in doc["ops"] if isinstance(o, dict) and str(o.get("id")) == op)
     spec = d / f"spec_{op}.toml"
-    name = str(entry.get("name", ""))[:200]
+    name = str(entry.get("name", ""))
+    name = name if OP_NAME.match(name) else "?"  # only a dispatcher name (ns::op.overload) is echoed
     return ReproTarget(directory=d, op=op, name=name, argv=tuple(replay_argv(d, op)), nvtx_include=nvtx_range(op),
                        spec=spec if spec.is_file() else None)

@@ -289,6 +289,17 @@ def test_repro_target_errors(tmp_path, attn_repro):
         run_ncu([str(tmp_path / "plain")], report=str(tmp_path / "r"))
     with pytest.raises(InputError, match="nvtx_include is set by the repro target"):
         run_ncu([str(out)], nvtx_include=["other/"], report=str(tmp_path / "r"))
+    import shutil
+
+    from mcp_server.replay_dir import repro_target
+
+    odd = tmp_path / "odd"
+    shutil.copytree(out, odd)
+    doc = json.loads((odd / "ops.json").read_text())
+    doc["ops"][0]["name"] = "root:x:0:0:root:/root:/bin/bash"  # not an op name: never echoed
+    (odd / "ops.json").write_text(json.dumps(doc))
+    rt = repro_target([str(odd)])
+    assert rt is not None and rt.op == "op0" and rt.name == "?"
 
 
 def test_repro_replay_command_runs(attn_repro, capsys):
