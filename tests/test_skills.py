@@ -282,7 +282,8 @@ def test_claude_code_loads_the_skills(tmp_path: Path) -> None:
 
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=60)
-    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    # the plugin's server may start installing its venv: keep that offline so it fails fast, not downloads
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "KERNELSCOPE_PIP_ARGS": "--no-index"}
     env.pop("ANTHROPIC_API_KEY", None)
     run = dict(cwd=clone, env=env, capture_output=True, text=True, timeout=120)
     subprocess.run(["claude", "plugin", "marketplace", "add", str(clone)], check=True, **run)
