@@ -22,6 +22,26 @@ MIN_LAUNCHES = 48             # launches per captured graph
 REPLAYS = 15
 
 
+def cupti_us(fns, cycles: int | None = None) -> float:
+    """Mean device time per launch (µs) of ``fns``, from the profiler's CUDA kernel records
+    (``cycles`` passes over ``fns``; default: at least 30 launches)."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cycles = cycles or max(3, -(-30 // len(fns)))
+    for f in fns:
+        f()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(cycles):
+            for f in fns:
+                f()
+        torch.cuda.synchronize()
+    tot = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+    return tot / (cycles * len(fns))
+
+
 def device_info() -> dict:
     import torch
     import triton
@@ -201,8 +221,6 @@ def bench_row(shape, cache: str, group: int = 128, configs=None, cupti: bool = F
         "bf16_tbps": round(buf.tbps("bf16", bf16), 3), "fp8_tbps": round(buf.tbps("fp8", fp8), 3),
     }
     if cupti:
-        from mcp_server.kernels.decode import cupti_us
-
         for fmt, f in fns.items():
             us = cupti_us(f)
             row[f"{fmt}_cupti_us"] = round(us, 2)

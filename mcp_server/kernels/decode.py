@@ -14,6 +14,8 @@ kernel time, against the device copy bandwidth measured in the same run.
 """
 from __future__ import annotations
 
+from mcp_server.kernels.bench import cupti_us
+
 #: The issue's Linear shapes, (K, N): x[M, K] @ W[K, N].
 DECODE_SHAPES = ((4096, 4096), (8192, 8192), (7168, 2048), (2048, 7168))
 DECODE_BATCHES = (1, 8, 16)
@@ -28,26 +30,6 @@ def tinygemm_available() -> bool:
         return False
     ops = torch.ops.aten
     return hasattr(ops, "_weight_int4pack_mm") and hasattr(ops, "_convert_weight_to_int4pack")
-
-
-def cupti_us(fns, cycles: int | None = None) -> float:
-    """Mean device time per launch (µs) of ``fns``, from the profiler's CUDA kernel records
-    (``cycles`` passes over ``fns``; default: at least 30 launches)."""
-    import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    cycles = cycles or max(3, -(-30 // len(fns)))
-    for f in fns:
-        f()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(cycles):
-            for f in fns:
-                f()
-        torch.cuda.synchronize()
-    tot = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
-    return tot / (cycles * len(fns))
 
 
 class DecodeBuffers:

@@ -12,6 +12,7 @@ from mcp_server.errors import BufferFormatError
 from mcp_server.models import Warning_
 from mcp_server.timeline.decode import Decoded, decode_buffer, event_name_list
 from mcp_server.timeline.models import (
+    IMBALANCE_RATIO,
     CriticalSegment,
     DecodeSummary,
     Instant,
@@ -24,8 +25,6 @@ from mcp_server.timeline.models import (
 from mcp_server.timeline.overhead import find_overhead_file, load_overhead
 from mcp_server.vocab import ProgressFn, WarningCode
 
-#: slowest/mean at or above which a phase is called imbalanced
-IMBALANCE_RATIO = 1.2
 #: a verdict needs at least this share of the kernel span at stake
 MIN_SPAN_SHARE = 0.01
 #: start skew is reported when wall - slowest is at least this share of the phase's wall time

@@ -17,7 +17,7 @@ import numpy as np
 from mcp_server.atomic import atomic_target, atomic_write_bytes
 from mcp_server.models import Warning_
 from mcp_server.timeline.decode import Decoded
-from mcp_server.timeline.models import TimelineAnalysis
+from mcp_server.timeline.models import IMBALANCE_RATIO, TimelineAnalysis
 from mcp_server.vocab import WarningCode
 
 
@@ -89,8 +89,6 @@ def write_perfetto(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.Path
 def outlier_blocks(phase, ratio: float | None = None) -> list[int]:
     """Blocks of ``phase`` whose mean duration is at least the imbalance threshold times the block mean."""
     if ratio is None:
-        from mcp_server.timeline.analysis import IMBALANCE_RATIO
-
         ratio = IMBALANCE_RATIO
     floor = ratio * phase.block_mean_ns
     return [b for b, v in zip(phase.slowest_blocks, phase.slowest_block_mean_ns) if phase.block_mean_ns > 0 and
@@ -100,8 +98,6 @@ def outlier_blocks(phase, ratio: float | None = None) -> list[int]:
 def gantt_title(res: TimelineAnalysis, shown_note: str = "") -> str:
     """The chart title: layout and span, then the most imbalanced phase with its outlier blocks only
     (blocks at or beyond the imbalance threshold; none named when no block is)."""
-    from mcp_server.timeline.analysis import IMBALANCE_RATIO
-
     title = (f"{Path(res.source).name}: {res.nblocks} blocks x {res.ngroups} groups, span "
              f"{res.span_ns / 1000:.1f} us{shown_note}")
     worst = max(res.phases, key=lambda p: p.imbalance) if res.phases else None
@@ -147,8 +143,6 @@ def _draw_gantt(ax, dec: Decoded, res: TimelineAnalysis, colour: dict, max_lanes
 
 
 def _outliers(res: TimelineAnalysis) -> set[int]:
-    from mcp_server.timeline.analysis import IMBALANCE_RATIO
-
     worst = max(res.phases, key=lambda p: p.imbalance) if res.phases else None
     return set(outlier_blocks(worst)) if worst is not None and worst.imbalance >= IMBALANCE_RATIO else set()
 

@@ -7,6 +7,9 @@ from pydantic import Field
 
 from mcp_server.models import Model, Warning_
 
+#: slowest/mean at or above which a phase is called imbalanced (the analysis and the exports judge by it)
+IMBALANCE_RATIO = 1.2
+
 
 class ProbeOverhead(Model):
     """Kernel time with and without probes (CUDA events, medians over repeated launches)."""
