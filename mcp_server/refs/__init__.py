@@ -5,16 +5,13 @@
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from mcp_server.lazy import lazy_names
 from mcp_server.refs.models import ReferenceResult, RefItem, RefSection
 
+if TYPE_CHECKING:
+    from mcp_server.refs.finder import find_references
+
 __all__ = ["find_references", "RefItem", "RefSection", "ReferenceResult"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "find_references":
-        from mcp_server.refs.finder import find_references
-
-        return find_references
-    raise AttributeError(f"module 'mcp_server.refs' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, {"find_references": "finder"}, globals())

@@ -23,6 +23,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from mcp_server.lazy import lazy_names
+
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from mcp_server.reports.edit import EditPlan, plan_recategorize, write_plan
     from mcp_server.reports.plots import place_labels, pyplot
@@ -55,15 +57,11 @@ __all__ = [
 ]
 
 
+_lazy = lazy_names(__name__, _EXPORTS, globals())
+
+
 def __getattr__(name: str) -> Any:
-    if name == "layout":
-        return import_module("mcp_server.reports.layout")
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'mcp_server.reports' has no attribute {name!r}")
-    value = getattr(import_module(f"mcp_server.reports.{mod}"), name)
-    globals()[name] = value
-    return value
+    return import_module("mcp_server.reports.layout") if name == "layout" else _lazy(name)
 
 
 def __dir__() -> list[str]:

@@ -9,23 +9,17 @@ neither pandas nor Triton.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mcp_server.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from mcp_server.timeline.analysis import analyze_timeline
+    from mcp_server.timeline.compare import compare_timelines
+    from mcp_server.timeline.decode import decode_buffer
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 
 __all__ = ["analyze_timeline", "compare_timelines", "decode_buffer", "INCLUDE_DIR"]
-
-
-def __getattr__(name: str):
-    if name == "analyze_timeline":
-        from mcp_server.timeline.analysis import analyze_timeline
-
-        return analyze_timeline
-    if name == "compare_timelines":
-        from mcp_server.timeline.compare import compare_timelines
-
-        return compare_timelines
-    if name == "decode_buffer":
-        from mcp_server.timeline.decode import decode_buffer
-
-        return decode_buffer
-    raise AttributeError(name)
+__getattr__ = lazy_names(__name__, {"analyze_timeline": "analysis", "compare_timelines": "compare",
+                                    "decode_buffer": "decode"}, globals())
