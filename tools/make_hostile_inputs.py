@@ -441,6 +441,11 @@ def xlsx_nan_count(path: Path, base: Path = ROOT / "tests" / "fixtures" / "upstr
     _rewrite(base, path, edit)
 
 
+def overhead_secret_value(path: Path) -> None:
+    """A probe-overhead JSON whose sample is the secret marker (the float() error quoted it)."""
+    path.write_text(f'{{"with_probes_us": ["{SECRET_MARK}"], "without_probes_us": [1.0]}}\n')
+
+
 def disclosure_and_bounds(out: Path) -> None:
     trace_world_size(out / "trace_world_size.json")
     trace_rank_huge(out / "trace_rank_huge.json")
@@ -456,6 +461,7 @@ def disclosure_and_bounds(out: Path) -> None:
     spec_secret_value(out / "spec_secret_value.toml")
     spec_pow_flops(out / "spec_pow_flops.toml")
     xlsx_nan_count(out / "xlsx_nan_count.xlsx")
+    overhead_secret_value(out / "overhead_secret_value.json")
 
 
 # ----------------------------------------------------------------------------- loop, ledger, validate (issue 21)

@@ -77,10 +77,23 @@ def load_overhead(path: Union[str, os.PathLike]) -> ProbeOverhead:
         raise BufferFormatError("not a probe overhead file (JSON nested too deeply)", path=p) from None
     except (ValueError, KeyError, TypeError, OverflowError, OSError) as exc:
         raise BufferFormatError(
-            f"not a probe overhead file ({type(exc).__name__}: {exc})", path=p,
+            f"not a probe overhead file ({_why(exc)})", path=p,
             hint="expected JSON with lists with_probes_us and without_probes_us, or medians with_median_us and "
                  "without_median_us") from None
     return overhead_from_samples(w, wo, method=str(doc.get("method", "")), noise_pct=noise_f, source=str(p))
+
+
+def _why(exc: BaseException) -> str:
+    """Why the file is not an overhead file, in words that quote nothing it holds (a caller may name any file)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+    if isinstance(exc, KeyError):
+        return f"no {exc.args[0]} list"  # one of the two sample keys read above
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
+    if isinstance(exc, TypeError) and str(exc) == "top level is not an object":
+        return str(exc)
+    return "a value that is not a finite number"
 
 
 def _no_constant(name: str) -> float:
