@@ -104,7 +104,7 @@ _SECRET_KEYS = (r"authorization|proxy-authorization|x-api-key|api[_-]?key|apikey
 _CRED = r"(?:(?=[^\s,;&\"'#<>]*[0-9+/=])[^\s,;&\"'#<>]{6,}|[^\s,;&\"'#<>]{20,})"
 _CRED_B64 = r"(?:(?=[A-Za-z0-9._~+/=-]*[0-9+/=])[A-Za-z0-9._~+/=-]{8,}|[A-Za-z0-9._~+/=-]{20,})"
 _SECRET_PATTERNS = [
-    # token shapes: GitHub, GitLab, Slack, Atlassian API tokens, AWS access key ids, JWTs
+    # token shapes: GitHub, GitLab, Slack, Atlassian API tokens, AWS access key ids, JWTs, below HF/OpenAI/Google
     re.compile(r"(gh[pousr]_[A-Za-z0-9]{16,})"),
     re.compile(r"(github_pat_[A-Za-z0-9_]{20,})"),
     re.compile(r"(glpat-[A-Za-z0-9_-]{16,})"),
@@ -112,6 +112,10 @@ _SECRET_PATTERNS = [
     re.compile(r"(ATATT[A-Za-z0-9_=+/-]{16,})"),
     re.compile(r"\b((?:AKIA|ASIA)[0-9A-Z]{16})\b"),
     re.compile(r"(eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"),
+    # Hugging Face, OpenAI / Anthropic (sk-, sk-proj-, sk-ant-), Google API keys
+    re.compile(r"\b(hf_[A-Za-z0-9]{30,})"),
+    re.compile(r"\b(sk-(?:proj-|ant-(?:api\d\d-)?)?[A-Za-z0-9_-]{20,})"),
+    re.compile(r"\b(AIza[0-9A-Za-z_-]{35})"),
     # credentials inside a URL: scheme://user:password@host, scheme://TOKEN@host
     re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@\"'<>]*:)([^/\s@\"'<>]+)(?=@)"),
     re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)([A-Za-z0-9_.~+=-]{16,})(?=@)"),
@@ -133,7 +137,7 @@ _SECRET_PATTERNS = [
     # bare schemes: Bearer xxx, Basic base64, token xxx (credential-shaped)
     re.compile(rf"(?i)(\b(?:bearer|basic|token)\s+)({_CRED_B64})"),
 ]
-assert len(_SECRET_PATTERNS) == 17  # _TRIGGERS below pairs with each, in order
+assert len(_SECRET_PATTERNS) == 20  # _TRIGGERS below pairs with each, in order
 
 #: Variables whose values are credentials whatever their name, besides the names ``_SECRET_NAME`` matches.
 _SECRET_ENV = ("GITHUB_TOKEN", "GH_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN", "JIRA_API_TOKEN",
@@ -183,7 +187,7 @@ _KEY_WORDS = ("authorization", "api-key", "api_key", "apikey", "private", "token
 #: triggers are all absent from the text cannot match and is not run (a 16 MB answer: ~5 s -> ~0.1 s).
 _TRIGGERS: tuple[tuple[str, ...], ...] = (
     ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), ("github_pat_",), ("glpat-",), ("xox",), ("atatt",), ("akia", "asia"),
-    ("eyj",), ("://",), ("://",), tuple(w + "=" for w in _KEY_WORDS) + ("signature=",),
+    ("eyj",), ("hf_",), ("sk-",), ("aiza",), ("://",), ("://",), tuple(w + "=" for w in _KEY_WORDS) + ("signature=",),
     tuple(f'"{k}"' for k in _SECRET_KEY_NAMES), tuple(f"'{k}'" for k in _SECRET_KEY_NAMES),
     ("authorization",), ("x-api-key", "private-token", "x-auth-token", "cookie"),
     ("token=", "password=", "passwd=", "passphrase=", "api_key=", "api-key=", "apikey=", "secret=",

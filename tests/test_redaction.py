@@ -151,7 +151,7 @@ def test_redact_forms(text, gone):
     "rotary_embedding_kernel token count 64", "https://user@host.example/x",
     "proposals.toml: token: not valid TOML", "token: not valid TOML (line 3)", "api_key = not valid TOML",
     "Token embeddings take 5% of the step", "basic elementwise kernels", "token: 64 per batch",
-    "the secret: nothing here", "password: required",
+    "the secret: nothing here", "password: required", "task-parallel mask-kernel sk-1", "hf_kernel_gemm_64x64",
 ])
 def test_redact_keeps_ordinary_text(text):
     assert redact(text) == text
@@ -180,6 +180,10 @@ def test_error_text_and_models_are_redacted(monkeypatch):
     ("aws_secret_access_key=wJalrXUtnFEMI", "wJalrXUtnFEMI"),
     ("Bearer abcdefghij12", "abcdefghij12"),
     ("key ASIAIOSFODNN7EXAMPLE", "ASIAIOSFODNN7EXAMPLE"),
+    ("hf token hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"),
+    ("OPENAI key sk-proj-Abc123Def456Ghi789Jkl012", "sk-proj-Abc123Def456Ghi789Jkl012"),
+    ("anthropic sk-ant-api03-Abc123Def456Ghi789Jkl012Mno", "sk-ant-api03-Abc123Def456Ghi789Jkl012Mno"),
+    ("maps AIzaSyA1234567890abcdefghijklmnopqrstuv", "AIzaSyA1234567890abcdefghijklmnopqrstuv"),
 ])
 def test_credential_shaped_values_after_key_words_are_redacted(text, gone):
     out = redact(text)
