@@ -441,15 +441,16 @@ def bootstrap(launcher: str, log: str) -> int:
                 "protocolVersion": negotiate(params.get("protocolVersion")),
                 "serverInfo": {"name": "kernelscope", "version": version}}
 
-    front = Front(sys.stdout.buffer, answer, bootstrap=True)
-    threading.Thread(target=_pump, args=(sys.stdin.buffer, front.from_client), name="front-in", daemon=True).start()
-    _say(f"installing its environment (first start); the installer writes to {log}")
-    # the installer runs in a session of its own and is never killed with the front: a client that stops
-    # the server (SIGINT, then SIGTERM) leaves it to finish, and the launcher's lock keeps a second one out
+    # the installer starts before the first answer and runs in a session of its own, never killed with the
+    # front: a client that stops the server right after the handshake (claude mcp list: SIGINT, then SIGTERM)
+    # leaves it to finish, and the launcher's lock keeps a second one out
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     with open(log, "ab") as fh:
         install = subprocess.Popen(["sh", launcher, "--install"], stdin=subprocess.DEVNULL, stdout=fh, stderr=fh,
                                    start_new_session=True)
+    front = Front(sys.stdout.buffer, answer, bootstrap=True)
+    threading.Thread(target=_pump, args=(sys.stdin.buffer, front.from_client), name="front-in", daemon=True).start()
+    _say(f"installing its environment (first start); the installer writes to {log}")
     if install.wait() != 0:
         reason = f"kernelscope could not install its environment (sh {launcher} --install failed; see {log})"
         try:
