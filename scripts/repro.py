@@ -1,0 +1,19 @@
+#!/usr/bin/env python3
+"""Rebuild the ops behind a trace's slowest kernels as a standalone replay, or time a replay.
+
+Same as ``kernelscope repro TRACE -o DIR [--module M] [--kernel RE] [--op NAME] [--top N] [--json]`` and
+``kernelscope repro run DIR [--device cuda] [--json]``.
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mcp_server.launch import ensure_dependencies  # noqa: E402
+
+ensure_dependencies(__file__)  # under a python3 without rich etc.: the checkout's .venv, or a one-line hint
+
+from mcp_server.cli import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main(["repro", *sys.argv[1:]]))
