@@ -200,3 +200,41 @@ def test_faces(tmp_path, capsys):
     assert not ok.is_error and ok.structured_content["coverage_pct"] > 0
     assert (tmp_path / "mcp" / "repro.py").exists()
     assert bad.is_error and "not a directory" in bad.content[0].text and "Traceback" not in bad.content[0].text
+
+
+def test_output_dir_rules(tmp_path):
+    """A directory holding other files is never written into without overwrite; an earlier replay is
+    replaced (its stale specs removed) on the CLI, and over MCP only with overwrite=true."""
+    trace = str(TRACES / "llama_prefill_sdpa.json.gz")
+    other = tmp_path / "project"
+    other.mkdir()
+    (other / "spec.toml").write_text("mine\n")
+    with pytest.raises(ReproError, match="did not write"):
+        make_repro(trace, str(other), top=2)
+    assert (other / "spec.toml").read_text() == "mine\n"
+    out = tmp_path / "r"
+    make_repro(trace, str(out), top=6)
+    n6 = len(list(out.glob("spec_op*.toml")))
+    make_repro(trace, str(out), top=1)  # the CLI's rule: an earlier replay is replaced
+    assert len(list(out.glob("spec_op*.toml"))) == 1 < n6
+    make_repro(trace, str(other), top=1, overwrite=True)
+    assert (other / "spec.toml").read_text() != "mine\n"
+
+    async def go():
+        async with Client(mcp) as c:
+            again = await c.call_tool("make_repro", {"trace_path": trace, "output_dir": str(out), "top": 1})
+            forced = await c.call_tool("make_repro", {"trace_path": trace, "output_dir": str(out), "top": 1,
+                                                      "overwrite": True})
+            return again, forced
+
+    old = os.environ.get("KERNELSCOPE_ROOTS")
+    os.environ["KERNELSCOPE_ROOTS"] = str(tmp_path)
+    try:
+        again, forced = anyio.run(go)
+    finally:
+        if old is None:
+            os.environ.pop("KERNELSCOPE_ROOTS")
+        else:
+            os.environ["KERNELSCOPE_ROOTS"] = old
+    assert again.is_error and "overwrite=true" in again.content[0].text
+    assert not forced.is_error

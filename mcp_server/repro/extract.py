@@ -157,8 +157,29 @@ def _first_instance(paths: list[str], wanted: str) -> str:
     return ""
 
 
+def _check_dir(out: Path, overwrite: bool) -> list[Path]:
+    """The files of an earlier replay in ``out`` that this call replaces; refuses to write into a directory
+    holding other files (or, over MCP, to replace anything) unless ``overwrite``."""
+    from mcp_server.atomic import call_roots
+
+    if not out.is_dir() or not any(out.iterdir()):
+        return []
+    ours = [f for f in out.iterdir() if f.name in ("ops.json", "repro.py", "spec.toml")
+            or re.fullmatch(r"spec_op\d+\.toml", f.name)]
+    if overwrite:
+        return ours
+    if not (out / "ops.json").is_file() or not (out / "repro.py").is_file():
+        raise ReproError("output_dir holds files make_repro did not write", path=out,
+                         hint="give a new or empty directory, or pass overwrite=true (CLI --overwrite)")
+    if call_roots() is not None and ours:
+        raise ReproError("output_dir holds an earlier replay", path=out,
+                         hint="pass overwrite=true to replace it, or give a new directory")
+    return ours
+
+
 def make_repro(trace_path: str, output_dir: str, module: Optional[str] = None, kernel: Optional[str] = None,
-               op: Optional[str] = None, top: int = 10, progress: Optional[ProgressFn] = None) -> MakeReproResult:
+               op: Optional[str] = None, top: int = 10, overwrite: bool = False,
+               progress: Optional[ProgressFn] = None) -> MakeReproResult:
     """Extract the ops behind a trace's slowest kernels into a replay directory."""
     from mcp_server.traces import analyze_trace
     from mcp_server.traces.cpu_ops import read_cpu_ops
@@ -170,6 +191,7 @@ def make_repro(trace_path: str, output_dir: str, module: Optional[str] = None, k
     out = Path(os.path.expanduser(output_dir))
     if out.exists() and not out.is_dir():
         raise ReproError("output_dir exists and is not a directory", path=out, hint="give a directory path")
+    earlier = _check_dir(out, overwrite)
     report(0, "attributing kernels to modules")
     res = analyze_trace(trace_path)
     kt = res.kernels
@@ -270,6 +292,9 @@ def make_repro(trace_path: str, output_dir: str, module: Optional[str] = None, k
     torch_us = sum(o.kernel_us for o in kept if not o.library)
     report(3, "writing ops.json, repro.py and the specs")
     out.mkdir(parents=True, exist_ok=True)
+    for f in earlier:  # an earlier replay's specs must not outlive the ops they named
+        if f.name.startswith("spec"):
+            f.unlink(missing_ok=True)
     seq: list[str] = []
     if module and order:
         seq = [by_key[k].id for k, _ in order if by_key[k].function]

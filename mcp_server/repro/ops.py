@@ -1,11 +1,9 @@
 """Operations of the repro engine, declared once (docs/ARCHITECTURE.md, "Three faces")."""
 from __future__ import annotations
 
-from mcp_server.faces import WRITES_FILES, Hints, Operation
+from mcp_server.faces import EXECUTES_CODE, WRITES_FILES, Operation
 from mcp_server.repro.models import MakeReproResult, RunReproResult
 from mcp_server.repro.requests import MakeReproRequest, RunReproRequest
-
-RUNS_CODE = Hints(read_only=False, destructive=False, idempotent=False, open_world=False, runs_code=True)
 
 OPERATIONS = [
     Operation(
@@ -33,6 +31,6 @@ OPERATIONS = [
             "the ratio and a replay_differs warning outside 0.8-1.25x. Progress per op."),
         request=RunReproRequest, result=RunReproResult,
         engine="mcp_server.repro.run:run_repro", render="mcp_server.repro.render:render_run",
-        hints=RUNS_CODE, positional=("output_dir",), progress=True,
+        hints=EXECUTES_CODE, positional=("output_dir",), progress=True,  # runs the directory's repro.py
     ),
 ]
