@@ -62,6 +62,11 @@ def _cases(tmp: Path, grown: Path | None) -> dict[str, list[tuple[str, dict[str,
                                                          "after_path": str(TL / "balanced_probe.bin"),
                                                          "event_names": str(TL / "phases.events")})],
     }
+    cases["make_repro"] = [("dsv3_prefill", {"trace_path": str(TR / "dsv3_prefill.json.gz"),
+                                             "output_dir": str(tmp / "repro_dsv3"), "overwrite": True}),
+                           ("llama eager, LlamaAttention", {"trace_path": str(TR / "llama_prefill_eager.json.gz"),
+                                                            "module": "LlamaAttention",
+                                                            "output_dir": str(tmp / "repro_attn"), "overwrite": True})]
     sets = FIX / "tracesets"
     cases["analyze_trace_set"] = [("4 ranks, straggler", {"paths": [str(sets / "straggler")]}),
                                   ("4 ranks, moving", {"paths": [str(sets / "moving")]})]

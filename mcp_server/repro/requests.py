@@ -6,10 +6,11 @@ from typing import Literal, Optional
 from pydantic import Field
 
 from mcp_server.argbounds import NAME_CHARS, PATH_CHARS
-from mcp_server.faces import SizedRequest, WritesOutputs
+from mcp_server.faces import SizedRequest, WritesOutputs, top_n_field
 
 
 class MakeReproRequest(SizedRequest, WritesOutputs):
+    top_n: int = top_n_field(5, "Ops (and ops not rebuilt) listed in the answer, slowest first; ops.json holds all")
     trace_path: str = Field(max_length=PATH_CHARS, description=(
         "Kineto trace recorded with record_shapes=True (.json/.json.gz, NVIDIA or AMD; eager steps)"))
     output_dir: str = Field(max_length=PATH_CHARS, description=(
