@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -172,7 +171,7 @@ def test_errors(tmp_path):
         run_repro(str(tmp_path / "empty"))
 
 
-def test_faces(tmp_path, capsys):
+def test_faces(tmp_path, capsys, monkeypatch):
     rc = cli_main(["repro", str(TRACES / "llama_prefill_sdpa.json.gz"), "-o", str(tmp_path / "cli"), "--top", "5",
                    "--json"])
     assert rc == 0
@@ -188,21 +187,14 @@ def test_faces(tmp_path, capsys):
             bad = await c.call_tool("run_repro", {"output_dir": str(tmp_path / "nowhere")})
             return ok, bad
 
-    old = os.environ.get("KERNELSCOPE_ROOTS")
-    os.environ["KERNELSCOPE_ROOTS"] = str(tmp_path)
-    try:
-        ok, bad = anyio.run(go)
-    finally:
-        if old is None:
-            os.environ.pop("KERNELSCOPE_ROOTS")
-        else:
-            os.environ["KERNELSCOPE_ROOTS"] = old
+    monkeypatch.setenv("KERNELSCOPE_ROOTS", str(tmp_path))
+    ok, bad = anyio.run(go)
     assert not ok.is_error and ok.structured_content["coverage_pct"] > 0
     assert (tmp_path / "mcp" / "repro.py").exists()
     assert bad.is_error and "not a directory" in bad.content[0].text and "Traceback" not in bad.content[0].text
 
 
-def test_output_dir_rules(tmp_path):
+def test_output_dir_rules(tmp_path, monkeypatch):
     """A directory holding other files is never written into without overwrite; an earlier replay is
     replaced (its stale specs removed) on the CLI, and over MCP only with overwrite=true."""
     trace = str(TRACES / "llama_prefill_sdpa.json.gz")
@@ -227,14 +219,7 @@ def test_output_dir_rules(tmp_path):
                                                       "overwrite": True})
             return again, forced
 
-    old = os.environ.get("KERNELSCOPE_ROOTS")
-    os.environ["KERNELSCOPE_ROOTS"] = str(tmp_path)
-    try:
-        again, forced = anyio.run(go)
-    finally:
-        if old is None:
-            os.environ.pop("KERNELSCOPE_ROOTS")
-        else:
-            os.environ["KERNELSCOPE_ROOTS"] = old
+    monkeypatch.setenv("KERNELSCOPE_ROOTS", str(tmp_path))
+    again, forced = anyio.run(go)
     assert again.is_error and "overwrite=true" in again.content[0].text
     assert not forced.is_error
