@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(VPY) -m mcp_server.demo
+	$(VPY) -m mcp_server.faces.demo
 	@echo "kernelscope is installed in $(VENV): 'source $(VENV)/bin/activate' puts the kernelscope command on PATH (or run $(VENV)/bin/kernelscope)"
 
 # headless Chromium for the HTML-report test (Debian; the test skips where it is absent)

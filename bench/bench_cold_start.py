@@ -6,7 +6,7 @@ Each run spawns a fresh ``python -m mcp_server`` on stdio and speaks raw JSON-RP
 ``tools/list`` (timed to its answer), then stdin closed (timed to the exit). Three setups, runs
 interleaved so that a busy machine weighs on each alike:
 
-- ``front``: the default; the front (mcp_server/front.py) repeats the SDK's recorded answers to
+- ``front``: the default; the front (mcp_server/faces/front.py) repeats the SDK's recorded answers to
   ``initialize`` and ``tools/list`` (the state after any earlier start of the same code);
 - ``front, cold cache``: the first start after a code change (a fresh cache directory each run): the
   SDK answers, through the front, which records its answers;

@@ -3,7 +3,7 @@
 
 Takes every unique kernel name and functional-block module key of the committed traces,
 classifies them with fresh rules (no memo) with the shipped tables, ``--repeat`` times, through
-``mcp_server.categories`` / ``mcp_server.compare.blocks`` (RE2) and through the previous
+``mcp_server.core.categories`` / ``mcp_server.compare.blocks`` (RE2) and through the previous
 implementation (Python ``re``, case-insensitive, first match wins), and checks both agree.
 
     .venv/bin/python bench/bench_regex.py [--repeat 20]
@@ -21,9 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mcp_server.categories import load_categories, parse_categories  # noqa: E402
 from mcp_server.compare.blocks import load_blocks, module_keys, parse_blocks  # noqa: E402
 from mcp_server.compare.inputs import load_side  # noqa: E402
+from mcp_server.core.categories import load_categories, parse_categories  # noqa: E402
 
 TRACES = ROOT / "tests" / "fixtures" / "traces"
 

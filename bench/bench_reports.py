@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from upstream_layout import make_large_report
 
-    from mcp_server.categories import load_categories
     from mcp_server.compare.recategorize import recategorize
+    from mcp_server.core.categories import load_categories
     from mcp_server.reports.reader import read_report
 
     with tempfile.TemporaryDirectory() as d:

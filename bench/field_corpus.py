@@ -149,7 +149,7 @@ def one_ncu(path: Path) -> dict[str, Any]:
 
 
 def child_main(path: str, kind: str, ref: Optional[str] = None) -> None:
-    from mcp_server.errors import KernelscopeError
+    from mcp_server.core.errors import KernelscopeError
 
     try:
         out = one_trace(Path(path), ref) if kind == "trace" else one_ncu(Path(path))
@@ -230,9 +230,9 @@ def ours_on_hta_events(ev: dict[str, list]) -> Optional[dict[str, float]]:
     """Our breakdown on HTA's own event set (same events, same integer times)."""
     import numpy as np
 
-    from mcp_server.categories import load_categories
+    from mcp_server.core.categories import load_categories
+    from mcp_server.core.vocab import COMMUNICATION
     from mcp_server.traces import breakdown as B
-    from mcp_server.vocab import COMMUNICATION
 
     if not ev or not ev.get("ts"):
         return None

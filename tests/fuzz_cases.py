@@ -34,7 +34,7 @@ class ContractBroken(AssertionError):
 def contract(fn: Callable[[Path], Any], path: Path) -> str:
     from pydantic import BaseModel
 
-    from mcp_server.errors import KernelscopeError
+    from mcp_server.core.errors import KernelscopeError
 
     try:
         res = fn(path)
@@ -351,7 +351,7 @@ def make_rules(rnd: random.Random, tmp: Path) -> Path:
 
 
 def run_rules(path: Path):
-    from mcp_server.categories import load_categories
+    from mcp_server.core.categories import load_categories
 
     load_categories(path)
     return {"ok": True}

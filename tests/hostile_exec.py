@@ -14,7 +14,7 @@ import make_hostile_inputs as recipes  # noqa: E402  (the reproducers; re-export
 
 __all__ = ["cli", "mcp", "recipes", "text"]
 
-CLI_MAIN = "import sys\nfrom mcp_server.cli import main\nsys.exit(main(sys.argv[1:], limits=True))\n"
+CLI_MAIN = "import sys\nfrom mcp_server.faces.cli import main\nsys.exit(main(sys.argv[1:], limits=True))\n"
 
 
 def cli(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> tuple[int, str, str]:

@@ -28,7 +28,7 @@ ALIVE_CALL = ("analyze_trace", {"trace_path": str(ROOT / "tests" / "fixtures" / 
 
 
 def cli(args: list[str], capsys: Any) -> tuple[int, str, str]:
-    from mcp_server.cli import main
+    from mcp_server.faces.cli import main
 
     capsys.readouterr()
     code = main(args)

@@ -6,8 +6,8 @@ import time
 
 from pydantic import Field
 
-from mcp_server.faces import READ_ONLY, Operation, Request
-from mcp_server.models import Model, Warning_
+from mcp_server.core.models import Model, Warning_
+from mcp_server.core.operation import READ_ONLY, Operation, Request
 
 
 class MisbehaveRequest(Request):

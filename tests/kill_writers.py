@@ -52,7 +52,7 @@ def _report(d: Path) -> Path:
 
 
 def _recat_inplace_setup(d: Path) -> Any:
-    from mcp_server.categories import load_categories
+    from mcp_server.core.categories import load_categories
 
     src = _report(d)
     lines = Path(load_categories().source).read_text().splitlines()
@@ -162,7 +162,7 @@ def _w_overhead(_s, out):
 
 
 def _w_bytes(data, out):
-    from mcp_server.atomic import atomic_write_bytes
+    from mcp_server.core.atomic import atomic_write_bytes
     atomic_write_bytes(out, data)
 
 
@@ -258,7 +258,7 @@ def run(w: Writer, d: Path, iterations: int, seed: int = 1) -> KillStats:
         if pid == 0:  # the child writes until it is killed
             try:
                 os.close(r)
-                import mcp_server.atomic as atomic
+                import mcp_server.core.atomic as atomic
 
                 real_new_temp = atomic.new_temp
 

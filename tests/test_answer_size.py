@@ -8,8 +8,8 @@ import anyio
 import pytest
 from conftest import FIXTURES, TRACES
 
-from mcp_server.server import build_server
-from mcp_server.sizing import ANSWER_BUDGET, TEXT_VIEW
+from mcp_server.faces.server import build_server
+from mcp_server.faces.sizing import ANSWER_BUDGET, TEXT_VIEW
 
 TIMELINE = FIXTURES / "timeline"
 EAGER = str(TRACES / "llama_prefill_eager.json.gz")

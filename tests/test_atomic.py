@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server.atomic import (
+from mcp_server.core.atomic import (
     _host_tag,
     atomic_copy,
     atomic_target,
@@ -21,7 +21,7 @@ from mcp_server.atomic import (
     probe_writable,
     sweep_stale_temps,
 )
-from mcp_server.errors import WriteError
+from mcp_server.core.errors import WriteError
 
 
 def test_new_file_gets_umask_mode_not_mkstemp_0600(tmp_path):
@@ -183,7 +183,7 @@ import mcp_server.reports.xlsx_writer as W
 W.probe_writable = lambda *a, **k: None          # get past the early check: the save itself fails
 def denied(*a, **k):
     raise PermissionError(errno.EACCES, "Permission denied")
-from mcp_server.errors import WriteError
+from mcp_server.core.errors import WriteError
 from mcp_server.traces import analyze_trace
 a = analyze_trace(sys.argv[1])
 tempfile.mkstemp = denied

@@ -10,7 +10,7 @@ from upstream_layout import UDetail, UKernel, UpstreamSpec, build_upstream_repor
 
 from mcp_server.compare.budget import budget
 from mcp_server.compare.inputs import load_side
-from mcp_server.errors import FileMissingError, InputError, ReportFormatError
+from mcp_server.core.errors import FileMissingError, InputError, ReportFormatError
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 EAGER = TRACES / "llama_prefill_eager.json.gz"
@@ -64,7 +64,7 @@ def test_phase_filter(tmp_path):
     assert res.a.phase == "decode"
     with pytest.raises(InputError, match="no prefill kernels"):
         budget(MIXED, GRAPH, phase="prefill")
-    with pytest.raises(InputError, match="phase must be"):
+    with pytest.raises(InputError, match="budget: invalid argument.*phase: Input should be 'prefill' or 'decode'"):
         budget(MIXED, GRAPH, phase="extend-ish")
 
 

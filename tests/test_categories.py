@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_server.categories import DEFAULT_CATEGORY, load_categories, parse_categories
 from mcp_server.compare.blocks import load_blocks
-from mcp_server.errors import CategoriesError, FileMissingError
+from mcp_server.core.categories import DEFAULT_CATEGORY, load_categories, parse_categories
+from mcp_server.core.errors import CategoriesError, FileMissingError
 
 # Kernel names as they appear in the H200 fixtures and in public NVIDIA / AMD traces.
 CASES = {

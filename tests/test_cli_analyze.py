@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import TRACES
 
-from mcp_server.cli import main
+from mcp_server.faces.cli import main
 from mcp_server.traces import analyze_trace
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, TRACES
 
-from mcp_server.cli import main
-from mcp_server.vocab import ExitCode
+from mcp_server.core.vocab import ExitCode
+from mcp_server.faces.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = str(TRACES / "llama_prefill_sdpa.json.gz")
@@ -87,7 +87,7 @@ def test_validate_child_without_torch_reports_one_line(tmp_path):
     fake = tmp_path / "fake" / "torch"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
-    proc = subprocess.run([sys.executable, "-m", "mcp_server.cli", "validate", str(SPEC), "--width", "200"],
+    proc = subprocess.run([sys.executable, "-m", "mcp_server.faces.cli", "validate", str(SPEC), "--width", "200"],
                           env=_env(pre=str(tmp_path / "fake")), capture_output=True, text=True, timeout=120)
     assert proc.returncode == ExitCode.bad_input, proc.stdout + proc.stderr
     assert "torch cannot be imported" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
@@ -132,7 +132,7 @@ def test_a_closed_pipe_ends_quietly_with_status_0(extra):
     r, w = os.pipe()
     os.close(r)  # the reader has already gone: the first write fails
     try:
-        proc = subprocess.run([sys.executable, "-m", "mcp_server.cli", "analyze", TRACE, *extra], stdout=w,
+        proc = subprocess.run([sys.executable, "-m", "mcp_server.faces.cli", "analyze", TRACE, *extra], stdout=w,
                               stderr=subprocess.PIPE, env=_env(), timeout=120, text=True)
     finally:
         os.close(w)
@@ -143,7 +143,7 @@ def test_the_demo_piped_into_a_closed_reader_ends_quietly():
     r, w = os.pipe()
     os.close(r)
     try:
-        proc = subprocess.run([sys.executable, "-m", "mcp_server.demo"], stdout=w, stderr=subprocess.PIPE,
+        proc = subprocess.run([sys.executable, "-m", "mcp_server.faces.demo"], stdout=w, stderr=subprocess.PIPE,
                               env=_env(), timeout=120, text=True)
     finally:
         os.close(w)

@@ -7,7 +7,7 @@ import io
 from conftest import FIXTURES, TRACES
 from rich.console import Console
 
-from mcp_server.cli import main
+from mcp_server.faces.cli import main
 
 SETS = FIXTURES / "tracesets"
 TL = FIXTURES / "timeline"
@@ -33,8 +33,7 @@ def test_a_late_rank_by_collectives_but_no_straggler_by_kernel_time_says_why_bot
 def test_the_demo_names_the_late_rank_as_the_collectives_do():
     import inspect
 
-    from mcp_server import demo
-
+    from mcp_server.faces import demo
     src = inspect.getsource(demo.step_tracesets)
     assert "rank 2 late each layer" not in src and "rank 2 starts each" in src
 
@@ -66,8 +65,7 @@ def test_budget_keeps_only_its_own_warnings_and_prints_their_codes(capsys):
 def test_demo_headings_and_tables_fit_80_columns():
     """At 80 columns (make demo piped) a long section heading keeps its description whole on the next line
     (rich cut 'rank 2 starts each all-reduce late' to 'rank 2…'), and the tables fit."""
-    from mcp_server import demo
-
+    from mcp_server.faces import demo
     console = Console(record=True, width=80)
     for step in (demo.step_tracesets, demo.step_compass):
         step(console)

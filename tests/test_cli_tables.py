@@ -1,5 +1,5 @@
 """Text tables at 80 and 130 columns (a pipe, a wide terminal): every number, class and ratio whole; long names
-shortened from the middle; paths never broken inside a name (mcp_server/textable.py, used by every renderer)."""
+shortened from the middle; paths never broken inside a name (mcp_server/core/textable.py, used by every renderer)."""
 from __future__ import annotations
 
 import io
@@ -12,8 +12,8 @@ import pytest
 from conftest import FIXTURES, TRACES
 from rich.console import Console
 
-from mcp_server.cli import main
-from mcp_server.textable import Col, TextTable, middle, print_line
+from mcp_server.core.textable import Col, TextTable, middle, print_line
+from mcp_server.faces.cli import main
 
 NCU = FIXTURES / "ncu" / "targets_none.ncu-rep.xz"
 LEDGER = Path(__file__).resolve().parents[1] / "mcp_server" / "demo_data" / "mla_example_ledger.db"
@@ -137,7 +137,7 @@ def test_renderers_build_their_tables_with_the_shared_helper():
     compare's block panels are the exception: one folded kernel column takes all the slack (ratio=1) and
     their numbers are no_wrap columns sized by their cells."""
     root = Path(__file__).resolve().parents[1] / "mcp_server"
-    allowed = {"textable.py", "compare/render.py"}
+    allowed = {"core/textable.py", "compare/render.py"}
     users = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
                    if "from rich.table import Table" in p.read_text() and str(p.relative_to(root)) not in allowed)
-    assert users == [], f"use mcp_server.textable.TextTable in {users}"
+    assert users == [], f"use mcp_server.core.textable.TextTable in {users}"

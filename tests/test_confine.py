@@ -10,8 +10,8 @@ import pytest
 from conftest import TRACES
 from mcp import Client
 
-from mcp_server.confine import inside, roots_from_uris
-from mcp_server.server import build_server
+from mcp_server.faces.confine import inside, roots_from_uris
+from mcp_server.faces.server import build_server
 
 TRACE = str(TRACES / "llama_prefill_sdpa.json.gz")
 
@@ -76,7 +76,7 @@ def test_over_mcp_replacing_any_existing_output_needs_overwrite(root):
 
 
 def test_an_output_name_of_another_kind_is_refused_on_both_faces(root, capsys):
-    from mcp_server.cli import main
+    from mcp_server.faces.cli import main
 
     for name in ("report.csv", "README.md", "report"):
         res = _call("analyze_trace", {"trace_path": TRACE, "output_xlsx": str(root / name), "overwrite": True})
@@ -91,7 +91,7 @@ def test_an_output_name_of_another_kind_is_refused_on_both_faces(root, capsys):
 def test_the_cli_never_replaces_a_file_of_another_kind_without_overwrite(tmp_path, capsys):
     """`kernelscope analyze t.json.gz -o README.md` must not replace the README: the kind is checked on the CLI
     too (a README renamed to .xlsx, a hand-written Markdown file under a Markdown output)."""
-    from mcp_server.cli import main
+    from mcp_server.faces.cli import main
 
     readme = tmp_path / "README.md"
     readme.write_text("# my project\n")
@@ -122,11 +122,11 @@ def test_annotations_tell_the_truth_for_the_default_call(root):
     """A tool that only writes the files a call names is not destructive: over MCP, every output it
     declares (and each file it writes beside one) is replaced only with overwrite=true, checked here for
     every declared output. Tools that run the caller's command are destructive; reading tools read-only."""
-    from mcp_server.atomic import APPENDED_KINDS, KIND_SUFFIXES
-    from mcp_server.confine import ConfinementError, check_outputs
-    from mcp_server.errors import InputError
-    from mcp_server.faces import EXECUTES_CODE, operations
-
+    from mcp_server.core.atomic import APPENDED_KINDS, KIND_SUFFIXES
+    from mcp_server.core.errors import InputError
+    from mcp_server.core.operation import EXECUTES_CODE
+    from mcp_server.faces.confine import ConfinementError, check_outputs
+    from mcp_server.faces.registry import operations
     async def go():
         async with Client(build_server()) as c:
             return {t.name: t.annotations for t in (await c.list_tools()).tools}
@@ -209,7 +209,7 @@ def test_client_roots_without_a_back_channel_fall_back_to_the_server_roots(root,
 
 def test_overwrite_lets_a_call_replace_a_read_only_output(tmp_path, capsys):
     """A read-only report is refused (atomic.py) unless the call says overwrite, on both faces."""
-    from mcp_server.cli import main
+    from mcp_server.faces.cli import main
 
     out = tmp_path / "r.xlsx"
     assert main(["analyze", TRACE, "-o", str(out)]) == 0

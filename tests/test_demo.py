@@ -5,7 +5,7 @@ import re
 
 from rich.console import Console
 
-from mcp_server import demo
+from mcp_server.faces import demo
 
 
 def _run(step) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from mcp_server import demo
+from mcp_server.faces import demo
 
 
 def test_demo_has_the_comparison_step():
@@ -29,7 +29,7 @@ def test_skill_frontmatter_names_registered_tools():
     import anyio
     from mcp import Client
 
-    from mcp_server.server import mcp
+    from mcp_server.faces.server import mcp
 
     text = (Path(__file__).resolve().parent.parent / "skills" / "compare-kernels" / "SKILL.md").read_text()
     assert text.startswith("---\n")

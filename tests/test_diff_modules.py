@@ -11,7 +11,7 @@ from upstream_layout import UDetail, UKernel, UpstreamSpec, build_upstream_repor
 from mcp_server.compare.blocks import assign_blocks, load_blocks, parse_blocks
 from mcp_server.compare.diff import diff_modules
 from mcp_server.compare.inputs import load_side
-from mcp_server.errors import CategoriesError
+from mcp_server.core.errors import CategoriesError
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 EAGER = TRACES / "llama_prefill_eager.json.gz"
@@ -149,7 +149,7 @@ def test_mcp_tools_answer_with_output_schemas(tmp_path):
     import anyio
     from mcp import Client
 
-    from mcp_server.server import mcp
+    from mcp_server.faces.server import mcp
 
     async def go():
         async with Client(mcp) as c:
@@ -179,7 +179,7 @@ def test_mcp_tools_answer_with_output_schemas(tmp_path):
 
 
 def test_cli_compare_json_xlsx_html(tmp_path, capsys):
-    from mcp_server.cli import main
+    from mcp_server.faces.cli import main
 
     rc = main(["compare", str(EAGER), str(SDPA), "--labels", "eager", "sdpa", "--json",
                "-o", str(tmp_path / "d.xlsx"), "--html", str(tmp_path / "d.html")])
@@ -326,7 +326,7 @@ def test_reference_trace_is_refused_for_a_report(tmp_path):
     import pytest as _pytest
 
     from mcp_server.compare.inputs import load_side
-    from mcp_server.errors import InputError
+    from mcp_server.core.errors import InputError
 
     p = tmp_path / "r.xlsx"
     p.write_bytes(b"PK")

@@ -1,5 +1,5 @@
 """One environment registry: every KERNELSCOPE_* variable the package names is declared in
-mcp_server/envvars.py, read through envvars.env(), and listed in docs/REFERENCE.md."""
+mcp_server/core/envvars.py, read through envvars.env(), and listed in docs/REFERENCE.md."""
 from __future__ import annotations
 
 import ast
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server import envvars, limits
+from mcp_server.core import envvars, limits
 
 PKG = Path(__file__).resolve().parent.parent / "mcp_server"
 # a name, not a C define (-DKERNELSCOPE_PROBE) nor part of a longer word
 NAME = re.compile(r"(?<![\w-])KERNELSCOPE_[A-Z0-9_]+")
 #: runs as a plain script before the package is installed (bin/kernelscope-mcp's bootstrap), so it
 #: imports nothing of the package; its variable is still declared
-STANDALONE = {"front.py"}
+STANDALONE = {"faces/front.py"}
 
 
 def _sources() -> dict[str, ast.Module]:
@@ -41,7 +41,7 @@ def test_every_name_in_the_package_is_declared():
         if name.endswith("_"):  # a family written as a prefix (f"KERNELSCOPE_MAX_{name}", ``KERNELSCOPE_MAX_*``)
             assert any(d.startswith(name) for d in declared), f"{name}* in {sorted(where)} matches no declaration"
         else:
-            assert name in declared, f"{name} (named in {sorted(where)}) is not declared in mcp_server/envvars.py"
+            assert name in declared, f"{name} (named in {sorted(where)}) is not declared in mcp_server/core/envvars.py"
 
 
 def test_every_declaration_is_read_somewhere():
@@ -68,7 +68,7 @@ def test_readers_go_through_env():
     (writes, which hand a value to a child process, are not reads)."""
     direct = []
     for rel, tree in _sources().items():
-        if rel == "envvars.py" or rel in STANDALONE:
+        if rel == "core/envvars.py" or rel in STANDALONE:
             continue
         consts = _constants(tree)
 
@@ -88,7 +88,7 @@ def test_readers_go_through_env():
             elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_os_environ(node.value) \
                     and ours(node.slice):
                 direct.append(f"{rel}:{node.lineno}")
-    assert not direct, f"read these through mcp_server.envvars.env(): {direct}"
+    assert not direct, f"read these through mcp_server.core.envvars.env(): {direct}"
 
 
 def test_env_refuses_an_undeclared_name(monkeypatch):
@@ -116,4 +116,4 @@ def test_defaults_come_from_the_registry(monkeypatch):
 def test_reference_lists_every_variable():
     page = (PKG.parent / "docs" / "REFERENCE.md").read_text()
     for v in envvars.VARS:
-        assert f"| `{v.name}` |" in page, f"{v.name} missing from docs/REFERENCE.md: python -m mcp_server.reference"
+        assert f"| `{v.name}` |" in page, f"{v.name} missing from docs/REFERENCE.md: python -m mcp_server.faces.reference"

@@ -15,10 +15,11 @@ import pytest
 from conftest import TRACES
 from mcp import Client
 
-from mcp_server.cli import build_parser, cli_flags, main, option_spec
-from mcp_server.faces import FACE_FIELDS, SizedRequest, UnknownArgumentError, engine_parameters, operations
-from mcp_server.server import build_server, mcp, tool_input_schema
-from mcp_server.sizing import KEEP_WHOLE, MAX_TEXT, _is_name, nested_rows
+from mcp_server.core.operation import FACE_FIELDS, SizedRequest, UnknownArgumentError
+from mcp_server.faces.cli import build_parser, cli_flags, main, option_spec
+from mcp_server.faces.registry import engine_parameters, operations
+from mcp_server.faces.server import build_server, mcp, tool_input_schema
+from mcp_server.faces.sizing import KEEP_WHOLE, MAX_TEXT, _is_name, nested_rows
 
 OPS = operations()
 IDS = [op.tool for op in OPS]
@@ -193,13 +194,13 @@ def test_face_fields_belong_to_their_mixins():
 
 def test_reference_page_is_generated_from_the_declarations():
     """docs/REFERENCE.md lists every tool with its parameters; regenerate it when this fails:
-    python -m mcp_server.reference > docs/REFERENCE.md"""
+    python -m mcp_server.faces.reference > docs/REFERENCE.md"""
     from pathlib import Path
 
-    from mcp_server.reference import render_reference
+    from mcp_server.faces.reference import render_reference
 
     page = (Path(__file__).resolve().parent.parent / "docs" / "REFERENCE.md").read_text()
-    assert page == render_reference(), "docs/REFERENCE.md is stale: python -m mcp_server.reference > docs/REFERENCE.md"
+    assert page == render_reference(), "docs/REFERENCE.md is stale: python -m mcp_server.faces.reference > docs/REFERENCE.md"
     for op in OPS:
         assert f"## {op.tool}" in page
         for name in op.field_names:
@@ -228,15 +229,15 @@ def test_console_runs_get_the_workers_limits(tmp_path):
 
     clean = []
     for limit in ("190M", "205M", "220M", "240M"):  # around what this analysis needs on top of the interpreter
-        run = subprocess.run([sys.executable, "-m", "mcp_server.cli", "analyze", str(TRACES / "dsv3_prefill.json.gz"),
+        run = subprocess.run([sys.executable, "-m", "mcp_server.faces.cli", "analyze", str(TRACES / "dsv3_prefill.json.gz"),
                               "--json", "--max-memory", limit], capture_output=True, text=True, timeout=120)
         assert run.returncode in (0, 2) and "Traceback" not in run.stderr, (limit, run.stderr[-500:])
         clean.append(run.returncode == 2 and "out of memory under this run's limit" in run.stderr)
     assert any(clean)
-    slow = subprocess.run([sys.executable, "-m", "mcp_server.cli", "analyze", str(TRACES / "dsv3_prefill.json.gz"),
+    slow = subprocess.run([sys.executable, "-m", "mcp_server.faces.cli", "analyze", str(TRACES / "dsv3_prefill.json.gz"),
                            "--time-limit", "0.001"], capture_output=True, text=True, timeout=120)
     assert slow.returncode == 2 and "over its time limit" in slow.stderr and "Traceback" not in slow.stderr
-    ok = subprocess.run([sys.executable, "-m", "mcp_server.cli", "budget", str(TRACES / "llama_prefill_eager.json.gz"),
+    ok = subprocess.run([sys.executable, "-m", "mcp_server.faces.cli", "budget", str(TRACES / "llama_prefill_eager.json.gz"),
                          str(TRACES / "llama_prefill_sdpa.json.gz"), "--json", "--max-memory", "4G",
                          "--time-limit", "120"], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr

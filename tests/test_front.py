@@ -1,4 +1,4 @@
-"""The stdio front (mcp_server/front.py): the handshake answered at once and equal to the SDK's, the
+"""The stdio front (mcp_server/faces/front.py): the handshake answered at once and equal to the SDK's, the
 session handed to the real server intact, and a plugin's first start served while it installs."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from mcp_server import front
+from mcp_server.faces import front
 
 ROOT = Path(__file__).resolve().parent.parent
 EAGER = str(ROOT / "tests" / "fixtures" / "traces" / "llama_prefill_eager.json.gz")
@@ -194,7 +194,7 @@ exec "{sys.executable}" -m mcp_server
 
 
 def test_first_start_serves_at_once_and_hands_over_when_installed(tmp_path):
-    s = _Server([sys.executable, str(ROOT / "mcp_server" / "front.py"), "--bootstrap",
+    s = _Server([sys.executable, str(ROOT / "mcp_server" / "faces" / "front.py"), "--bootstrap",
                  str(_launcher(tmp_path, "sleep 3")), str(tmp_path / "install.log")], env=_env())
     s.send(_init(msg_id=1))
     first = s.read()
@@ -215,7 +215,7 @@ def test_first_start_serves_at_once_and_hands_over_when_installed(tmp_path):
 
 
 def test_first_start_whose_install_fails_says_why_and_ends(tmp_path):
-    s = _Server([sys.executable, str(ROOT / "mcp_server" / "front.py"), "--bootstrap",
+    s = _Server([sys.executable, str(ROOT / "mcp_server" / "faces" / "front.py"), "--bootstrap",
                  str(_launcher(tmp_path, "sleep 1; false")), str(tmp_path / "install.log")], env=_env())
     s.send(_init(msg_id=1))
     s.read()
@@ -231,7 +231,7 @@ def test_first_start_whose_install_fails_says_why_and_ends(tmp_path):
 def test_the_install_goes_on_when_the_client_stops_the_server(tmp_path):
     """`claude mcp list` connects, then stops the server (SIGINT, SIGTERM): the first install finishes anyway."""
     done = tmp_path / "installed"
-    s = _Server([sys.executable, str(ROOT / "mcp_server" / "front.py"), "--bootstrap",
+    s = _Server([sys.executable, str(ROOT / "mcp_server" / "faces" / "front.py"), "--bootstrap",
                  str(_launcher(tmp_path, f"sleep 2; touch {done}")), str(tmp_path / "install.log")], env=_env())
     s.send(_init(msg_id=1))
     assert s.read()["id"] == 1
@@ -246,8 +246,8 @@ def test_the_install_goes_on_when_the_client_stops_the_server(tmp_path):
 
 
 def test_recording_after_an_install_fills_the_cache(tmp_path):
-    """bin/kernelscope-mcp --install ends with `python -m mcp_server.front --record VERSIONS`."""
-    out = subprocess.run([sys.executable, "-m", "mcp_server.front", "--record", "2025-06-18"], timeout=180,
+    """bin/kernelscope-mcp --install ends with `python -m mcp_server.faces.front --record VERSIONS`."""
+    out = subprocess.run([sys.executable, "-m", "mcp_server.faces.front", "--record", "2025-06-18"], timeout=180,
                          env=_env(XDG_CACHE_HOME=str(tmp_path)), capture_output=True)
     assert out.returncode == 0 and out.stdout == b""
     cached = json.loads(next(tmp_path.glob("kernelscope/front-*.json")).read_text())

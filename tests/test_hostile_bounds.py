@@ -10,7 +10,7 @@ import pytest
 from conftest import TRACES
 from hostile_faces import HOSTILE, cli, cli_error, mcp_session, recipes
 
-from mcp_server.errors import LimitError, TraceFormatError
+from mcp_server.core.errors import LimitError, TraceFormatError
 from mcp_server.tracesets.discover import resolve_ranks
 from mcp_server.tracesets.executors import max_workers
 
@@ -155,7 +155,7 @@ def test_damaged_or_foreign_ledgers_are_typed_errors_on_both_faces(tmp_path, cap
 
 
 def test_a_bad_kernel_regex_in_proposals_names_the_file(tmp_path):
-    from mcp_server.errors import ProposalError
+    from mcp_server.core.errors import ProposalError
     from mcp_server.loop.proposals import load_proposals
 
     p = tmp_path / "proposals.toml"
@@ -172,7 +172,7 @@ def test_a_bad_kernel_regex_in_proposals_names_the_file(tmp_path):
 ])
 def test_a_bad_limit_variable_is_named_never_shown_on_both_faces(var, value, words, capsys, monkeypatch):
     """Before: KERNELSCOPE_CALL_TIMEOUT=abc was a ValueError traceback; the memory variable's value was echoed."""
-    from mcp_server.cli import main
+    from mcp_server.faces.cli import main
 
     monkeypatch.setenv(var, value)
     capsys.readouterr()

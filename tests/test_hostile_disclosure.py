@@ -10,7 +10,7 @@ import pytest
 from conftest import TRACES
 from hostile_faces import HOSTILE, ROOT, blob, cli, cli_error, mcp_session
 
-from mcp_server.errors import CategoriesError, InputError, redact
+from mcp_server.core.errors import CategoriesError, InputError, redact
 
 sys.path.insert(0, str(ROOT / "tools"))
 from make_hostile_inputs import SECRET_MARK  # noqa: E402
@@ -110,7 +110,7 @@ def test_same_error_text_on_both_faces(secret_env, capsys):
 
 
 def test_regex_errors_name_line_and_column_never_the_pattern(tmp_path):
-    from mcp_server.categories import load_categories
+    from mcp_server.core.categories import load_categories
 
     p = tmp_path / "cats.csv"
     p.write_text(f'category,pattern\ngemm,gemm\n"quoted,{SECRET_MARK}",a){SECRET_MARK}\n')
@@ -121,7 +121,7 @@ def test_regex_errors_name_line_and_column_never_the_pattern(tmp_path):
 
 
 def test_gpu_spec_values_are_never_echoed(monkeypatch, tmp_path):
-    from mcp_server.gpu_specs import GpuSpecError, load_gpu_specs
+    from mcp_server.core.gpu_specs import GpuSpecError, load_gpu_specs
 
     (tmp_path / "gpu_specs.toml").write_text((HOSTILE / "gpu_specs_token.toml").read_text())
     with pytest.raises(GpuSpecError) as ei:

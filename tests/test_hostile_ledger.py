@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hostile_exec import cli, mcp, recipes, text
 
-from mcp_server.errors import ConfinementError, LedgerError, LimitError
+from mcp_server.core.errors import ConfinementError, LedgerError, LimitError
 from mcp_server.ledger.engine import ledger_export, ledger_list, ledger_record, ledger_show
 
 
@@ -145,7 +145,7 @@ def test_patch_faces(tmp_path):
     assert not ok.is_error, text(ok)
     assert recipes.SECRET_LINE.encode() not in db.read_bytes()
     with pytest.raises(ConfinementError):
-        from mcp_server.atomic import confined_to
+        from mcp_server.core.atomic import confined_to
 
         with confined_to([work]):
             ledger_record(ledger=str(db), kind="candidate", experiment_id=e, proposal="x", change_kind="file",
@@ -174,7 +174,7 @@ def test_read_calls_change_no_file_engine(tmp_path, which):
 
 
 def test_over_mcp_the_default_ledger_lies_inside_the_roots(tmp_path, monkeypatch):
-    from mcp_server.atomic import confined_to
+    from mcp_server.core.atomic import confined_to
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("KERNELSCOPE_LEDGER", raising=False)

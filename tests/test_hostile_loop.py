@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from hostile_exec import cli, mcp, recipes, text
 
-from mcp_server.atomic import confined_to
-from mcp_server.errors import ConfinementError
+from mcp_server.core.atomic import confined_to
+from mcp_server.core.errors import ConfinementError
 from mcp_server.ledger.engine import ledger_show
 from mcp_server.loop.changes import AppliedChange
 from mcp_server.loop.engine import run_loop

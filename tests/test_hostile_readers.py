@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, TRACES
 
-from mcp_server.errors import (
+from mcp_server.core.errors import (
     BufferFormatError,
     CategoriesError,
     InputError,
@@ -52,7 +52,7 @@ _HWM_MAIN = (
     "    with open('/proc/self/status') as f, open(os.environ['KS_HWM_FILE'], 'w') as out:\n"
     "        out.write(next(ln for ln in f if ln.startswith('VmHWM:')))\n"
     "atexit.register(_hwm)\n"
-    "from mcp_server.cli import main\n"
+    "from mcp_server.faces.cli import main\n"
     "sys.exit(main(sys.argv[1:]))\n")
 
 
@@ -337,7 +337,7 @@ def test_overhead_json_infinity_is_refused(tmp_path):
 
 
 def test_csv_field_over_the_csv_limit_is_a_line_numbered_error():
-    from mcp_server.categories import load_categories
+    from mcp_server.core.categories import load_categories
 
     p = HOSTILE / "categories_long_field.csv"
     with pytest.raises(CategoriesError) as ei:
@@ -346,7 +346,7 @@ def test_csv_field_over_the_csv_limit_is_a_line_numbered_error():
 
 
 def test_endless_rules_file_is_bounded(monkeypatch):
-    from mcp_server.categories import load_categories
+    from mcp_server.core.categories import load_categories
 
     monkeypatch.setenv("KERNELSCOPE_MAX_TEXT_FILE_BYTES", "1M")
     with pytest.raises(LimitError) as ei:

@@ -12,7 +12,7 @@ import pytest
 
 from mcp_server.compare.diff import diff_modules
 from mcp_server.compare.html import render_diff_html, write_diff_html
-from mcp_server.errors import WriteError
+from mcp_server.core.errors import WriteError
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 EAGER = TRACES / "llama_prefill_eager.json.gz"

@@ -1,4 +1,4 @@
-"""The MCP server survives inputs and engines that crash, hog memory or hang (mcp_server/workers.py)."""
+"""The MCP server survives inputs and engines that crash, hog memory or hang (mcp_server/faces/workers.py)."""
 from __future__ import annotations
 
 import anyio
@@ -7,15 +7,15 @@ from conftest import FIXTURES, TRACES
 from isolation_ops import MISBEHAVE
 from mcp import Client
 
-from mcp_server.faces import operations
-from mcp_server.server import build_server
+from mcp_server.faces.registry import operations
+from mcp_server.faces.server import build_server
 
 HOSTILE = FIXTURES / "hostile"
 
 
 @pytest.fixture()
 def server(monkeypatch):
-    import mcp_server.server as srv
+    import mcp_server.faces.server as srv
 
     monkeypatch.setenv("KERNELSCOPE_ISOLATION", "1")
     monkeypatch.setenv("KERNELSCOPE_WORKER_MEMORY", "1G")

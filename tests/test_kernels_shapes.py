@@ -102,8 +102,7 @@ def test_requests_parse_comma_lists_and_refuse_bad_values():
 
 
 def test_operations_are_declared_and_not_read_only():
-    from mcp_server.faces import operations
-
+    from mcp_server.faces.registry import operations
     ops = {o.tool: o for o in operations()}
     for tool, verb in (("mla_bench", "mla"), ("l2_sweep", "l2-sweep"), ("decode_gemm", "decode-gemm")):
         op = ops[tool]
@@ -115,7 +114,7 @@ def test_without_a_gpu_the_engines_raise_a_typed_error():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    from mcp_server.errors import ToolMissingError
+    from mcp_server.core.errors import ToolMissingError
     from mcp_server.kernels.engine import decode_gemm, l2_sweep, mla_bench
 
     with pytest.raises(ToolMissingError, match="no CUDA GPU"):

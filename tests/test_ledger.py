@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server.errors import FileMissingError, LedgerError
+from mcp_server.core.errors import FileMissingError, LedgerError
 from mcp_server.ledger import store
 from mcp_server.ledger.engine import ledger_export, ledger_list, ledger_record, ledger_show
 from mcp_server.ledger.store import SCHEMA_VERSION, Ledger, resolve_path

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from mcp_server.errors import ChangeConflictError, KernelscopeError, ProposalError, ToolMissingError
+from mcp_server.core.errors import ChangeConflictError, KernelscopeError, ProposalError, ToolMissingError
 from mcp_server.ledger.engine import ledger_export, ledger_list, ledger_show
 from mcp_server.loop.engine import drive
 from mcp_server.loop.proposals import load_proposals
@@ -453,8 +453,8 @@ def test_repro_proposal_errors(attn_repro, tmp_path, monkeypatch, body, op, text
 
 
 def test_repro_dir_default_profile_step_passes_the_op_to_run_ncu(attn_repro, monkeypatch, tmp_path):
+    from mcp_server.core.replay_dir import repro_target
     from mcp_server.loop import steps as steps_mod
-    from mcp_server.replay_dir import repro_target
 
     _, out = attn_repro
     calls: list[tuple[str, dict]] = []

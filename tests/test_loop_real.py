@@ -199,7 +199,7 @@ def test_without_a_report_it_profiles_through_run_ncu(tmp_path, monkeypatch):
 
     if shutil.which("ncu") or os.path.exists("/usr/local/cuda/bin/ncu"):
         pytest.skip("ncu is installed here: the GPU-marked worked example covers profiling")
-    from mcp_server.errors import ToolMissingError
+    from mcp_server.core.errors import ToolMissingError
 
     _project(tmp_path)
     monkeypatch.chdir(tmp_path)

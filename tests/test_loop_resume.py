@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_ncu_runner import fake_ncu  # noqa: F401  (the fixture)
 
-from mcp_server.errors import KernelscopeError
+from mcp_server.core.errors import KernelscopeError
 from mcp_server.ledger.engine import ledger_show
 from mcp_server.loop.engine import report_path, run_loop
 

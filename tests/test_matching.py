@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mcp_server.compare.matching import Item, align, lcs_pairs, segments
-from mcp_server.kernel_names import normalize_kernel_name
+from mcp_server.core.kernel_names import normalize_kernel_name
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server.gpu_specs import GpuSpecError
+from mcp_server.core.gpu_specs import GpuSpecError
 from mcp_server.ncu.classify import classify_bottleneck
 from mcp_server.ncu.select import select_candidate
 

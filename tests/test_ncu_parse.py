@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server.errors import FileMissingError, KernelscopeError
+from mcp_server.core.errors import FileMissingError, KernelscopeError
 from mcp_server.ncu import catalogue as cat
 from mcp_server.ncu.parse import NcuFormatError, convert, parse_ncu, parse_number
 

@@ -261,7 +261,7 @@ def test_repro_dir_profiles_exactly_its_op(fake_ncu, attn_repro):
 
 
 def test_repro_dir_cli_defaults_to_the_slowest_op(fake_ncu, attn_repro, capsys):
-    from mcp_server.cli import main as cli_main
+    from mcp_server.faces.cli import main as cli_main
 
     res, out = attn_repro
     rc = cli_main(["ncu", "run", "--report", str(fake_ncu / "cli"), "--no-parse", "--json", "--", str(out)])
@@ -277,7 +277,7 @@ def test_repro_dir_cli_defaults_to_the_slowest_op(fake_ncu, attn_repro, capsys):
 
 
 def test_repro_target_errors(tmp_path, attn_repro):
-    from mcp_server.errors import InputError, ReproError
+    from mcp_server.core.errors import InputError, ReproError
 
     _, out = attn_repro
     with pytest.raises(ReproError, match="not a rebuilt op of this directory .*op0, op1, op2, op3, op4"):
@@ -291,7 +291,7 @@ def test_repro_target_errors(tmp_path, attn_repro):
         run_ncu([str(out)], nvtx_include=["other/"], report=str(tmp_path / "r"))
     import shutil
 
-    from mcp_server.replay_dir import repro_target
+    from mcp_server.core.replay_dir import repro_target
 
     odd = tmp_path / "odd"
     shutil.copytree(out, odd)
@@ -307,7 +307,7 @@ def test_repro_replay_command_runs(attn_repro, capsys):
     pytest.importorskip("torch")
     import importlib.util
 
-    from mcp_server.replay_dir import repro_target
+    from mcp_server.core.replay_dir import repro_target
 
     _, out = attn_repro
     rt = repro_target([str(out)], "op3")
@@ -327,7 +327,7 @@ def test_repro_target_errors_on_the_mcp_face(attn_repro, monkeypatch):
     import anyio
     from mcp import Client
 
-    from mcp_server.server import mcp
+    from mcp_server.faces.server import mcp
 
     _, out = attn_repro
     monkeypatch.setenv("KERNELSCOPE_ROOTS", str(out.parent))

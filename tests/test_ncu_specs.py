@@ -1,10 +1,10 @@
-"""The GPU spec table (_shared/gpu_specs.toml) through mcp_server.gpu_specs."""
+"""The GPU spec table (_shared/gpu_specs.toml) through mcp_server.core.gpu_specs."""
 from __future__ import annotations
 
 import pytest
 
-from mcp_server.errors import FileMissingError
-from mcp_server.gpu_specs import GpuSpecError, find_gpu, gpu_spec, load_gpu_specs
+from mcp_server.core.errors import FileMissingError
+from mcp_server.core.gpu_specs import GpuSpecError, find_gpu, gpu_spec, load_gpu_specs
 
 
 def test_every_gpu_of_the_issue_is_there_with_its_basics():

@@ -13,8 +13,8 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from mcp_server.cli import build_parser
-from mcp_server.server import mcp
+from mcp_server.faces.cli import build_parser
+from mcp_server.faces.server import mcp
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -170,8 +170,8 @@ def test_one_copy_of_each_data_file():
 def test_shared_path_override_order(tmp_path, monkeypatch):
     """KERNELSCOPE_SHARED overrides per file; a file it lacks comes from the checkout's _shared/
     (the packaged default); a KERNELSCOPE_SHARED that is no directory is not silently ignored."""
-    from mcp_server import shared_path
-    from mcp_server.categories import load_categories
+    from mcp_server.core.categories import load_categories
+    from mcp_server.core.paths import shared_path
 
     monkeypatch.delenv("KERNELSCOPE_SHARED", raising=False)
     assert shared_path("kernel_categories.csv") == ROOT / "_shared" / "kernel_categories.csv"
@@ -187,8 +187,8 @@ def test_shared_path_override_order(tmp_path, monkeypatch):
 def test_console_script_and_version():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert meta["project"]["scripts"]["kernelscope"] == "mcp_server.cli:entry"
-    out = subprocess.run([sys.executable, "-m", "mcp_server.cli", "--version"], capture_output=True, text=True,
+    assert meta["project"]["scripts"]["kernelscope"] == "mcp_server.faces.cli:entry"
+    out = subprocess.run([sys.executable, "-m", "mcp_server.faces.cli", "--version"], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and out.stdout.startswith("kernelscope ")
 
@@ -199,7 +199,7 @@ def test_every_verb_has_help_and_is_documented():
     assert {"analyze", "budget", "compare", "recategorize", "refs", "serve", "timeline"} <= set(verbs)
     for verb in verbs:
         assert f"kernelscope {verb}" in readme, f"README does not show `kernelscope {verb}`"
-        out = subprocess.run([sys.executable, "-m", "mcp_server.cli", verb, "--help"], capture_output=True,
+        out = subprocess.run([sys.executable, "-m", "mcp_server.faces.cli", verb, "--help"], capture_output=True,
                              text=True, timeout=60)
         assert out.returncode == 0 and "usage: kernelscope" in out.stdout
 

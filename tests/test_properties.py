@@ -13,7 +13,7 @@ from conftest import TRACES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mcp_server.errors import KernelscopeError
+from mcp_server.core.errors import KernelscopeError
 from mcp_server.timeline import layout as L
 from mcp_server.timeline.decode import decode_buffer
 from mcp_server.traces import analyze_trace

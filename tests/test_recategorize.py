@@ -13,9 +13,9 @@ import pytest
 from conftest import TRACES
 from upstream_layout import build_upstream_report, make_large_spec
 
-from mcp_server.categories import load_categories
 from mcp_server.compare.recategorize import recategorize
-from mcp_server.errors import FileMissingError, ReportFormatError, WriteError
+from mcp_server.core.categories import load_categories
+from mcp_server.core.errors import FileMissingError, ReportFormatError, WriteError
 from mcp_server.reports import layout as L
 from mcp_server.reports.reader import read_report
 
@@ -250,8 +250,8 @@ def test_bad_inputs(tmp_path, custom_csv):
 def test_mcp_tool_and_cli(tmp_path, ks_report, custom_csv, capsys, monkeypatch):
     from mcp import Client
 
-    from mcp_server.cli import main
-    from mcp_server.server import mcp
+    from mcp_server.faces.cli import main
+    from mcp_server.faces.server import mcp
 
     src, a = ks_report
     p = tmp_path / "r.xlsx"
@@ -302,7 +302,6 @@ def test_unchanged_report_is_copied_through_the_atomic_writer(tmp_path, ks_repor
 
 def test_reports_public_api_decides_report_kind_once(tmp_path, ks_report):
     from mcp_server import reports
-
     src, _ = ks_report
     up = tmp_path / "up.xlsx"
     build_upstream_report(str(up), make_large_spec(sheets=2, rows=10, seed=6), "new")

@@ -11,7 +11,7 @@ import pytest
 from json_http import JsonServer
 from test_refs_support import refs_env, write_registry  # noqa: F401  (fixture)
 
-from mcp_server.errors import KernelscopeError, SourceError, redact, redact_data, redact_model
+from mcp_server.core.errors import KernelscopeError, SourceError, redact, redact_data, redact_model
 from mcp_server.refs import find_references
 from mcp_server.refs.models import RefItem, RefSection
 
@@ -100,8 +100,8 @@ def test_engine_result_and_cache_are_redacted(hostile, refs_env):
 def test_cli_json_and_mcp_result_are_redacted(hostile, capsys):
     from mcp import Client
 
-    from mcp_server.cli import main as cli_main
-    from mcp_server.server import mcp
+    from mcp_server.faces.cli import main as cli_main
+    from mcp_server.faces.server import mcp
 
     _h, reg = hostile
     rc = cli_main(["refs", "moe_sorting", "--registry", reg, "--json", "--timeout", "8", "--no-cache"])
@@ -191,7 +191,7 @@ def test_credential_shaped_values_after_key_words_are_redacted(text, gone):
 
 
 def test_values_of_credential_variables_are_redacted_whatever_their_name(monkeypatch):
-    from mcp_server.errors import is_secret_env_name, secret_env_names
+    from mcp_server.core.errors import is_secret_env_name, secret_env_names
 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY")
     monkeypatch.setenv("JIRA_EMAIL", EMAIL)

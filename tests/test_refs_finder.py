@@ -10,8 +10,8 @@ import httpx
 import pytest
 from test_refs_support import FakeJira, closed_port, make_repo, refs_env, write_registry  # noqa: F401
 
-from mcp_server.cli import main as cli_main
-from mcp_server.errors import InputError
+from mcp_server.core.errors import InputError
+from mcp_server.faces.cli import main as cli_main
 from mcp_server.refs import ReferenceResult, find_references
 from mcp_server.refs.registry import default_registry_path, load_registry, parse_registry
 
@@ -149,7 +149,7 @@ def test_cli_json_is_the_model(refs_env, monkeypatch, capsys):
 def test_mcp_tool_schema_and_call(refs_env, monkeypatch):
     from mcp import Client
 
-    from mcp_server.server import mcp
+    from mcp_server.faces.server import mcp
 
     repo = refs_env / "aiter"
     commits = make_repo(repo)

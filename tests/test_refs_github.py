@@ -9,7 +9,7 @@ import httpx
 import pytest
 from test_refs_support import refs_env, write_registry  # noqa: F401  (fixture)
 
-from mcp_server.errors import InputError
+from mcp_server.core.errors import InputError
 from mcp_server.refs import find_references
 
 PR_ITEMS = [

@@ -118,8 +118,7 @@ def test_importable_package_clone_is_detected_but_installed_copy_is_not(refs_env
 
 
 def test_slow_pickaxe_keeps_other_hits_and_says_incomplete(refs_env, reg, monkeypatch):
-    from mcp_server import proc
-
+    from mcp_server.core import proc
     repo = refs_env / "aiter"
     commits = make_repo(repo)
     monkeypatch.setenv("AITER_ROOT", str(repo))

@@ -10,7 +10,7 @@ import pytest
 from conftest import TRACES
 from upstream_layout import UDetail, UKernel, UpstreamSpec, build_upstream_report, make_analysis, make_large_spec
 
-from mcp_server.errors import FileMissingError, ReportFormatError, WriteError
+from mcp_server.core.errors import FileMissingError, ReportFormatError, WriteError
 from mcp_server.reports import layout as L
 from mcp_server.reports.reader import kernel_table, read_report
 from mcp_server.reports.xlsx_writer import write_analysis_report

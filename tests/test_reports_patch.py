@@ -6,7 +6,7 @@ import zipfile
 import pytest
 from python_calamine import CalamineWorkbook
 
-from mcp_server.errors import ReportFormatError
+from mcp_server.core.errors import ReportFormatError
 from mcp_server.reports.xlsx_patch import SheetXml, WorkbookPatch, col_index, col_letter, patch_workbook
 
 CT = ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'

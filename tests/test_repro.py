@@ -14,11 +14,11 @@ import pytest
 from conftest import TRACES
 from mcp import Client
 
-from mcp_server.cli import main as cli_main
-from mcp_server.errors import ReproError
+from mcp_server.core.errors import ReproError
+from mcp_server.faces.cli import main as cli_main
+from mcp_server.faces.server import mcp
 from mcp_server.repro.extract import make_repro, rebuild_args
 from mcp_server.repro.run import run_repro
-from mcp_server.server import mcp
 
 FIELD = Path(__file__).resolve().parents[2] / "shared" / "field"
 SGLANG = FIELD / "tracelens" / "inference" / "sglang_prefilldecode" / "sglang_Qwen3-8B_prefilldecode.json.gz"

@@ -20,7 +20,7 @@ def test_every_script_is_executable_and_guards_its_interpreter():
         assert os.access(s, os.X_OK), f"{s.name} is not executable (chmod +x)"
         text = s.read_text()
         assert text.startswith("#!/usr/bin/env python3\n")
-        assert text.index("ensure_dependencies(__file__)") < text.index("from mcp_server.cli import main"), s.name
+        assert text.index("ensure_dependencies(__file__)") < text.index("from mcp_server.faces.cli import main"), s.name
 
 
 def _checkout(tmp_path: Path) -> Path:

@@ -5,7 +5,7 @@ import anyio
 from conftest import TRACES
 from mcp import Client
 
-from mcp_server.server import mcp
+from mcp_server.faces.server import mcp
 
 
 def _run(coro_fn):

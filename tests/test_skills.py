@@ -13,10 +13,11 @@ from typing import Iterator
 import pytest
 import yaml
 
-from mcp_server import cli
-from mcp_server.faces import Operation, operations
+from mcp_server.core.operation import Operation
+from mcp_server.core.vocab import WarningCode
+from mcp_server.faces import cli
+from mcp_server.faces.registry import operations
 from mcp_server.ledger.requests import REQUIRED_BY_KIND
-from mcp_server.vocab import WarningCode
 
 ROOT = Path(__file__).resolve().parent.parent
 SKILLS = sorted(p.parent for p in (ROOT / "skills").glob("*/SKILL.md"))
@@ -247,7 +248,7 @@ def test_checker_catches_known_mistakes() -> None:
 
 @pytest.mark.parametrize("kind", sorted(REQUIRED_BY_KIND))
 def test_required_by_kind_is_what_the_ledger_enforces(kind: str, tmp_path: Path) -> None:
-    from mcp_server.errors import LedgerError
+    from mcp_server.core.errors import LedgerError
     from mcp_server.ledger.engine import ledger_record
 
     for field in REQUIRED_BY_KIND[kind]:

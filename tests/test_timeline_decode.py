@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mcp_server.errors import BufferFormatError, FileMissingError
+from mcp_server.core.errors import BufferFormatError, FileMissingError
 from mcp_server.timeline import layout as L
 from mcp_server.timeline.analysis import analyze_decoded, analyze_timeline
 from mcp_server.timeline.decode import decode_buffer, event_name_list

@@ -7,8 +7,8 @@ import anyio
 from conftest import FIXTURES
 from mcp import Client
 
-from mcp_server.cli import main as cli_main
-from mcp_server.server import mcp
+from mcp_server.faces.cli import main as cli_main
+from mcp_server.faces.server import mcp
 
 TL = FIXTURES / "timeline"
 EVENTS = "load,compute,reduce,store,done"
@@ -112,7 +112,7 @@ def test_skill_frontmatter_and_commands():
     import re
     from pathlib import Path
 
-    from mcp_server.cli import build_parser
+    from mcp_server.faces.cli import build_parser
 
     text = (Path(__file__).resolve().parents[1] / "skills" / "kernel-timeline-analysis" / "SKILL.md").read_text()
     assert text.startswith("---\n")

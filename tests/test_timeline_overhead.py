@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from mcp_server.errors import BufferFormatError, FileMissingError, InputError, ToolMissingError
+from mcp_server.core.errors import BufferFormatError, FileMissingError, InputError, ToolMissingError
 from mcp_server.timeline.overhead import (
     build_and_time,
     load_overhead,

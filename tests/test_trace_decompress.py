@@ -20,7 +20,7 @@ import json
 import pytest
 from conftest import FIXTURES, TRACES
 
-from mcp_server.errors import LimitError, TraceFormatError
+from mcp_server.core.errors import LimitError, TraceFormatError
 from mcp_server.traces import analyze_trace
 from mcp_server.traces._reader import GZIP_BACKENDS, compression, gzip_backend
 

@@ -342,7 +342,7 @@ def test_bulk_load_pauses_gc_and_restores_it():
 def test_failed_load_restores_gc(tmp_path):
     import gc
 
-    from mcp_server.errors import TraceFormatError
+    from mcp_server.core.errors import TraceFormatError
     from mcp_server.traces.loader import load_trace
 
     bad = tmp_path / "bad.json"

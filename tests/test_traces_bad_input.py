@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import TRACES
 
-from mcp_server.errors import FileMissingError, TraceFormatError
+from mcp_server.core.errors import FileMissingError, TraceFormatError
 from mcp_server.traces import analyze_trace
 from mcp_server.traces.loader import load_trace
 

@@ -17,9 +17,9 @@ from conftest import TRACES
 
 from mcp_server.compare.budget import budget
 from mcp_server.compare.diff import diff_modules
+from mcp_server.core.vocab import WarningCode
 from mcp_server.traces import analyze_trace
 from mcp_server.traces.loader import load_trace
-from mcp_server.vocab import WarningCode
 
 
 @lru_cache(maxsize=None)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from mcp_server.errors import TraceSetError
+from mcp_server.core.errors import TraceSetError
 from mcp_server.traces import analyze_trace
 from mcp_server.tracesets.analyze import analyze_trace_set, compare_trace_sets, rank_report_path
 from mcp_server.tracesets.discover import resolve_ranks
@@ -273,8 +273,7 @@ def test_ray_task_failure_keeps_the_others(tmp_path):
 
 def test_summary_of_many_ranks_keeps_the_slowest_in_the_rank_maps(tmp_path):
     """40 ranks: the default answer keeps per-rank figures for the 10 slowest ranks and the fastest only."""
-    from mcp_server.faces import operations
-
+    from mcp_server.faces.registry import operations, shape
     for r in range(40):
         src = SETS / ("tokens" if r == 0 else "balanced") / f"llama-TP-{3 if r == 0 else r % 4}.trace.json.gz"
 
@@ -286,7 +285,7 @@ def test_summary_of_many_ranks_keeps_the_slowest_in_the_rank_maps(tmp_path):
     req = op.make_request({"paths": [str(tmp_path / "*.trace.json.gz")]})
     full = op.call(req)
     assert full.rank_count == 40 and all(len(m.per_rank_us) == 40 for m in full.modules)
-    answer = op.shape(full, req)
+    answer = shape(full, req)
     assert len(answer.model_dump_json()) < 16 * 1024
     shown = {r.rank for r in full.ranks[:10]} | {full.ranks[-1].rank}
     assert 0 in shown and all(set(m.per_rank_us) == shown for m in answer.modules)
@@ -298,7 +297,7 @@ def test_summary_of_many_ranks_keeps_the_slowest_in_the_rank_maps(tmp_path):
 
 def test_ray_address_nothing_listens_on_fails_fast():
     pytest.importorskip("ray")
-    from mcp_server.errors import SourceError
+    from mcp_server.core.errors import SourceError
 
     with pytest.raises(SourceError, match="cannot reach the Ray cluster at 127.0.0.1:1"):
         analyze_trace_set(_set("balanced"), executor="ray", ray_address="127.0.0.1:1")
@@ -311,7 +310,7 @@ def test_tools_answer_a_summary_under_16_kb():
     import anyio
     from mcp import Client
 
-    from mcp_server.server import mcp
+    from mcp_server.faces.server import mcp
 
     async def go():
         async with Client(mcp) as c:
@@ -334,7 +333,7 @@ def test_tools_answer_a_summary_under_16_kb():
 
 
 def test_cli_analyze_and_compare_route_sets(capsys):
-    from mcp_server.cli import main
+    from mcp_server.faces.cli import main
 
     assert main(["analyze", str(SETS / "tokens"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["straggler"]["rank"] == 3
@@ -373,8 +372,8 @@ def test_a_stopped_call_takes_its_rank_workers_along(tmp_path):
     import threading
     import time
 
-    from mcp_server.faces import operations
-    from mcp_server.workers import WorkerLimitError, WorkerPool
+    from mcp_server.faces.registry import operations
+    from mcp_server.faces.workers import WorkerLimitError, WorkerPool
 
     src = SETS / "balanced" / "llama-TP-0.trace.json.gz"
     stripped = _rewrite(src, tmp_path / "one.json.gz", lambda d: d.pop("distributedInfo"))
@@ -523,7 +522,7 @@ def test_heat_map_shows_the_collective_waits(tmp_path):
 def test_rank_report_paths_follow_the_output_rules(tmp_path):
     out = tmp_path / "set.xlsx"
     (tmp_path / "set.rank2.xlsx").write_text("my notes, not a workbook")
-    from mcp_server.errors import InputError
+    from mcp_server.core.errors import InputError
 
     with pytest.raises(InputError, match="set.rank2.xlsx exists and is not xlsx output"):
         analyze_trace_set(_set("balanced"), output_xlsx=str(out))

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server.categories import load_categories
+from mcp_server.core.categories import load_categories
+from mcp_server.core.vocab import RESERVED_CATEGORIES
 from mcp_server.traces import analyze_trace
-from mcp_server.vocab import RESERVED_CATEGORIES
 
 TR = Path(__file__).parent / "fixtures" / "traces"
 

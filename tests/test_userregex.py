@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_server.categories import DEFAULT_CATEGORY, load_categories, parse_categories
 from mcp_server.compare.blocks import load_blocks, module_keys
 from mcp_server.compare.inputs import load_side
-from mcp_server.errors import CategoriesError, ProposalError
-from mcp_server.userregex import compile_user_regex
+from mcp_server.core.categories import DEFAULT_CATEGORY, load_categories, parse_categories
+from mcp_server.core.errors import CategoriesError, ProposalError
+from mcp_server.core.userregex import compile_user_regex
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 ALL_TRACES = sorted(TRACES.glob("*.json.gz"))

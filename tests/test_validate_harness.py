@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server import proc
+from mcp_server.core import proc
 from mcp_server.validate.engine import validate_candidate
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "validate"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server.errors import FileMissingError, InputError
+from mcp_server.core.errors import FileMissingError, InputError
 from mcp_server.validate.spec import DEFAULT_TOL, eval_expr, load_spec
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "validate"
@@ -83,8 +83,8 @@ def test_expressions_use_the_shape_keys():
 
 
 def test_operation_declaration():
-    from mcp_server.faces import EXECUTES_CODE, engine_parameters, operations
-
+    from mcp_server.core.operation import EXECUTES_CODE
+    from mcp_server.faces.registry import engine_parameters, operations
     op = next(o for o in operations() if o.tool == "validate_candidate")
     assert op.verb == "validate" and op.positional == ("spec_path",) and op.progress
     assert op.hints == EXECUTES_CODE and not op.hints.read_only and not op.hints.idempotent

@@ -7,12 +7,13 @@ import pytest
 from mcp import Client
 from pydantic import ValidationError
 
-from mcp_server.cli import main
-from mcp_server.errors import InputError, KernelscopeError
-from mcp_server.faces import invalid_arguments, operations
+from mcp_server.core.errors import InputError, KernelscopeError
+from mcp_server.core.operation import invalid_arguments
+from mcp_server.faces.cli import main
+from mcp_server.faces.registry import operations
+from mcp_server.faces.server import build_server
+from mcp_server.faces.workers import WorkerPool
 from mcp_server.loop.steps import call_tool
-from mcp_server.server import build_server
-from mcp_server.workers import WorkerPool
 
 OP = next(o for o in operations() if o.tool == "budget")
 ARGS = {"a": "a.json.gz", "b": "b.json.gz", "top_n": 0}  # top_n's bound (ge=1) refuses it before any file is read

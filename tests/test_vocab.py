@@ -1,13 +1,13 @@
-"""The shared vocabulary (mcp_server/vocab.py): warning codes, reserved categories, module types."""
+"""The shared vocabulary (mcp_server/core/vocab.py): warning codes, reserved categories, module types."""
 from __future__ import annotations
 
 import ast
 import re
 from pathlib import Path
 
-from mcp_server import vocab
-from mcp_server.categories import load_categories, parse_categories
-from mcp_server.vocab import WarningCode
+from mcp_server.core import vocab
+from mcp_server.core.categories import load_categories, parse_categories
+from mcp_server.core.vocab import WarningCode
 
 PKG = Path(__file__).resolve().parents[1] / "mcp_server"
 TRACES = Path(__file__).parent / "fixtures" / "traces"

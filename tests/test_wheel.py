@@ -126,8 +126,7 @@ def test_wheel_carries_every_data_file(installed):
             "mcp_server/data/data-sources.md", f"mcp_server/demo_data/{TRACE}"} <= want
     assert want - names == set(), "package data missing from the wheel"
     # the demo's every file is shipped (it runs from an installed package)
-    from mcp_server import demo
-
+    from mcp_server.faces import demo
     demo_names = {n for n, _, _ in demo.TRACE_FIXTURES} | {"imbalanced_probe.bin", "balanced_probe.bin",
                                                            "phases.events"}
     assert {f"mcp_server/demo_data/{n}" for n in demo_names} <= names
@@ -141,7 +140,7 @@ def test_installed_package_is_the_wheel_and_finds_its_data(installed):
     demo's data resolve inside the installed package, and the default loaders read them."""
     names = sorted(p.name for p in (PKG / "data").iterdir() if p.is_file() and not p.name.startswith("."))
     probe = (
-        "import json, sys, mcp_server, mcp_server.demo as d\n"
+        "import json, sys, mcp_server, mcp_server.faces.demo as d\n"
         "from mcp_server import shared_path\n"
         "from mcp_server.compare.blocks import load_blocks\n"
         "from mcp_server.refs.registry import load_registry\n"
@@ -178,15 +177,14 @@ def test_installed_mcp_server_lists_its_tools_over_stdio(installed):
         "anyio.run(go)\n"
     )
     tools = json.loads(_run(installed, [str(installed["python"]), "-c", script]).strip().splitlines()[-1])
-    from mcp_server.faces import operations
-
+    from mcp_server.faces.registry import operations
     assert {"analyze_trace", "diff_modules", "budget", "timeline_analyze"} <= set(tools)
     assert set(tools) >= {o.tool for o in operations()}
 
 
 def test_installed_demo_runs_on_the_shipped_data(installed):
     env = dict(installed["env"], COLUMNS="220")
-    out = subprocess.run([str(installed["python"]), "-m", "mcp_server.demo"], capture_output=True, text=True,
+    out = subprocess.run([str(installed["python"]), "-m", "mcp_server.faces.demo"], capture_output=True, text=True,
                          timeout=180, cwd=installed["cwd"], env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     text = " ".join(out.stdout.split())

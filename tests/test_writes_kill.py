@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from kill_writers import WRITERS, run  # noqa: E402
 
-from mcp_server.errors import WriteError  # noqa: E402
+from mcp_server.core.errors import WriteError  # noqa: E402
 
 
 @pytest.mark.parametrize("w", WRITERS, ids=[w.name for w in WRITERS])
@@ -58,8 +58,8 @@ def test_recategorize_through_a_symlink_writes_the_report_and_keeps_the_link(tmp
 def test_read_only_report_is_refused_and_untouched(tmp_path, report):
     from kill_writers import _recat_inplace_setup
 
-    from mcp_server.categories import load_categories
     from mcp_server.compare.recategorize import recategorize
+    from mcp_server.core.categories import load_categories
     from mcp_server.reports import plan_recategorize, write_plan
 
     st = _recat_inplace_setup(tmp_path)

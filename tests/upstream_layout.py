@@ -290,7 +290,7 @@ def kernel_names(n_variants: int = 30) -> list[tuple[str, str]]:
 
 def make_large_spec(sheets: int = 50, rows: int = 1000, seed: int = 0, categories=None) -> UpstreamSpec:
     """A deterministic spec with ``sheets`` detail sheets of ``rows`` kernels each."""
-    from mcp_server.categories import load_categories
+    from mcp_server.core.categories import load_categories
 
     rules = categories or load_categories()
     rng = random.Random(seed)
@@ -326,7 +326,7 @@ def make_analysis(n_layers: int = 4, phase: str = "prefill", seed: int = 0, trac
     """A ``TraceAnalysis`` built by hand following ``mcp_server.traces.models``' contract."""
     import pandas as pd
 
-    from mcp_server.categories import load_categories
+    from mcp_server.core.categories import load_categories
     from mcp_server.traces.models import KERNEL_COLUMNS, CategoryTotal, ModuleNode, ModuleTypeStats, TraceAnalysis
 
     rules = categories or load_categories()

@@ -59,8 +59,7 @@ def dynamic_references(trees: dict[str, ast.Module]) -> set[tuple[str, str]]:
     """(file, function) pairs named by a "module:function" string: Operations, literals, entry points."""
     specs: set[str] = set()
     sys.path.insert(0, str(ROOT))
-    from mcp_server.faces import operations
-
+    from mcp_server.faces.registry import operations
     for op in operations():
         specs.add(op.engine)
         if op.render:

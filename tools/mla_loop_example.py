@@ -33,7 +33,7 @@ def ks(args: list[str], out: Path, name: str, env: dict) -> dict:
         args = [*args[:i], "--json", *args[i:]]
     else:
         args = [*args, "--json"]
-    proc = subprocess.run([sys.executable, "-m", "mcp_server.cli", *args], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "mcp_server.faces.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
     (out / f"{name}.json").write_text(proc.stdout)
     (out / f"{name}.stderr.txt").write_text(proc.stderr)

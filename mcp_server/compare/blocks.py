@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mcp_server import shared_path
-from mcp_server.rules import parse_rule_table, read_rules_file
-from mcp_server.userregex import UserRegex
-from mcp_server.vocab import COMMUNICATION, module_type
+from mcp_server.core.paths import shared_path
+from mcp_server.core.rules import parse_rule_table, read_rules_file
+from mcp_server.core.userregex import UserRegex
+from mcp_server.core.vocab import COMMUNICATION, module_type
 
 GENERIC_LEAVES = frozenset({
     "Linear", "ReplicatedLinear", "ColumnParallelLinear", "RowParallelLinear", "LinearBase",

@@ -6,18 +6,17 @@ truncated). Each side's shares sum to 100 %; rows are sorted by |gap|.
 """
 from __future__ import annotations
 
-import os
-from typing import Optional, Sequence, Union
+from typing import Optional
 
 import pandas as pd
 
 from mcp_server.compare.inputs import STEP_WEIGHT, Side, distinct_labels, filter_phase, load_sides, resolve_per_step
 from mcp_server.compare.models import BudgetResult, BudgetRow, SideInfo
-from mcp_server.errors import InputError
-from mcp_server.models import Warning_
-from mcp_server.vocab import MODULE_ATTRIBUTION_WARNINGS, WarningCode
-
-SideArg = Union[str, os.PathLike, Side]
+from mcp_server.compare.requests import BudgetRequest
+from mcp_server.core.errors import InputError
+from mcp_server.core.models import Warning_
+from mcp_server.core.operation import engine
+from mcp_server.core.vocab import MODULE_ATTRIBUTION_WARNINGS, WarningCode
 
 
 def _ratio(a: float, b: float) -> Optional[float]:
@@ -57,14 +56,15 @@ def side_info(side: Side, *, total_us: float, count: int, table: str, phase: Opt
     )
 
 
-def budget(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = None, phase: Optional[str] = None,
-           categories: str | os.PathLike | None = None, per_step: Optional[bool] = None) -> BudgetResult:
+@engine(BudgetRequest)
+def budget(req: BudgetRequest) -> BudgetResult:
     """Per category: each side's us and share, gap (b - a) and ratio (b / a), sorted by |gap|.
 
     ``per_step``: divide each side by its step count (graph replays + eager calls); None = automatic
     when the counts differ and the kernels per step agree. Differing counts are always warned."""
-    sa, sb = load_sides(a, b, categories=categories, purpose="budget")
-    distinct_labels(sa, sb, list(labels) if labels else None)
+    phase = req.phase
+    sa, sb = load_sides(req.a, req.b, categories=req.categories, purpose="budget")
+    distinct_labels(sa, sb, req.labels)
     warnings: list[Warning_] = []
     phases = {id(s): s.phases for s in (sa, sb)}
     if phase:
@@ -77,7 +77,7 @@ def budget(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = None, ph
                     "(pass phase='prefill' or 'decode')")))
     # the budget reads categories only: a side's module-attribution warnings say nothing about it
     warnings += [w for w in sa.warnings + sb.warnings if w.code not in MODULE_ATTRIBUTION_WARNINGS]
-    resolve_per_step(sa, sb, per_step, warnings)
+    resolve_per_step(sa, sb, req.per_step, warnings)
     ga, ta = category_totals(sa)
     gb, tb = category_totals(sb)
     tot_a, tot_b = float(ga["us"].sum()), float(gb["us"].sum())

@@ -26,10 +26,10 @@ from mcp_server.compare.budget import side_info
 from mcp_server.compare.inputs import STEP_WEIGHT, Side, distinct_labels, load_sides, resolve_per_step
 from mcp_server.compare.matching import Item, align, dims_key, segments
 from mcp_server.compare.models import Annotation, BlockDiff, DiffResult, KernelMatch, KernelRow
-from mcp_server.errors import InputError
-from mcp_server.kernel_names import display_kernel_name
-from mcp_server.models import Warning_
-from mcp_server.vocab import WarningCode
+from mcp_server.core.errors import InputError
+from mcp_server.core.kernel_names import display_kernel_name
+from mcp_server.core.models import Warning_
+from mcp_server.core.vocab import WarningCode
 
 SideArg = Union[str, os.PathLike, Side]
 IMPROVE_RATIO = 1.5

@@ -12,10 +12,10 @@ import io
 import os
 from pathlib import Path
 
-from mcp_server.atomic import atomic_write_text, check_output_path
 from mcp_server.compare.models import BlockDiff, DiffResult, side_reference
 from mcp_server.compare.xlsx import category_budget
-from mcp_server.kernel_names import display_kernel_name
+from mcp_server.core.atomic import atomic_write_text, check_output_path
+from mcp_server.core.kernel_names import display_kernel_name
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1d1d1f}

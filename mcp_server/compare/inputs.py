@@ -22,11 +22,11 @@ from typing import Literal, Optional, Sequence
 
 import pandas as pd
 
-from mcp_server.categories import CategoryRules, load_categories
 from mcp_server.compare.models import CategoryMismatch, SideKind
-from mcp_server.errors import FileMissingError, InputError, ToolMissingError
-from mcp_server.models import Warning_
-from mcp_server.vocab import PHASES, WarningCode
+from mcp_server.core.categories import CategoryRules, load_categories
+from mcp_server.core.errors import FileMissingError, InputError, ToolMissingError
+from mcp_server.core.models import Warning_
+from mcp_server.core.vocab import PHASES, WarningCode
 
 Purpose = Literal["budget", "diff"]
 TRACE_SUFFIXES = (".json", ".json.gz")

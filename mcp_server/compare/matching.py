@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
-from mcp_server.kernel_names import normalize_kernel_name
+from mcp_server.core.kernel_names import normalize_kernel_name
 
 # --------------------------------------------------------------------------- alignment
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from mcp_server.compare.models import BudgetResult, DiffResult
 from mcp_server.compare.recategorize import RecategorizeResult
 from mcp_server.compare.requests import BudgetRequest, DiffModulesRequest, RecategorizeRequest
-from mcp_server.faces import READ_ONLY, WRITES_FILES, Operation
+from mcp_server.core.operation import READ_ONLY, WRITES_FILES, Operation
 
 OPERATIONS = [
     Operation(

@@ -14,8 +14,8 @@ from typing import Optional
 
 from pydantic import Field
 
-from mcp_server.errors import FileMissingError, ReportFormatError, WriteError
-from mcp_server.models import Model, Warning_
+from mcp_server.core.errors import FileMissingError, ReportFormatError, WriteError
+from mcp_server.core.models import Model, Warning_
 
 
 class CategoryChange(Model):
@@ -56,7 +56,7 @@ def _out_path(path: Path, output_dir: Optional[str]) -> Path:
 def recategorize(paths: list[str], *, categories: Optional[str] = None,
                  output_dir: Optional[str] = None) -> RecategorizeResult:
     """Re-apply the category rules (``categories`` CSV or the shared default) to each report."""
-    from mcp_server.categories import load_categories
+    from mcp_server.core.categories import load_categories
     from mcp_server.reports import plan_recategorize, write_plan
 
     if not paths:

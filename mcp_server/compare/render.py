@@ -19,8 +19,8 @@ from rich.text import Text
 
 from mcp_server.compare.matching import dims_key
 from mcp_server.compare.models import BlockDiff, BudgetResult, DiffResult, KernelMatch, side_reference
-from mcp_server.kernel_names import display_kernel_name
-from mcp_server.textable import Col, TextTable, print_line
+from mcp_server.core.kernel_names import display_kernel_name
+from mcp_server.core.textable import Col, TextTable, print_line
 
 MATCH_LABEL = {"same": "=", "renamed": "≈", "category": "→ cat", "time": "→ time", "gone": "gone", "new": "new"}
 NOTE_LETTER = {"FUSION": "F", "IMPROVE": "I", "MISSING": "M"}

@@ -5,8 +5,8 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from mcp_server.argbounds import LIST_ITEMS, NAME_CHARS, PATH_CHARS, item_bounds
-from mcp_server.faces import SizedRequest, WritesOutputs, top_n_field
+from mcp_server.core.argbounds import LIST_ITEMS, NAME_CHARS, PATH_CHARS, item_bounds
+from mcp_server.core.operation import SizedRequest, WritesOutputs, top_n_field
 
 SIDE_HELP = "Side {}: trace (.json/.json.gz) or report (.xlsx, kernelscope or trace_module_analyzer)"
 CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"

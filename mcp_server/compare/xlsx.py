@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mcp_server.atomic import check_output_path
 from mcp_server.compare.models import DiffResult
+from mcp_server.core.atomic import check_output_path
 
 
 def category_budget(res: DiffResult) -> list[tuple[str, float, float]]:

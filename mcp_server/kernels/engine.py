@@ -6,7 +6,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from mcp_server.errors import InputError, ToolMissingError
+from mcp_server.core.errors import InputError, ToolMissingError
+from mcp_server.core.models import Warning_
+from mcp_server.core.vocab import ProgressFn, WarningCode
 from mcp_server.kernels.models import (
     DecodeGemmCheck,
     DecodeGemmResult,
@@ -19,8 +21,6 @@ from mcp_server.kernels.models import (
     MlaRow,
     TargetCheck,
 )
-from mcp_server.models import Warning_
-from mcp_server.vocab import ProgressFn, WarningCode
 
 
 def require_gpu(tool: str) -> None:
@@ -45,7 +45,7 @@ def _device(d: dict) -> DeviceInfo:
 
 
 def _write_json(path: str, data: dict) -> str:
-    from mcp_server.atomic import atomic_write_text
+    from mcp_server.core.atomic import atomic_write_text
 
     atomic_write_text(Path(path), json.dumps(data, indent=1), what="json_path")
     return str(path)
@@ -122,7 +122,7 @@ def l2_sweep(heads=None, batch: int = 1, json_path: Optional[str] = None, png_pa
         int4_crossover_mb=res["int4_crossover_mb"], fp8_crossover_mb=res["fp8_crossover_mb"],
         points=[L2Point(**{k: p[k] for k in L2Point.model_fields}) for p in res["points"]], warnings=warnings)
     if png_path:
-        from mcp_server.atomic import atomic_target
+        from mcp_server.core.atomic import atomic_target
 
         with atomic_target(png_path, what="png_path", suffix=".png") as tmp:
             l2sweep.plot(res, tmp)

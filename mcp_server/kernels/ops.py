@@ -1,7 +1,7 @@
 """Operations of the kernels engine, declared once (the MCP tools and CLI verbs are generated from them)."""
 from __future__ import annotations
 
-from mcp_server.faces import Hints, Operation
+from mcp_server.core.operation import Hints, Operation
 from mcp_server.kernels.models import DecodeGemmResult, L2SweepResult, MlaBenchResult
 from mcp_server.kernels.requests import DecodeGemmRequest, L2SweepRequest, MlaBenchRequest
 

@@ -16,7 +16,7 @@ def _warnings(res: Any, con) -> None:
 def render_mla(res: MlaBenchResult, con, request: Any = None) -> None:
     from rich.markup import escape
 
-    from mcp_server.textable import Col, TextTable, print_line
+    from mcp_server.core.textable import Col, TextTable, print_line
 
     d = res.device
     con.print(escape(f"{res.model} on {d.name} ({d.sm_count} SMs, L2 {d.l2_mb:.0f} MB), torch {d.torch}, "
@@ -57,7 +57,7 @@ def render_mla(res: MlaBenchResult, con, request: Any = None) -> None:
 def render_l2(res: L2SweepResult, con, request: Any = None) -> None:
     from rich.markup import escape
 
-    from mcp_server.textable import Col, TextTable, print_line
+    from mcp_server.core.textable import Col, TextTable, print_line
 
     t = TextTable([Col(c) for c in ("H", "MB", "BF16", "BF16 cold", "INT4", "FP8", "INT4 x", "FP8 x", "warm/cold")],
                   title=f"L2 sweep on {escape(res.device.name)}: W_UK heads K={res.K} N={res.N} M={res.M} (µs, warm)",
@@ -81,7 +81,7 @@ def render_l2(res: L2SweepResult, con, request: Any = None) -> None:
 def render_decode(res: DecodeGemmResult, con, request: Any = None) -> None:
     from rich.markup import escape
 
-    from mcp_server.textable import Col, TextTable, print_line
+    from mcp_server.core.textable import Col, TextTable, print_line
 
     d = res.device
     con.print(escape(f"decode GEMMs on {d.name} ({d.sm_count} SMs), torch {d.torch}, triton {d.triton}; copy "

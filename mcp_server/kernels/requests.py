@@ -5,7 +5,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field, field_validator
 
-from mcp_server.faces import WritesOutputs
+from mcp_server.core.operation import WritesOutputs
 
 
 def _int_list(value, name: str, lo: int, hi: int):

@@ -9,9 +9,9 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from mcp_server import limits
-from mcp_server.atomic import check_confined
-from mcp_server.errors import FileMissingError, LedgerError, redact
+from mcp_server.core import limits
+from mcp_server.core.atomic import check_confined
+from mcp_server.core.errors import FileMissingError, LedgerError, redact
 from mcp_server.ledger import env as envmod
 from mcp_server.ledger.models import (
     CandidateRow,
@@ -313,7 +313,7 @@ def ledger_show(id: int, ledger: Optional[str] = None, full_results: bool = Fals
 def ledger_export(ledger: Optional[str] = None, format: str = "md", output: Optional[str] = None,
                   experiment_id: Optional[int] = None) -> LedgerExportResult:
     """The ledger as JSON, or as the markdown experiment log; written atomically to ``output`` if given."""
-    from mcp_server.atomic import atomic_write_text
+    from mcp_server.core.atomic import atomic_write_text
     from mcp_server.ledger.export import to_json, to_markdown
 
     if format not in ("md", "json"):

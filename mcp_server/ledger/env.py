@@ -1,6 +1,6 @@
 """What an experiment ran on: the target's git state and the environment (GPU, driver, versions).
 
-Every probe is bounded (short timeouts through ``mcp_server.proc``) and optional: what
+Every probe is bounded (short timeouts through ``mcp_server.core.proc``) and optional: what
 cannot be found is recorded as missing (``None``), never guessed. torch and triton are
 not imported (their versions come from the installed distributions' metadata).
 """
@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Optional
 
-from mcp_server import proc
+from mcp_server.core import proc
 
 
 def target_repo_dir(target: list[str], cwd: Optional[str] = None) -> Path:
@@ -105,7 +105,7 @@ def _gpu(timeout: float) -> dict[str, Any]:
 
 def _ncu_version() -> Optional[str]:
     """The version of the ncu the profiler would use (the ncu engine's finder), None when there is none."""
-    from mcp_server.errors import KernelscopeError
+    from mcp_server.core.errors import KernelscopeError
     from mcp_server.ncu.runner import find_ncu, ncu_version
 
     try:
@@ -117,7 +117,6 @@ def _ncu_version() -> Optional[str]:
 def environment(timeout: float = 10.0) -> dict[str, Any]:
     """GPU, driver, and the versions of python, torch, triton, ncu and kernelscope found here."""
     from mcp_server import __version__
-
     env: dict[str, Any] = {
         "host": platform.node(),
         "platform": platform.platform(),

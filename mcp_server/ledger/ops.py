@@ -1,7 +1,7 @@
 """Operations of the ledger engine, declared once (docs/ARCHITECTURE.md, "Three faces")."""
 from __future__ import annotations
 
-from mcp_server.faces import READ_ONLY, WRITES_FILES, Hints, Operation
+from mcp_server.core.operation import READ_ONLY, WRITES_FILES, Hints, Operation
 from mcp_server.ledger.models import LedgerExportResult, LedgerListResult, LedgerRecordResult, LedgerShowResult
 from mcp_server.ledger.requests import (
     LedgerExportRequest,

@@ -6,8 +6,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from mcp_server.core.textable import Col, TextTable, print_line
 from mcp_server.ledger.models import LedgerExportResult, LedgerListResult, LedgerRecordResult, LedgerShowResult
-from mcp_server.textable import Col, TextTable, print_line
 
 _STATUS_STYLE = {"accepted": "green", "reverted": "red", "abandoned": "yellow", "error": "red", "pending": "magenta"}
 

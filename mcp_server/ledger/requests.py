@@ -5,7 +5,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
-from mcp_server.faces import Request, SizedRequest, WritesOutputs
+from mcp_server.core.operation import Request, SizedRequest, WritesOutputs
 
 _LEDGER = Field(default=None, description=(
     "Ledger file (default: $KERNELSCOPE_LEDGER, else ./.kernelscope/ledger.db)"))

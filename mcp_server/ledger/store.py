@@ -26,10 +26,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from mcp_server import envvars
-from mcp_server.atomic import check_confined
-from mcp_server.errors import LedgerError, redact_data
-from mcp_server.limits import loads_json
+from mcp_server.core import envvars
+from mcp_server.core.atomic import check_confined
+from mcp_server.core.errors import LedgerError, redact_data
+from mcp_server.core.limits import loads_json
 
 #: Schema version this code writes; files with a higher version are refused.
 SCHEMA_VERSION = 2

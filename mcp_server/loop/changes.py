@@ -20,9 +20,9 @@ import shutil
 from pathlib import Path
 from typing import Literal, Optional
 
-from mcp_server import proc
-from mcp_server.atomic import atomic_write_bytes, check_confined, real_path, unlink_quietly
-from mcp_server.errors import ChangeConflictError, ConfinementError, ToolMissingError
+from mcp_server.core import proc
+from mcp_server.core.atomic import atomic_write_bytes, check_confined, real_path, unlink_quietly
+from mcp_server.core.errors import ChangeConflictError, ConfinementError, ToolMissingError
 from mcp_server.ledger.patches import bad_patch_path, patch_paths
 
 State = Literal["base", "applied", "conflict"]

@@ -19,7 +19,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from mcp_server.errors import ChangeConflictError, FileMissingError, InputError, KernelscopeError
+from mcp_server.core.errors import ChangeConflictError, FileMissingError, InputError, KernelscopeError
+from mcp_server.core.models import Warning_
+from mcp_server.core.replay_dir import repro_target
+from mcp_server.core.vocab import ProgressFn, WarningCode
 from mcp_server.ledger import engine as rec
 from mcp_server.ledger.env import sha256_file, target_key, target_repo_dir, target_repository
 from mcp_server.ledger.store import Ledger
@@ -27,9 +30,6 @@ from mcp_server.loop.changes import AppliedChange
 from mcp_server.loop.models import LoopResult, LoopSkip, LoopStep
 from mcp_server.loop.proposals import Proposal, load_proposals
 from mcp_server.loop.steps import LoopSteps, Selection, default_steps
-from mcp_server.models import Warning_
-from mcp_server.replay_dir import repro_target
-from mcp_server.vocab import ProgressFn, WarningCode
 
 
 def _speedup_text(sp: Any) -> str:

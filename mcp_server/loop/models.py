@@ -5,7 +5,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
-from mcp_server.models import Model, Warning_
+from mcp_server.core.models import Model, Warning_
 
 StopReason = Literal["iters_done", "no_proposals", "proposals_exhausted", "max_rejects", "no_candidate"]
 
@@ -54,6 +54,6 @@ class LoopResult(Model):
 
     def exit_code(self) -> int:
         """The CLI's exit status: 0 when this run accepted a change, else 3 (it completed, nothing accepted)."""
-        from mcp_server.vocab import ExitCode
+        from mcp_server.core.vocab import ExitCode
 
         return ExitCode.ok if self.accepted else ExitCode.not_accepted

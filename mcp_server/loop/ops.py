@@ -1,7 +1,7 @@
 """Operations of the loop engine, declared once (docs/ARCHITECTURE.md, "Three faces")."""
 from __future__ import annotations
 
-from mcp_server.faces import EXECUTES_CODE, Operation
+from mcp_server.core.operation import EXECUTES_CODE, Operation
 from mcp_server.loop.models import LoopResult
 from mcp_server.loop.requests import LoopRequest
 

@@ -48,12 +48,12 @@ from typing import Any, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mcp_server import limits
-from mcp_server.atomic import call_roots, inside, real_path
-from mcp_server.errors import FileMissingError, LimitError, ProposalError
+from mcp_server.core import limits
+from mcp_server.core.atomic import call_roots, inside, real_path
+from mcp_server.core.errors import FileMissingError, LimitError, ProposalError
+from mcp_server.core.replay_dir import ReproTarget
+from mcp_server.core.userregex import compile_user_regex
 from mcp_server.ledger.patches import bad_patch_path, patch_paths, strip_prefix
-from mcp_server.replay_dir import ReproTarget
-from mcp_server.userregex import compile_user_regex
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -6,8 +6,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from mcp_server.core.textable import print_line
 from mcp_server.loop.models import LoopResult
-from mcp_server.textable import print_line
 
 _STYLE = {"accepted": "green", "reverted": "red", "abandoned": "yellow", "error": "red"}
 

@@ -5,7 +5,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from mcp_server.faces import WritesOutputs
+from mcp_server.core.operation import WritesOutputs
 
 
 class LoopRequest(WritesOutputs):

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
-from mcp_server.errors import ToolMissingError
-from mcp_server.replay_dir import ReproTarget
+from mcp_server.core.errors import ToolMissingError
+from mcp_server.core.replay_dir import ReproTarget
 
 SpecArg = Union[Path, dict[str, Any]]
 
@@ -46,8 +46,7 @@ class LoopSteps:
 # ---------------------------------------------------------------------------
 
 def _operation(tool: str):
-    from mcp_server.faces import operations
-
+    from mcp_server.faces.registry import operations
     for op in operations():
         if op.tool == tool:
             return op
@@ -60,9 +59,8 @@ def call_tool(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     op = _operation(tool)
     from pydantic import ValidationError
 
-    from mcp_server.errors import InputError
-    from mcp_server.faces import invalid_arguments
-
+    from mcp_server.core.errors import InputError
+    from mcp_server.core.operation import invalid_arguments
     args = {k: v for k, v in arguments.items() if k in op.field_names}
     if "detail" in op.field_names:
         args["detail"] = True

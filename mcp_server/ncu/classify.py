@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from mcp_server.gpu_specs import GpuSpec, find_gpu, load_gpu_specs
-from mcp_server.models import Warning_
+from mcp_server.core.gpu_specs import GpuSpec, find_gpu, load_gpu_specs
+from mcp_server.core.models import Warning_
 from mcp_server.ncu.models import (
     Bottleneck,
     Classification,
@@ -330,7 +330,7 @@ def resolve_gpu(gpu: Optional[str], device: Optional[str],
     spec = find_gpu(name, specs) if name else None
     if spec is None:
         if gpu:
-            from mcp_server.gpu_specs import gpu_spec
+            from mcp_server.core.gpu_specs import gpu_spec
 
             gpu_spec(gpu)  # raises the typed error naming the known GPUs
         warnings.append(_warn("gpu_unknown", f"device {device!r} is not in gpu_specs.toml: no roofline ceilings"

@@ -11,7 +11,7 @@ from typing import Literal, Optional
 
 from pydantic import ConfigDict, Field
 
-from mcp_server.models import Model, Warning_
+from mcp_server.core.models import Model, Warning_
 
 SourceFormat = Literal["ncu-rep", "csv-raw", "csv-details"]
 CacheControl = Literal["all", "none"]

@@ -1,7 +1,7 @@
 """Operations of the ncu engine, declared once (the MCP tools and CLI verbs are generated from them)."""
 from __future__ import annotations
 
-from mcp_server.faces import EXECUTES_CODE, READ_ONLY, WRITES_FILES, Operation
+from mcp_server.core.operation import EXECUTES_CODE, READ_ONLY, WRITES_FILES, Operation
 from mcp_server.ncu.models import Classification, NcuProfile, NcuRun, Selection
 from mcp_server.ncu.requests import ClassifyRequest, ParseNcuRequest, RunNcuRequest, SelectRequest
 

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
-from mcp_server.errors import FileMissingError, InputError, ToolMissingError
-from mcp_server.models import Warning_
+from mcp_server.core.errors import FileMissingError, InputError, ToolMissingError
+from mcp_server.core.models import Warning_
 from mcp_server.ncu import catalogue as cat
 from mcp_server.ncu.models import DurationStats, KernelProfile, LaunchRow, NcuProfile, Source
 
@@ -143,7 +143,7 @@ class RawProfile:
 
 def _warn(code: str, message: str, count: int = 1) -> Warning_:
     try:
-        from mcp_server.vocab import WarningCode
+        from mcp_server.core.vocab import WarningCode
 
         code = WarningCode(code)
     except (ImportError, ValueError):
@@ -626,7 +626,7 @@ def read_sidecar(path: Path) -> tuple[Optional[dict], Optional[Path]]:
 
 
 def _short(name: str) -> str:
-    from mcp_server.kernel_names import display_kernel_name
+    from mcp_server.core.kernel_names import display_kernel_name
 
     return display_kernel_name(name, 60)
 

@@ -48,7 +48,7 @@ def _source_line(src) -> str:
 def render_profile(res: NcuProfile, con, request: Any = None) -> None:
     from rich.markup import escape
 
-    from mcp_server.textable import Col, TextTable, print_line
+    from mcp_server.core.textable import Col, TextTable, print_line
 
     print_line(con, escape(_source_line(res.source)))
     t = TextTable([Col("id"), Col("kernel", "name", min_width=12), Col("nvtx", "name", min_width=8), Col("launches"),
@@ -67,7 +67,7 @@ def render_profile(res: NcuProfile, con, request: Any = None) -> None:
 def render_classification(res: Classification, con, request: Any = None) -> None:
     from rich.markup import escape
 
-    from mcp_server.textable import Col, TextTable, print_line
+    from mcp_server.core.textable import Col, TextTable, print_line
 
     print_line(con, escape(_source_line(res.source)) + f", gpu {res.gpu or '?'}")
     t = TextTable([Col("id"), Col("kernel", "name", min_width=12), Col("share"), Col("class", justify="left"),
@@ -90,7 +90,7 @@ def render_classification(res: Classification, con, request: Any = None) -> None
 def render_selection(res: Selection, con, request: Any = None) -> None:
     from rich.markup import escape
 
-    from mcp_server.textable import print_line
+    from mcp_server.core.textable import print_line
 
     print_line(con, escape(_source_line(res.source)) + f", gpu {res.gpu or '?'}")
     k = res.candidate
@@ -117,7 +117,7 @@ def render_selection(res: Selection, con, request: Any = None) -> None:
 def render_run(res: NcuRun, con, request: Any = None) -> None:
     from rich.markup import escape
 
-    from mcp_server.textable import print_line
+    from mcp_server.core.textable import print_line
 
     print_line(con, f"{escape(res.report)}: {res.kernels_profiled} kernels profiled in {res.wall_s:.1f} s "
               f"(ncu {res.ncu_version or '?'}, cache-control {res.cache_control}, clock-control {res.clock_control}, "
@@ -172,7 +172,7 @@ def selection_markdown(sel: Selection) -> str:
 
 
 def write_markdown(sel: Selection, path: str) -> Path:
-    from mcp_server.atomic import atomic_write_text, check_output_path
+    from mcp_server.core.atomic import atomic_write_text, check_output_path
 
     target = check_output_path(path, "Markdown report")
     return atomic_write_text(target, selection_markdown(sel), "Markdown report")

@@ -5,7 +5,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from mcp_server.faces import Request, SizedRequest, WritesOutputs, top_n_field
+from mcp_server.core.operation import Request, SizedRequest, WritesOutputs, top_n_field
 
 PATH_HELP = ("An Nsight Compute report (.ncu-rep, also .ncu-rep.xz/.gz) or an ncu CSV "
              "(raw or details page, or --csv stdout)")

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from mcp_server import __version__
-from mcp_server.errors import InputError, KernelscopeError, ToolMissingError
-from mcp_server.models import Warning_
+from mcp_server.core.errors import InputError, KernelscopeError, ToolMissingError
+from mcp_server.core.models import Warning_
 from mcp_server.ncu import catalogue as cat
 from mcp_server.ncu.models import NcuRun
 from mcp_server.ncu.parse import _warn
@@ -91,8 +91,7 @@ def find_ncu(explicit: Optional[str] = None) -> str:
 
 
 def ncu_version(ncu: str) -> Optional[str]:
-    from mcp_server import proc
-
+    from mcp_server.core import proc
     try:
         r = proc.run([ncu, "--version"], timeout=30)
     except OSError:
@@ -103,8 +102,7 @@ def ncu_version(ncu: str) -> Optional[str]:
 
 def gpu_info() -> dict:
     """Name and compute capability of GPU 0 from nvidia-smi (empty when there is none)."""
-    from mcp_server import proc
-
+    from mcp_server.core import proc
     smi = shutil.which("nvidia-smi")
     if not smi:
         return {}
@@ -228,9 +226,9 @@ def run_ncu(target: list[str], report: str = "kernelscope_ncu", ncu: Optional[st
 
     A target that is one make_repro directory profiles one of its ops (``repro_op``, default op0): the target
     becomes the replay of that op alone and the kernel filter its NVTX range (``replay_dir``)."""
-    from mcp_server import proc
-    from mcp_server.atomic import atomic_write_text, check_output_path
-    from mcp_server.replay_dir import repro_target
+    from mcp_server.core import proc
+    from mcp_server.core.atomic import atomic_write_text, check_output_path
+    from mcp_server.core.replay_dir import repro_target
 
     if timeout_s <= 0:
         raise InputError(f"timeout_s={timeout_s} must be positive")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from mcp_server.errors import InputError
+from mcp_server.core.errors import InputError
 from mcp_server.ncu.classify import classify_bottleneck
 from mcp_server.ncu.models import Classification, ClassifiedKernel, Ranked, Selection
 from mcp_server.ncu.parse import _warn
@@ -132,7 +132,7 @@ def select_candidate(path: str, gpu: Optional[str] = None, cache_control: Option
 
 def write_roofline(c: Classification, out: str, highlight: Optional[int] = None) -> Path:
     """Two panels: the classic roofline (kernels with FLOPs and DRAM bytes) and the speed-of-light plane."""
-    from mcp_server.atomic import atomic_write_bytes, check_output_path
+    from mcp_server.core.atomic import atomic_write_bytes, check_output_path
 
     target = check_output_path(out, "roofline PNG")
     import io

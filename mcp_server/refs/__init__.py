@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mcp_server.lazy import lazy_names
+from mcp_server.core.lazy import lazy_names
 from mcp_server.refs.models import ReferenceResult, RefItem, RefSection
 
 if TYPE_CHECKING:

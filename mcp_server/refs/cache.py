@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mcp_server.atomic import atomic_write_text
-from mcp_server.envvars import env
-from mcp_server.errors import redact
+from mcp_server.core.atomic import atomic_write_text
+from mcp_server.core.envvars import env
+from mcp_server.core.errors import redact
 
 DEFAULT_TTL_S = 3600.0
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from mcp_server.errors import redact
+from mcp_server.core.errors import redact
 from mcp_server.refs.cache import RefCache
 
 

@@ -9,8 +9,9 @@ from typing import Callable
 
 import httpx
 
-from mcp_server.errors import InputError, redact_model
-from mcp_server.models import Warning_
+from mcp_server.core.errors import InputError, redact_model
+from mcp_server.core.models import Warning_
+from mcp_server.core.vocab import WarningCode
 from mcp_server.refs.cache import DEFAULT_TTL_S, RefCache
 from mcp_server.refs.common import SearchParams
 from mcp_server.refs.github import search_github, search_url
@@ -18,7 +19,6 @@ from mcp_server.refs.jira_src import browse_url, build_jql, search_jira
 from mcp_server.refs.localgit import code_search_url, search_local
 from mcp_server.refs.models import Outcome, ReferenceResult, RefItem, RefSection
 from mcp_server.refs.registry import SourceSpec, load_registry
-from mcp_server.vocab import WarningCode
 
 DEFAULT_TIMEOUT_S = 20.0
 DEFAULT_SOURCE_TIMEOUT_S = 15.0
@@ -128,7 +128,7 @@ def _ranking_category(kw: str, category: str | None) -> tuple[str | None, str | 
     if category:
         return category.strip().lower(), "given"
     try:
-        from mcp_server.categories import DEFAULT_CATEGORY, load_categories
+        from mcp_server.core.categories import DEFAULT_CATEGORY, load_categories
 
         derived = load_categories(None).classify(kw)
         if derived and derived != DEFAULT_CATEGORY:

@@ -15,7 +15,7 @@ from urllib.parse import quote_plus, urlparse
 
 import httpx
 
-from mcp_server import proc
+from mcp_server.core import proc
 from mcp_server.refs.common import SearchParams, Stopwatch, iso_utc, short
 from mcp_server.refs.models import RefItem, RefSection
 from mcp_server.refs.registry import SourceSpec

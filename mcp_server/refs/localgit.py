@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from urllib.parse import quote_plus
 
-from mcp_server import proc
+from mcp_server.core import proc
 from mcp_server.refs.common import SearchParams, Stopwatch, short
 from mcp_server.refs.github import search_terms, web_base
 from mcp_server.refs.models import RefItem, RefSection

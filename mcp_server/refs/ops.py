@@ -1,7 +1,7 @@
 """Operations of the refs engine, declared once (docs/ARCHITECTURE.md, "Three faces")."""
 from __future__ import annotations
 
-from mcp_server.faces import OPEN_WORLD_READ, Operation
+from mcp_server.core.operation import OPEN_WORLD_READ, Operation
 from mcp_server.refs.models import ReferenceResult
 from mcp_server.refs.requests import FindReferencesRequest
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
+from mcp_server.core.textable import Col, TextTable
 from mcp_server.refs.models import ReferenceResult
-from mcp_server.textable import Col, TextTable
 
 _READING = {
     "upstream_pr": "upstream PR exists: cherry-pick or port it",

@@ -5,8 +5,8 @@ from typing import Optional
 
 from pydantic import Field
 
-from mcp_server.argbounds import LIST_ITEMS, NAME_CHARS, PATH_CHARS, item_bounds
-from mcp_server.faces import SizedRequest
+from mcp_server.core.argbounds import LIST_ITEMS, NAME_CHARS, PATH_CHARS, item_bounds
+from mcp_server.core.operation import SizedRequest
 
 
 class FindReferencesRequest(SizedRequest):

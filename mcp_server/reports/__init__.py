@@ -23,7 +23,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from mcp_server.lazy import lazy_names
+from mcp_server.core.lazy import lazy_names
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from mcp_server.reports.edit import EditPlan, plan_recategorize, write_plan

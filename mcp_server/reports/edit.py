@@ -27,10 +27,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from mcp_server.atomic import atomic_copy, sweep_stale_temps
-from mcp_server.categories import CategoryRules
-from mcp_server.errors import ReportFormatError
-from mcp_server.models import Warning_
+from mcp_server.core.atomic import atomic_copy, sweep_stale_temps
+from mcp_server.core.categories import CategoryRules
+from mcp_server.core.errors import ReportFormatError
+from mcp_server.core.models import Warning_
+from mcp_server.core.vocab import WarningCode
 from mcp_server.reports import layout as L
 from mcp_server.reports.reader import (
     Source,
@@ -46,7 +47,6 @@ from mcp_server.reports.reader import (
     detect_source,
 )
 from mcp_server.reports.xlsx_patch import WorkbookPatch, patch_workbook
-from mcp_server.vocab import WarningCode
 
 # --------------------------------------------------------------------------- planning
 

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from mcp_server.errors import WriteError
+from mcp_server.core.errors import WriteError
 from mcp_server.reports.xlsx_patch import col_letter, sheet_parts
 
 CHUNK_ROWS = 50_000

@@ -4,7 +4,7 @@ An agent hands kernelscope workbooks it did not make. calamine sizes a sheet's g
 cell reference (one cell at ``XFD1048576`` makes it allocate 512 GB and abort the process), copies a
 shared string into every cell that uses it (one 8 MB string used by 800 cells is 6.5 GB), and trusts the
 zip. So before a reader opens the file, ``check_xlsx`` streams every zip member once (1 MiB at a time,
-memory bounded by the chunk) and checks, each bound from ``mcp_server.limits``:
+memory bounded by the chunk) and checks, each bound from ``mcp_server.core.limits``:
 
 * member count, each member's decompressed size, the total, and each member's compression ratio
   (decompressed / compressed; checked once a member passes 16 MiB) — on the bytes that really come
@@ -33,9 +33,9 @@ import zlib
 from functools import lru_cache
 from pathlib import Path
 
-from mcp_server.envvars import env
-from mcp_server.errors import LimitError, ReportFormatError
-from mcp_server.limits import env_name, human, limit, over
+from mcp_server.core.envvars import env
+from mcp_server.core.errors import LimitError, ReportFormatError
+from mcp_server.core.limits import env_name, human, limit, over
 
 CHUNK = 1 << 20
 RATIO_AFTER = 16 << 20  # the compression-ratio guard starts once a member has given this much

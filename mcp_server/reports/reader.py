@@ -31,9 +31,9 @@ from typing import Any, Iterable, Literal, Optional
 
 import pandas as pd
 
-from mcp_server.errors import FileMissingError, ReportFormatError
+from mcp_server.core.errors import FileMissingError, ReportFormatError
+from mcp_server.core.vocab import module_type
 from mcp_server.reports import layout as L
-from mcp_server.vocab import module_type
 
 Source = Literal["kernelscope", "upstream-old", "upstream-new"]
 ALL_PARTS = ("kernels", "gpu_kernels", "summary", "tree", "overview", "details", "metadata")
@@ -472,7 +472,7 @@ def _num_col(body: list[list[Any]], i: Optional[int]) -> list[float]:
 
 
 def _read_full(book: _Book) -> pd.DataFrame:
-    from mcp_server.vocab import KERNEL_COLUMNS
+    from mcp_server.core.vocab import KERNEL_COLUMNS
 
     frames = []
     for sheet in [s for s in book.names if L.is_full_table_sheet(s)]:
@@ -775,7 +775,7 @@ def kernel_table(report: Report) -> pd.DataFrame:
     Rows keep the report's order (execution order within each detail sheet).
     Extra columns of detail-assembled tables (``sheet``, ``detail_module``) are kept.
     """
-    from mcp_server.vocab import KERNEL_COLUMNS
+    from mcp_server.core.vocab import KERNEL_COLUMNS
 
     if report.kernels is None:
         raise ReportFormatError("kernel table not read (call read_report with need including 'kernels')",

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 from xml.sax.saxutils import escape
 
-from mcp_server.atomic import atomic_target
-from mcp_server.errors import ReportFormatError
+from mcp_server.core.atomic import atomic_target
+from mcp_server.core.errors import ReportFormatError
 
 _ROW_RE = re.compile(rb"<row\b[^>]*?(?:/>|>.*?</row>)", re.S)
 _ROW_R_RE = re.compile(rb'\br="(\d+)"')
@@ -374,7 +374,7 @@ def _read_member(zin: zipfile.ZipFile, info: zipfile.ZipInfo, src: str) -> bytes
 
 
 def patch_workbook(src: str, dst: str, patch: WorkbookPatch, *, force: bool = False) -> None:
-    """Write ``src`` with ``patch`` applied to ``dst`` atomically (``mcp_server.atomic``: temp file in
+    """Write ``src`` with ``patch`` applied to ``dst`` atomically (``mcp_server.core.atomic``: temp file in
     dst's directory, fsync, os.replace; a symlinked ``dst`` writes its target).
 
     ``dst`` may equal ``src``; on any failure (a damaged zip member included) the file at ``dst``

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from mcp_server import __version__
-from mcp_server.atomic import atomic_target, check_output_path, new_temp, probe_writable, unlink_quietly
+from mcp_server.core.atomic import atomic_target, check_output_path, new_temp, probe_writable, unlink_quietly
 from mcp_server.reports import layout as L
 
 #: Excel's row limit is 1,048,576; the full table is split into sheets of this many rows.
@@ -369,7 +369,7 @@ def _peak_tflops(device: str | None) -> tuple[float | None, str]:
     if not device:
         return None, ""
     try:
-        from mcp_server.gpu_specs import find_gpu
+        from mcp_server.core.gpu_specs import find_gpu
 
         spec = find_gpu(device)
     except Exception:  # noqa: BLE001 - a missing or malformed spec table only leaves the column empty
@@ -432,7 +432,7 @@ def _write_detail(wb, plan: DetailPlan, df, peak: float | None = None) -> None:
 
 def _write_full(wb, df) -> list:
     """The full-table sheets with their header row; returns [(sheet, rows)] for ``fill_full_tables``."""
-    from mcp_server.vocab import KERNEL_COLUMNS
+    from mcp_server.core.vocab import KERNEL_COLUMNS
 
     cols = list(KERNEL_COLUMNS)
     n = 0 if df is None else len(df)
@@ -535,12 +535,12 @@ def write_analysis_report(analysis, path: str | os.PathLike, *, force: bool = Fa
 
 
 def atomic_save(wb, out: Path, full_tables: list | None = None, *, force: bool = False) -> None:
-    """Save an openpyxl workbook to ``out`` atomically (``mcp_server.atomic``).
+    """Save an openpyxl workbook to ``out`` atomically (``mcp_server.core.atomic``).
 
     ``full_tables``: [(sheet, DataFrame)] whose rows are appended below those sheets'
     header rows as raw XML (``fast_table``), from a first temp file into the final one.
     """
-    from mcp_server.vocab import KERNEL_COLUMNS
+    from mcp_server.core.vocab import KERNEL_COLUMNS
 
     try:
         _save(wb, out, full_tables, KERNEL_COLUMNS, force)

@@ -19,11 +19,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Optional
 
-from mcp_server.atomic import atomic_write_text
-from mcp_server.errors import ReproError
-from mcp_server.models import Warning_
+from mcp_server.core.atomic import atomic_write_text
+from mcp_server.core.errors import ReproError
+from mcp_server.core.models import Warning_
+from mcp_server.core.vocab import ProgressFn, WarningCode
 from mcp_server.repro.models import KernelTime, MakeReproResult, ReproArg, ReproOp
-from mcp_server.vocab import ProgressFn, WarningCode
 
 #: Kineto's ``Input type`` spellings of tensor element types -> torch dtype names.
 DTYPES: dict[str, str] = {
@@ -160,7 +160,7 @@ def _first_instance(paths: list[str], wanted: str) -> str:
 def _check_dir(out: Path, overwrite: bool) -> list[Path]:
     """The files of an earlier replay in ``out`` that this call replaces; refuses to write into a directory
     holding other files (or, over MCP, to replace anything) unless ``overwrite``."""
-    from mcp_server.atomic import call_roots
+    from mcp_server.core.atomic import call_roots
 
     if not out.is_dir() or not any(out.iterdir()):
         return []
@@ -208,7 +208,7 @@ def make_repro(trace_path: str, output_dir: str, module: Optional[str] = None, k
         sel = sel[[m(str(p)) for p in sel["module_path"]]]
         scope.append(f"module {module}")
     if kernel:
-        from mcp_server.userregex import compile_user_regex
+        from mcp_server.core.userregex import compile_user_regex
 
         rx = compile_user_regex(kernel, where="kernel")
         sel = sel[[bool(rx.search(str(n))) for n in sel["name"]]]

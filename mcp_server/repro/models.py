@@ -5,7 +5,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
-from mcp_server.models import Model, Warning_
+from mcp_server.core.models import Model, Warning_
 
 
 class ReproArg(Model):

@@ -1,7 +1,7 @@
 """Operations of the repro engine, declared once (docs/ARCHITECTURE.md, "Three faces")."""
 from __future__ import annotations
 
-from mcp_server.faces import EXECUTES_CODE, WRITES_FILES, Operation
+from mcp_server.core.operation import EXECUTES_CODE, WRITES_FILES, Operation
 from mcp_server.repro.models import MakeReproResult, RunReproResult
 from mcp_server.repro.requests import MakeReproRequest, RunReproRequest
 

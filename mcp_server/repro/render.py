@@ -4,9 +4,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from mcp_server.kernel_names import display_kernel_name
+from mcp_server.core.kernel_names import display_kernel_name
+from mcp_server.core.textable import Col, TextTable, print_line
 from mcp_server.repro.models import MakeReproResult, RunReproResult
-from mcp_server.textable import Col, TextTable, print_line
 
 
 def _warnings(c: Console, warnings: list) -> None:

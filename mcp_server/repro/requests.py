@@ -5,8 +5,8 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from mcp_server.argbounds import NAME_CHARS, PATH_CHARS
-from mcp_server.faces import SizedRequest, WritesOutputs, top_n_field
+from mcp_server.core.argbounds import NAME_CHARS, PATH_CHARS
+from mcp_server.core.operation import SizedRequest, WritesOutputs, top_n_field
 
 
 class MakeReproRequest(SizedRequest, WritesOutputs):

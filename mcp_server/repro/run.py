@@ -14,18 +14,18 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from mcp_server.errors import ReproError
-from mcp_server.models import Warning_
-from mcp_server.replay_dir import load_repro_dir
+from mcp_server.core.errors import ReproError
+from mcp_server.core.models import Warning_
+from mcp_server.core.replay_dir import load_repro_dir
+from mcp_server.core.vocab import ProgressFn, WarningCode
 from mcp_server.repro.models import ReplayTiming, RunReproResult
-from mcp_server.vocab import ProgressFn, WarningCode
 
 BAND = (0.8, 1.25)  # replay within 20 % of the trace (either way)
 
 
 def run_repro(output_dir: str, device: str = "cuda", only: Optional[list[str]] = None, iters: int = 50,
               timeout_s: float = 600.0, cache: str = "both", progress: Optional[ProgressFn] = None) -> RunReproResult:
-    from mcp_server.proc import stream
+    from mcp_server.core.proc import stream
 
     d, doc = load_repro_dir(output_dir)  # resolved: repro.py runs with the directory as its cwd
     known = [str(o["id"]) for o in doc["ops"] if isinstance(o, dict) and "id" in o]

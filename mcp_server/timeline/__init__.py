@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mcp_server.lazy import lazy_names
+from mcp_server.core.lazy import lazy_names
 
 if TYPE_CHECKING:
     from mcp_server.timeline.analysis import analyze_timeline

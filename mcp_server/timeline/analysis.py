@@ -8,8 +8,9 @@ from typing import Optional, Sequence, Union
 import numpy as np
 import pandas as pd
 
-from mcp_server.errors import BufferFormatError
-from mcp_server.models import Warning_
+from mcp_server.core.errors import BufferFormatError
+from mcp_server.core.models import Warning_
+from mcp_server.core.vocab import ProgressFn, WarningCode
 from mcp_server.timeline.decode import Decoded, decode_buffer, event_name_list
 from mcp_server.timeline.models import (
     IMBALANCE_RATIO,
@@ -23,7 +24,6 @@ from mcp_server.timeline.models import (
     Verdict,
 )
 from mcp_server.timeline.overhead import find_overhead_file, load_overhead
-from mcp_server.vocab import ProgressFn, WarningCode
 
 #: a verdict needs at least this share of the kernel span at stake
 MIN_SPAN_SHARE = 0.01

@@ -18,8 +18,8 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from mcp_server.errors import BufferFormatError, FileMissingError, InputError
-from mcp_server.limits import human, limit, over
+from mcp_server.core.errors import BufferFormatError, FileMissingError, InputError
+from mcp_server.core.limits import human, limit, over
 from mcp_server.timeline import layout as L
 from mcp_server.timeline.layout import BEGIN, END, INSTANT, N_EVENTS, TAG_LAYOUTS
 

@@ -14,11 +14,11 @@ from typing import Union
 
 import numpy as np
 
-from mcp_server.atomic import atomic_target, atomic_write_bytes
-from mcp_server.models import Warning_
+from mcp_server.core.atomic import atomic_target, atomic_write_bytes
+from mcp_server.core.models import Warning_
+from mcp_server.core.vocab import WarningCode
 from mcp_server.timeline.decode import Decoded
 from mcp_server.timeline.models import IMBALANCE_RATIO, TimelineAnalysis
-from mcp_server.vocab import WarningCode
 
 
 def _names(res: TimelineAnalysis) -> dict[int, str]:

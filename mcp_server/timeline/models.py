@@ -5,7 +5,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from mcp_server.models import Model, Warning_
+from mcp_server.core.models import Model, Warning_
 
 #: slowest/mean at or above which a phase is called imbalanced (the analysis and the exports judge by it)
 IMBALANCE_RATIO = 1.2

@@ -1,7 +1,7 @@
 """Operations of the timeline engine, declared once (docs/ARCHITECTURE.md, "Three faces")."""
 from __future__ import annotations
 
-from mcp_server.faces import WRITES_FILES, Operation
+from mcp_server.core.operation import WRITES_FILES, Operation
 from mcp_server.timeline.models import TimelineAnalysis, TimelineComparison
 from mcp_server.timeline.requests import TimelineAnalyzeRequest, TimelineCompareRequest
 

@@ -23,8 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
-from mcp_server import proc
-from mcp_server.errors import BufferFormatError, FileMissingError, InputError, ToolMissingError
+from mcp_server.core import proc
+from mcp_server.core.errors import BufferFormatError, FileMissingError, InputError, ToolMissingError
 from mcp_server.timeline.models import ProbeOverhead
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
@@ -57,7 +57,7 @@ def load_overhead(path: Union[str, os.PathLike]) -> ProbeOverhead:
     p = Path(path)
     if not p.exists():
         raise FileMissingError("probe overhead file not found", path=p)
-    from mcp_server.limits import human, limit, over
+    from mcp_server.core.limits import human, limit, over
 
     if p.is_file() and p.stat().st_size > limit("TEXT_FILE_BYTES"):
         raise over("TEXT_FILE_BYTES", "the probe overhead file", human(p.stat().st_size), path=p, unit="bytes")
@@ -152,7 +152,7 @@ def write_overhead(path: Union[str, os.PathLike], with_us: Sequence[float], with
                               "without_probes_us": list(map(float, without_us)), "method": method}
     if noise_pct is not None:
         doc["noise_pct"] = noise_pct
-    from mcp_server.atomic import atomic_write_text
+    from mcp_server.core.atomic import atomic_write_text
 
     return atomic_write_text(p, json.dumps(doc, indent=1), what="overhead file")
 

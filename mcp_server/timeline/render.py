@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from mcp_server.textable import Col, TextTable, print_line
+from mcp_server.core.textable import Col, TextTable, print_line
 from mcp_server.timeline.analysis import _fmt_ns
 from mcp_server.timeline.models import TimelineAnalysis, TimelineComparison
 

@@ -5,8 +5,8 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field
 
-from mcp_server.argbounds import EVENT_NAMES, NAME_CHARS, PATH_CHARS, item_bounds
-from mcp_server.faces import SizedRequest, WritesOutputs
+from mcp_server.core.argbounds import EVENT_NAMES, NAME_CHARS, PATH_CHARS, item_bounds
+from mcp_server.core.operation import SizedRequest, WritesOutputs
 
 EventNames = Optional[Union[list[str], str]]
 EVENTS_HELP = ("Event names in event-id order (id 0 first): a list, 'N1,N2,...', or a names file (one per line); "

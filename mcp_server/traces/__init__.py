@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from mcp_server.core.vocab import ProgressFn
 from mcp_server.traces.models import KERNEL_COLUMNS, TraceAnalysis
-from mcp_server.vocab import ProgressFn
 
 __all__ = ["analyze_trace", "TraceAnalysis", "KERNEL_COLUMNS"]
 

@@ -19,9 +19,9 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from mcp_server.envvars import env
-from mcp_server.errors import FileMissingError, TraceFormatError
-from mcp_server.limits import human, limit, over
+from mcp_server.core.envvars import env
+from mcp_server.core.errors import FileMissingError, TraceFormatError
+from mcp_server.core.limits import human, limit, over
 
 BLOCK = 8 << 20
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

@@ -27,9 +27,10 @@ from typing import Any, Literal, Optional
 
 import numpy as np
 
-from mcp_server.categories import load_categories
-from mcp_server.errors import KernelscopeError, WriteError
-from mcp_server.models import Warning_
+from mcp_server.core.categories import load_categories
+from mcp_server.core.errors import KernelscopeError, WriteError
+from mcp_server.core.models import Warning_
+from mcp_server.core.vocab import COMMUNICATION, PHASE_CODES, ProgressFn, WarningCode, module_type
 from mcp_server.traces import graph as G
 from mcp_server.traces.attribution import Linked, link, phase_of_frame
 from mcp_server.traces.loader import KIND_NAMES, RawTrace, launch_kind, load_trace
@@ -42,7 +43,6 @@ from mcp_server.traces.models import (
     PhaseTotal,
     TraceAnalysis,
 )
-from mcp_server.vocab import COMMUNICATION, PHASE_CODES, ProgressFn, WarningCode, module_type
 
 
 class PathTable:

@@ -14,7 +14,7 @@ from typing import Any, Optional, Union
 
 import msgspec
 
-from mcp_server.errors import TraceFormatError
+from mcp_server.core.errors import TraceFormatError
 from mcp_server.traces._reader import GuardedReader, check_path, decompress_errors
 
 _OP_CATS = frozenset({"cpu_op", "operator"})  # current and PyTorch 1.8/1.9 spellings (lower-cased)

@@ -52,7 +52,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from mcp_server.vocab import split_instance
+from mcp_server.core.vocab import split_instance
 
 UNATTRIBUTED_GRAPH = "graph replay, unattributed"
 MIN_RATIO = 0.5

@@ -49,9 +49,9 @@ from typing import Any, Callable, Iterator, Optional, Union
 import msgspec
 import numpy as np
 
-from mcp_server.envvars import env
-from mcp_server.errors import FileMissingError, TraceFormatError
-from mcp_server.limits import limit
+from mcp_server.core.envvars import env
+from mcp_server.core.errors import FileMissingError, TraceFormatError
+from mcp_server.core.limits import limit
 from mcp_server.traces._reader import AHEAD as _AHEAD
 from mcp_server.traces._reader import BlockReader, GuardedReader, check_path, compression, decompress_errors
 from mcp_server.traces._reader import blocks as _read_blocks
@@ -954,7 +954,7 @@ def _split_child() -> None:
     """The helper's main: ``argv = [-c, path, at, bare]``; one pickled answer on stdout, then exit."""
     import pickle
 
-    from mcp_server.limits import die_with_parent
+    from mcp_server.core.limits import die_with_parent
 
     die_with_parent(os.getppid())  # a killed analyzer leaves no helper behind
     try:

@@ -10,8 +10,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, PrivateAttr
 
-from mcp_server.models import Model, Warning_
-from mcp_server.vocab import KERNEL_COLUMNS  # noqa: F401  (the per-kernel schema, re-exported)
+from mcp_server.core.models import Model, Warning_
+from mcp_server.core.vocab import KERNEL_COLUMNS  # noqa: F401  (the per-kernel schema, re-exported)
 
 Phase = Literal["prefill", "decode", "graph", ""]
 

@@ -1,7 +1,7 @@
 """Operations of the traces engine, declared once (docs/ARCHITECTURE.md, "Three faces")."""
 from __future__ import annotations
 
-from mcp_server.faces import WRITES_FILES, Operation
+from mcp_server.core.operation import WRITES_FILES, Operation
 from mcp_server.traces.models import TraceAnalysis
 from mcp_server.traces.requests import AnalyzeTraceRequest
 

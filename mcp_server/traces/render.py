@@ -4,8 +4,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from mcp_server.kernel_names import display_kernel_name
-from mcp_server.textable import Col, TextTable, print_line
+from mcp_server.core.kernel_names import display_kernel_name
+from mcp_server.core.textable import Col, TextTable, print_line
 from mcp_server.traces.models import TraceAnalysis
 
 

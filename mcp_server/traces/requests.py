@@ -5,8 +5,8 @@ from typing import Optional
 
 from pydantic import Field
 
-from mcp_server.argbounds import PATH_CHARS
-from mcp_server.faces import SizedRequest, WritesOutputs
+from mcp_server.core.argbounds import PATH_CHARS
+from mcp_server.core.operation import SizedRequest, WritesOutputs
 
 CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"
 

@@ -12,9 +12,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Literal, Optional
 
-from mcp_server.atomic import check_replace
-from mcp_server.errors import InputError, TraceSetError
-from mcp_server.models import Warning_
+from mcp_server.core.atomic import check_replace
+from mcp_server.core.errors import InputError, TraceSetError
+from mcp_server.core.models import Warning_
+from mcp_server.core.vocab import ProgressFn, WarningCode
 from mcp_server.tracesets import combine
 from mcp_server.tracesets.discover import resolve_ranks
 from mcp_server.tracesets.executors import (
@@ -35,7 +36,6 @@ from mcp_server.tracesets.models import (
     TraceSetComparison,
 )
 from mcp_server.tracesets.worker import RankTask
-from mcp_server.vocab import ProgressFn, WarningCode
 
 Executor = Literal["process", "ray", "inline"]
 

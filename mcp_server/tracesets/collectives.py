@@ -33,7 +33,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from mcp_server.models import Warning_
+from mcp_server.core.models import Warning_
+from mcp_server.core.vocab import COMMUNICATION, WarningCode
 from mcp_server.tracesets.models import (
     CollectiveAnalysis,
     CollectiveInstance,
@@ -43,7 +44,6 @@ from mcp_server.tracesets.models import (
     LayerTime,
     RankSummary,
 )
-from mcp_server.vocab import COMMUNICATION, WarningCode
 
 _NCCL_KIND = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.I)
 _C10D = re.compile(r"^c10d::_?([a-z_]+?)_?$")

@@ -18,12 +18,12 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from mcp_server.errors import FileMissingError, KernelscopeError, TraceFormatError, TraceSetError
-from mcp_server.limits import limit, over
-from mcp_server.models import Warning_
+from mcp_server.core.errors import FileMissingError, KernelscopeError, TraceFormatError, TraceSetError
+from mcp_server.core.limits import limit, over
+from mcp_server.core.models import Warning_
+from mcp_server.core.vocab import WarningCode
 from mcp_server.traces._reader import GuardedReader, check_path
 from mcp_server.tracesets.models import RankRef
-from mcp_server.vocab import WarningCode
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
 #: decompressed bytes read looking for distributedInfo (it precedes traceEvents)

@@ -15,7 +15,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 from typing import Any, Iterator, Optional
 
-from mcp_server.errors import InputError, KernelscopeError, SourceError, ToolMissingError, redact
+from mcp_server.core.errors import InputError, KernelscopeError, SourceError, ToolMissingError, redact
 from mcp_server.tracesets.worker import RankTask, summarize_rank
 
 Outcome = tuple[RankTask, Optional[dict[str, Any]], Optional[str]]
@@ -58,7 +58,7 @@ def check_workers(executor: str, workers: Optional[int], ray_address: Optional[s
 
 def worker_memory(text: Optional[str]) -> Optional[int]:
     """Bytes of address space per worker: ``text`` (e.g. 4G; 0 = none), else the MCP workers' limit."""
-    from mcp_server.limits import memory_limit
+    from mcp_server.core.limits import memory_limit
 
     return memory_limit(text)
 
@@ -82,7 +82,7 @@ def _message(exc: BaseException) -> str:
 
 
 def _init(memory: Optional[int], parent: int) -> None:
-    from mcp_server.limits import apply_memory_limit, die_with_parent
+    from mcp_server.core.limits import apply_memory_limit, die_with_parent
 
     die_with_parent(parent)
     apply_memory_limit(memory)

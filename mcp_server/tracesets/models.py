@@ -5,7 +5,7 @@ from typing import Literal, Optional, TypeVar
 
 from pydantic import Field
 
-from mcp_server.models import Model, Warning_
+from mcp_server.core.models import Model, Warning_
 from mcp_server.traces.models import GpuBreakdown, TimeBreakdown
 
 _R = TypeVar("_R", bound=Model)

@@ -1,7 +1,7 @@
 """Operations of the trace-set engine, declared once (docs/ARCHITECTURE.md, "Three faces")."""
 from __future__ import annotations
 
-from mcp_server.faces import READ_ONLY, WRITES_FILES, Operation
+from mcp_server.core.operation import READ_ONLY, WRITES_FILES, Operation
 from mcp_server.tracesets.models import TraceSetAnalysis, TraceSetComparison
 from mcp_server.tracesets.requests import AnalyzeTraceSetRequest, CompareTraceSetsRequest
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from mcp_server.textable import Col, TextTable, print_line
+from mcp_server.core.textable import Col, TextTable, print_line
 from mcp_server.tracesets.models import TraceSetAnalysis, TraceSetComparison
 
 MAX_RANK_COLUMNS = 8

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from mcp_server.atomic import atomic_write_text, check_output_path
+from mcp_server.core.atomic import atomic_write_text, check_output_path
 from mcp_server.tracesets.models import TraceSetAnalysis
 
 #: modules in the heat map (the largest by mean time; the workbook holds all)

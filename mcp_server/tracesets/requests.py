@@ -5,8 +5,8 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from mcp_server.argbounds import LIST_ITEMS, NAME_CHARS, PATH_CHARS, item_bounds
-from mcp_server.faces import SizedRequest, WritesOutputs
+from mcp_server.core.argbounds import LIST_ITEMS, NAME_CHARS, PATH_CHARS, item_bounds
+from mcp_server.core.operation import SizedRequest, WritesOutputs
 
 CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"
 EXECUTOR_HELP = ("Where each rank is analysed: process (a local pool of worker processes), ray (one Ray task per "

@@ -69,7 +69,7 @@ def graph_layers(res: Any) -> tuple[list[LayerTime], str]:
 
 def summarize_rank(task: dict[str, Any]) -> dict[str, Any]:
     """Analyse one rank's trace; the ``RankSummary`` as a plain dict."""
-    from mcp_server.atomic import forced_writes
+    from mcp_server.core.atomic import forced_writes
     from mcp_server.traces import analyze_trace  # the public entry: its read-ahead starts before the imports
 
     t = RankTask(**task)

@@ -15,11 +15,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mcp_server import PACKAGE_DIR, proc
-from mcp_server.atomic import atomic_write_text
-from mcp_server.envvars import env
-from mcp_server.errors import ToolMissingError
-from mcp_server.models import Warning_
+from mcp_server.core import proc
+from mcp_server.core.atomic import atomic_write_text
+from mcp_server.core.envvars import env
+from mcp_server.core.errors import ToolMissingError
+from mcp_server.core.models import Warning_
+from mcp_server.core.paths import PACKAGE_DIR
+from mcp_server.core.vocab import ProgressFn, WarningCode
 from mcp_server.validate import stats
 from mcp_server.validate.models import (
     CacheTiming,
@@ -36,7 +38,6 @@ from mcp_server.validate.models import (
     ValidationResult,
 )
 from mcp_server.validate.spec import Spec, eval_expr, load_spec
-from mcp_server.vocab import ProgressFn, WarningCode
 
 #: Checks whose failure means the spec (inputs, tolerance) is unusable, not that the candidate is wrong.
 SPEC_CHECKS = ("inputs_random", "baseline_within_tolerance")
@@ -80,7 +81,7 @@ def harness_memory_limit() -> int | None:
     """Bytes of resident memory the harness tree may hold: ``KERNELSCOPE_VALIDATE_MEMORY`` (e.g. 16G; 0, none
     or off for no limit), else half the machine's memory, at most 64 GiB (a kernel harness needs a few GB;
     the rest stays for the machine)."""
-    from mcp_server.limits import parse_size
+    from mcp_server.core.limits import parse_size
 
     raw = (env(MEMORY_ENV) or "").strip()
     if raw.lower() in ("0", "none", "off"):
@@ -315,7 +316,7 @@ def _timing(spec: Spec, t: dict, warnings: list[Warning_], graph_check: list | N
 def _peaks(name: str) -> tuple[dict[str, float], str] | None:
     """Peak values (max of datasheet and measured) for a device name from gpu_specs.toml."""
     try:
-        from mcp_server.gpu_specs import find_gpu, load_gpu_specs
+        from mcp_server.core.gpu_specs import find_gpu, load_gpu_specs
 
         spec = find_gpu(name, load_gpu_specs())
         if spec is None:
@@ -326,8 +327,7 @@ def _peaks(name: str) -> tuple[dict[str, float], str] | None:
         return vals, f"gpu_specs.toml [{spec.key}] (max of datasheet and measured)"
     except ImportError:
         pass
-    from mcp_server import shared_path
-
+    from mcp_server.core.paths import shared_path
     p = shared_path("gpu_specs.toml")
     if not p.is_file():
         return None

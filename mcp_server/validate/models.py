@@ -5,7 +5,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from mcp_server.models import Model, Warning_
+from mcp_server.core.models import Model, Warning_
 
 
 class Check(Model):
@@ -138,7 +138,7 @@ class ValidationResult(Model):
 
     def exit_code(self) -> int:
         """The CLI's exit status: 0 accepted, 3 rejected or not faster, 2 when the harness could not decide."""
-        from mcp_server.vocab import ExitCode
+        from mcp_server.core.vocab import ExitCode
 
         if self.verdict == "accepted":
             return ExitCode.ok

@@ -1,7 +1,7 @@
 """Declaration of the validate operation (the faces are generated from it)."""
 from __future__ import annotations
 
-from mcp_server.faces import EXECUTES_CODE, Operation
+from mcp_server.core.operation import EXECUTES_CODE, Operation
 from mcp_server.validate.models import ValidationResult
 from mcp_server.validate.requests import ValidateRequest
 

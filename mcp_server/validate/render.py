@@ -6,7 +6,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from mcp_server.textable import Col, TextTable, print_line
+from mcp_server.core.textable import Col, TextTable, print_line
 from mcp_server.validate.models import ValidationResult
 
 _COLOURS = {"accepted": "green", "rejected": "red", "not_faster": "yellow", "error": "red"}

@@ -5,7 +5,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from mcp_server.faces import Request
+from mcp_server.core.operation import Request
 
 
 class ValidateRequest(Request):

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcp_server.errors import FileMissingError, InputError
-from mcp_server.limits import check_nesting, loads_toml
+from mcp_server.core.errors import FileMissingError, InputError
+from mcp_server.core.limits import check_nesting, loads_toml
 
 if sys.version_info >= (3, 11):
     import tomllib

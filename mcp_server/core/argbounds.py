@@ -7,21 +7,33 @@ name, before any engine runs. The bounds sit far above real use:
 | ``PATH_CHARS`` | 4096 characters (Linux PATH_MAX) | file and directory paths; the 'N1,N2,...' event-names text |
 | ``NAME_CHARS`` | 200 characters | keywords, labels, categories, source keys, each item of a list of names |
 | ``LIST_ITEMS`` | 64 items | lists of paths and names (each path item <= ``PATH_CHARS``) |
+| ``TEXT_CHARS`` | 65,536 characters | free text an agent writes into a record (a hypothesis, a note) |
 | ``EVENT_NAMES`` | 4096 items | timeline event names given as a list (the probe has 1024 event ids) |
 
-Fields keep plain ``str`` / ``list[str]`` annotations (the CLI face maps them to options) with
-``Field(max_length=...)``; the characters of list items are checked by ``item_bounds``.
+A request field takes one of the bounded types below (``trace_path: PathArg = Field(description=...)``);
+tests/test_faces.py holds every string and list field of every request to a bound.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import field_validator
+from pydantic import Field, StringConstraints, field_validator
 
 PATH_CHARS = 4096
 NAME_CHARS = 200
 LIST_ITEMS = 64
 EVENT_NAMES = 4096
+TEXT_CHARS = 65536
+
+#: A file or directory path.
+PathArg = Annotated[str, StringConstraints(max_length=PATH_CHARS)]
+#: A keyword, label, category, source key, kernel regex, op name.
+NameArg = Annotated[str, StringConstraints(max_length=NAME_CHARS)]
+#: Free text.
+TextArg = Annotated[str, StringConstraints(max_length=TEXT_CHARS)]
+#: Lists of the above.
+PathList = Annotated[list[PathArg], Field(max_length=LIST_ITEMS)]
+NameList = Annotated[list[NameArg], Field(max_length=LIST_ITEMS)]
 
 
 def item_bounds(*fields: str, chars: int) -> Any:

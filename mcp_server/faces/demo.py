@@ -1,4 +1,4 @@
-"""``python -m mcp_server.demo`` (``make demo``): the main jobs on the bundled H200 traces.
+"""``python -m mcp_server.faces.demo`` (``make demo``): the main jobs on the bundled H200 traces.
 
 ``main()`` runs the steps in ``STEPS`` in order; each step takes the rich
 Console and prints its own section. Later steps (e.g. a comparison) are
@@ -13,13 +13,13 @@ from typing import Callable
 from rich.console import Console
 from rich.rule import Rule
 
-from mcp_server import DEMO_DIR, package_file
+from mcp_server.core.paths import DEMO_DIR, package_file
 
 
 def _rule(console: Console, text: str) -> None:
     """A section heading; one too long for the width (rich would cut it) keeps its head in the rule and its
     description on the next line, whole."""
-    from mcp_server.textable import print_line
+    from mcp_server.core.textable import print_line
 
     if len(text) + 6 <= console.width:
         console.print(Rule(text))
@@ -69,7 +69,7 @@ def step_compare(console: Console) -> None:
     """Compare the eager and sdpa prefills module by module (diff_modules)."""
     from mcp_server.compare.diff import diff_modules, replacements
     from mcp_server.compare.render import render_diff
-    from mcp_server.kernel_names import display_kernel_name
+    from mcp_server.core.kernel_names import display_kernel_name
 
     _rule(console, "compare llama_prefill_eager vs llama_prefill_sdpa (diff_modules)")
     res = diff_modules(demo_file("llama_prefill_eager.json.gz"), demo_file("llama_prefill_sdpa.json.gz"),
@@ -162,7 +162,7 @@ STEPS: list[Callable[[Console], None]] = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mcp_server.textable import PipeConsole, quiet_stdout
+    from mcp_server.core.textable import PipeConsole, quiet_stdout
 
     console = PipeConsole(highlight=False, emoji=False)
     try:

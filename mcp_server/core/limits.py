@@ -4,15 +4,15 @@ A reader asks ``limit(NAME)`` for the value in force and raises ``over(NAME, ...
 naming the file, the limit, the value found and the variable that raises it). Values are read from the
 environment at every call, so a test or a user can change them without restarting anything.
 
-The bounds, their defaults and what each bounds are declared in ``mcp_server.envvars`` (the
+The bounds, their defaults and what each bounds are declared in ``mcp_server.core.envvars`` (the
 ``KERNELSCOPE_MAX_*`` variables; docs/REFERENCE.md lists them).
 """
 from __future__ import annotations
 
 import os
 
-from mcp_server import envvars
-from mcp_server.errors import LimitError
+from mcp_server.core import envvars
+from mcp_server.core.errors import LimitError
 
 _K, _M, _G = 1 << 10, 1 << 20, 1 << 30
 _PREFIX = "KERNELSCOPE_MAX_"

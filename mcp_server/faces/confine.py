@@ -21,9 +21,9 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from mcp_server import envvars
-from mcp_server.atomic import check_replace, inside
-from mcp_server.errors import ConfinementError
+from mcp_server.core import envvars
+from mcp_server.core.atomic import check_replace, inside
+from mcp_server.core.errors import ConfinementError
 
 __all__ = ["ConfinementError", "check_outputs", "inside", "roots_from_env", "roots_from_uris"]
 

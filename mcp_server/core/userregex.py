@@ -39,8 +39,8 @@ except ImportError:  # pragma: no cover - Python 3.10
     _sre_parse = importlib.import_module("sre_parse")
     _c = importlib.import_module("sre_constants")
 
-from mcp_server.envvars import default, env
-from mcp_server.errors import CategoriesError, KernelscopeError
+from mcp_server.core.envvars import default, env
+from mcp_server.core.errors import CategoriesError, KernelscopeError
 
 try:
     from re2 import _re2  # google-re2

@@ -33,7 +33,7 @@ import zipfile
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Union
 
-from mcp_server.errors import ConfinementError, InputError, WriteError
+from mcp_server.core.errors import ConfinementError, InputError, WriteError
 
 PathLike = Union[str, os.PathLike]
 

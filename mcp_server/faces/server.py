@@ -25,12 +25,13 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ValidationError
 
 from mcp_server import __version__
-from mcp_server.confine import check_outputs, roots_from_env, roots_from_uris
-from mcp_server.envvars import enabled
-from mcp_server.errors import KernelscopeError, one_line, redact
-from mcp_server.faces import Operation, invalid_arguments, operations
-from mcp_server.sizing import text_content
-from mcp_server.workers import WorkerPool
+from mcp_server.core.envvars import enabled
+from mcp_server.core.errors import KernelscopeError, one_line, redact
+from mcp_server.core.operation import Operation, invalid_arguments
+from mcp_server.faces.confine import check_outputs, roots_from_env, roots_from_uris
+from mcp_server.faces.registry import operations, shape
+from mcp_server.faces.sizing import text_content
+from mcp_server.faces.workers import WorkerPool
 
 log = logging.getLogger("kernelscope.server")
 
@@ -149,7 +150,7 @@ def make_tool_function(op: Operation):
                 answer = op.result.model_validate(data)
             else:
                 res = await anyio.to_thread.run_sync(lambda: op.call(req, progress, roots=roots))
-                answer = op.shape(res, req)
+                answer = shape(res, req)
             return tool_result(answer, req)
         except KernelscopeError as exc:
             raise ToolError(str(exc)) from None

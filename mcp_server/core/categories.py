@@ -2,13 +2,13 @@
 
 ``_shared/kernel_categories.csv`` holds ``category,pattern`` rows. Each pattern
 is a case-insensitive regular expression (usually an alternation; Python syntax,
-matched in linear time by RE2 through ``mcp_server.userregex``). Rules are
+matched in linear time by RE2 through ``mcp_server.core.userregex``). Rules are
 tried in file order; the first whose pattern is found anywhere in the kernel
 name wins; a name no rule matches is ``other``. Users edit the CSV; every
 engine that needs a category calls ``load_categories`` (cached per file
 content) and ``CategoryRules.classify``.
 
-Some category names are reserved (``mcp_server.vocab.RESERVED_CATEGORIES``):
+Some category names are reserved (``mcp_server.core.vocab.RESERVED_CATEGORIES``):
 the engines rely on them (``communication`` drives trace layer cuts and the
 communication block). ``CategoryRules.reserved_warnings()`` returns a
 ``reserved_category_missing`` warning when the CSV no longer defines one.
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from mcp_server import shared_path
-from mcp_server.models import Warning_
-from mcp_server.rules import parse_rule_table, read_rules_file
-from mcp_server.userregex import UserRegex
-from mcp_server.vocab import OTHER, WarningCode, missing_reserved_categories, reserved_category_message
+from mcp_server.core.models import Warning_
+from mcp_server.core.paths import shared_path
+from mcp_server.core.rules import parse_rule_table, read_rules_file
+from mcp_server.core.userregex import UserRegex
+from mcp_server.core.vocab import OTHER, WarningCode, missing_reserved_categories, reserved_category_message
 
 DEFAULT_CATEGORY = OTHER
 

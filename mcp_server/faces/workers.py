@@ -26,9 +26,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from mcp_server.envvars import default
-from mcp_server.errors import KernelscopeError, redact
-from mcp_server.limits import (  # noqa: F401  (re-exported)
+from mcp_server.core.envvars import default
+from mcp_server.core.errors import KernelscopeError, redact
+from mcp_server.core.limits import (  # noqa: F401  (re-exported)
     DEFAULT_MEMORY,
     apply_memory_limit,
     env_seconds,
@@ -94,13 +94,14 @@ def _worker_main(conn: Any, memory: Optional[int]) -> None:
             except Exception:
                 pass
 
+        from mcp_server.faces.registry import shape
+
         try:
             req = op.make_request(args)
-            res = op.shape(op.call(req, progress if op.progress else None, roots=roots), req)
+            res = shape(op.call(req, progress if op.progress else None, roots=roots), req)
             conn.send(("ok", res.model_dump(mode="json")))
         except ValidationError as exc:
-            from mcp_server.faces import invalid_arguments
-
+            from mcp_server.core.operation import invalid_arguments
             conn.send(("error", invalid_arguments(tool, exc)))
         except KernelscopeError as exc:
             conn.send(("error", str(exc)))

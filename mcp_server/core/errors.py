@@ -61,7 +61,7 @@ class BufferFormatError(InputError):
 
 class LimitError(InputError):
     """An input is over one of the bounds the readers keep (size, ratio, depth, cells); the message names the
-    limit, its value and the ``KERNELSCOPE_MAX_...`` variable that raises it (``mcp_server.limits``)."""
+    limit, its value and the ``KERNELSCOPE_MAX_...`` variable that raises it (``mcp_server.core.limits``)."""
 
 
 class ToolMissingError(KernelscopeError):

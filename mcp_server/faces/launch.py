@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from mcp_server.envvars import env
+from mcp_server.core.envvars import env
 
 #: modules whose absence means "not installed here" (the CLI imports them on every verb)
 NEEDED = ("rich", "pydantic", "msgspec", "numpy", "pandas")
@@ -30,7 +30,7 @@ def ensure_dependencies(script: str) -> None:
     missing = missing_modules()
     if not missing:
         return
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]  # the checkout
     venv = root / ".venv"
     vpy = venv / "bin" / "python"
     in_venv = Path(sys.prefix).resolve() == venv.resolve()

@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from mcp_server.models import Warning_
-from mcp_server.vocab import WarningCode
+from mcp_server.core.models import Warning_
+from mcp_server.core.vocab import WarningCode
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from mcp_server.errors import ReproError
+from mcp_server.core.errors import ReproError
 
 #: Timed calls of the op per replay under a profiler (each also has 3 warm-up calls inside the range).
 PROFILE_ITERS = 5

@@ -2,7 +2,7 @@
 
 One page lists every MCP tool and CLI verb with its parameters as the request
 model declares them, so the reference cannot drift from the code:
-``python -m mcp_server.reference > docs/REFERENCE.md`` rewrites it and
+``python -m mcp_server.faces.reference > docs/REFERENCE.md`` rewrites it and
 tests/test_faces.py fails when it is stale.
 """
 from __future__ import annotations
@@ -13,10 +13,11 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
-from mcp_server.envvars import VARS, EnvVar
-from mcp_server.faces import Operation, operations
-from mcp_server.limits import human
-from mcp_server.vocab import WarningCode
+from mcp_server.core.envvars import VARS, EnvVar
+from mcp_server.core.limits import human
+from mcp_server.core.operation import Operation
+from mcp_server.core.vocab import WarningCode
+from mcp_server.faces.registry import operations
 
 
 def _type_name(tp: Any) -> str:
@@ -63,7 +64,7 @@ def _warning_meanings() -> dict[str, str]:
     import inspect
     import re
 
-    import mcp_server.vocab as vocab
+    import mcp_server.core.vocab as vocab
 
     pat = re.compile(r'^\s+\w+\s*=\s*"([a-z0-9_]+)"\s*#\s*(.+)$')
     found = {}
@@ -86,7 +87,7 @@ def _env_default(v: EnvVar) -> str:
 
 def _env_table() -> list[str]:
     out = ["", "## Environment variables", "",
-           "Every `KERNELSCOPE_*` variable the package reads (`mcp_server/envvars.py`); read at each use.", "",
+           "Every `KERNELSCOPE_*` variable the package reads (`mcp_server/core/envvars.py`); read at each use.", "",
            "| variable | read as | default | meaning |", "|---|---|---|---|"]
     for v in VARS:
         meaning = ("(internal) " if v.internal else "") + v.meaning
@@ -99,7 +100,7 @@ def render_reference(ops: list[Operation] | None = None) -> str:
     out = [
         "# kernelscope reference: every MCP tool and CLI verb",
         "",
-        "Generated from the request models by `python -m mcp_server.reference > docs/REFERENCE.md`;",
+        "Generated from the request models by `python -m mcp_server.faces.reference > docs/REFERENCE.md`;",
         "do not edit by hand (tests/test_faces.py fails when it is stale). Each tool's `--json` on the",
         "CLI prints exactly the tool's answer. Tools with `top_n`/`detail` answer with a summary",
         "unless `detail` is true.",
@@ -120,7 +121,7 @@ def render_reference(ops: list[Operation] | None = None) -> str:
             desc = (field.description or "").replace("|", "\\|").replace("\n", " ")
             out.append(f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {_cli(op, name)} | {desc} |")
     out += ["", "## Warning codes", "",
-            "Every `warnings[].code` a result can carry (`mcp_server/vocab.py: WarningCode`):", ""]
+            "Every `warnings[].code` a result can carry (`mcp_server/core/vocab.py: WarningCode`):", ""]
     meaning = _warning_meanings()
     out += ["| code | meaning |", "|---|---|"]
     out += [f"| `{code.value}` | {meaning.get(code.value, '')} |" for code in WarningCode]

@@ -1,7 +1,7 @@
 """Every ``KERNELSCOPE_*`` environment variable the package reads, declared once.
 
 Each has its name, how its value is read, its default and one line of meaning; docs/REFERENCE.md
-lists them from here (``mcp_server.reference``), and tests/test_envvars.py fails when the package
+lists them from here (``mcp_server.faces.reference``), and tests/test_envvars.py fails when the package
 names a variable this module does not declare or reads one without ``env()``. Readers call
 ``env(NAME)`` for the raw text and parse it themselves (their errors name the variable, never its
 value). Values are read at every call, so a test or a user can change them without restarting.
@@ -99,7 +99,7 @@ BY_NAME: dict[str, EnvVar] = {v.name: v for v in VARS}
 def env(name: str) -> str | None:
     """The text of the declared variable ``name`` in this process's environment; None when unset."""
     if name not in BY_NAME:
-        raise KeyError(f"{name} is not declared in mcp_server/envvars.py")
+        raise KeyError(f"{name} is not declared in mcp_server/core/envvars.py")
     return os.environ.get(name)
 
 
@@ -112,5 +112,5 @@ def default(name: str) -> int | float:
     """The numeric default of the declared variable ``name``."""
     value = BY_NAME[name].value
     if value is None:
-        raise KeyError(f"{name} has no numeric default in mcp_server/envvars.py")
+        raise KeyError(f"{name} has no numeric default in mcp_server/core/envvars.py")
     return value

@@ -4,7 +4,7 @@ Both the kernel categories (``category,pattern``) and the functional blocks
 (``pattern,block,role``) are such tables: a header naming the columns (any
 order), one rule per row, ``#`` comment lines and blank lines ignored, each
 pattern a case-insensitive regular expression (Python syntax; matched in linear
-time by RE2 through ``mcp_server.userregex``), first match wins. This module
+time by RE2 through ``mcp_server.core.userregex``), first match wins. This module
 parses and loads them (cached per path, mtime and size); the callers turn rows
 into their own rule types.
 """
@@ -18,8 +18,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
-from mcp_server.errors import CategoriesError, FileMissingError
-from mcp_server.userregex import UserRegex, compile_user_regex
+from mcp_server.core.errors import CategoriesError, FileMissingError
+from mcp_server.core.userregex import UserRegex, compile_user_regex
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def _csv_rows(numbered: list[tuple[int, str]], source: str) -> list[list[str]]:
 
 @lru_cache(maxsize=32)
 def _read_cached(path: str, mtime_ns: int, size: int, what: str) -> str:
-    from mcp_server.limits import limit, over
+    from mcp_server.core.limits import limit, over
 
     cap = limit("TEXT_FILE_BYTES")
     try:

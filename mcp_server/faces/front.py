@@ -23,7 +23,7 @@ Two uses:
   new code) the SDK answers, as without the front, and its answers are recorded. The front never
   makes up an answer: it repeats the SDK's. bench/bench_cold_start.py measures it;
   ``KERNELSCOPE_FRONT=0`` turns it off.
-- ``bin/kernelscope-mcp`` when its venv is not ready (``python3 mcp_server/front.py --bootstrap
+- ``bin/kernelscope-mcp`` when its venv is not ready (``python3 mcp_server/faces/front.py --bootstrap
   LAUNCHER LOG``): the front answers ``initialize`` itself (no tools yet, ``tools.listChanged``
   declared), and ``ping`` and ``tools/list`` (empty) until the backend is attached; it runs
   ``LAUNCHER --install`` (its output to LOG, in a session of its own, so that it goes on when a
@@ -256,7 +256,7 @@ def _fingerprint() -> str:
     import hashlib
     from importlib.util import find_spec
 
-    pkg = Path(__file__).resolve().parent
+    pkg = Path(__file__).resolve().parents[1]  # the whole package
     files = sorted(pkg.rglob("*.py"))
     for dep in ("mcp", "mcp_types", "pydantic", "pydantic_core"):
         try:
@@ -330,7 +330,7 @@ def serve_stdio() -> None:
     """``python -m mcp_server`` / ``kernelscope serve``: the MCP server on stdio, behind the front."""
 
     def run() -> None:
-        from mcp_server.server import main
+        from mcp_server.faces.server import main
 
         main()
 
@@ -426,7 +426,7 @@ def _version_beside() -> str:
     """The package version, read from the checkout's ``mcp_server/__init__.py`` (no import: no venv yet)."""
     import re
 
-    text = (Path(__file__).resolve().parent / "__init__.py").read_text()
+    text = (Path(__file__).resolve().parents[1] / "__init__.py").read_text()
     m = re.search(r'^__version__ = "([^"]+)"', text, re.M)
     return m.group(1) if m else "0"
 
@@ -489,5 +489,6 @@ if __name__ == "__main__":
         os._exit(code)  # the reader thread may still wait on stdin: no interpreter shutdown around it
     if len(sys.argv) > 2 and sys.argv[1] == "--record":
         sys.exit(0 if record(sys.argv[2:]) == len(sys.argv) - 2 else 1)
-    sys.stderr.write("usage: python3 mcp_server/front.py --bootstrap LAUNCHER INSTALL_LOG | --record VERSION...\n")
+    sys.stderr.write("usage: python3 mcp_server/faces/front.py --bootstrap LAUNCHER INSTALL_LOG "
+                     "| --record VERSION...\n")
     sys.exit(2)

@@ -27,10 +27,11 @@ from pydantic.fields import FieldInfo
 from rich.console import Console
 
 from mcp_server import __version__
-from mcp_server.errors import InputError, KernelscopeError
-from mcp_server.faces import Operation, invalid_arguments, operations
-from mcp_server.textable import PipeConsole, quiet_stdout
-from mcp_server.vocab import ExitCode, ProgressFn
+from mcp_server.core.errors import InputError, KernelscopeError
+from mcp_server.core.operation import Operation, invalid_arguments
+from mcp_server.core.textable import PipeConsole, quiet_stdout
+from mcp_server.core.vocab import ExitCode, ProgressFn
+from mcp_server.faces.registry import operations, shape
 
 out = PipeConsole(highlight=False, soft_wrap=False)  # a closed pipe ends the run quietly with 0 (main)
 err = Console(stderr=True, highlight=False)
@@ -60,7 +61,7 @@ def _length(field: FieldInfo) -> int | None:
 
 
 def _json_value(text: str) -> Any:
-    from mcp_server.limits import loads_json
+    from mcp_server.core.limits import loads_json
 
     try:
         return loads_json(text, "JSON value")  # nesting bounded before the parser recurses
@@ -238,7 +239,7 @@ def print_error(message: str, style: str | None = "bold red") -> None:
     codes (``:x:``), control characters escaped (``errors.one_line``), secrets redacted."""
     from rich.text import Text
 
-    from mcp_server.errors import one_line, redact
+    from mcp_server.core.errors import one_line, redact
 
     line = Text.assemble(("error:", style or ""), " ", one_line(redact(message)))
     err.print(line, markup=False, emoji=False, highlight=False, soft_wrap=True)
@@ -264,23 +265,23 @@ def run_operation(op: Operation, given: dict[str, Any], as_json: bool, width: in
     except ValidationError as exc:
         raise InputError(invalid_arguments(op.verb, exc, "option")) from None
     if op.outputs:  # the output rule of both faces, before any work (confine.py; no roots on the CLI)
-        from mcp_server.confine import check_outputs
+        from mcp_server.faces.confine import check_outputs
 
         check_outputs(op, req, None)
     with progress_bar(op.verb) as cb:
         res = op.call(req, cb if op.progress else None)
     status = exit_status(res)
     if as_json:
-        emit_json(op.shape(res, req))
+        emit_json(shape(res, req))
         return status
     render = op.render_fn()
     if width:
         out.width = max(40, width)
-    from mcp_server.errors import redact_model
+    from mcp_server.core.errors import redact_model
 
     res = redact_model(res)  # the text view shows what --json shows: no token a candidate printed
     if render is None:
-        emit_json(op.shape(res, req))
+        emit_json(shape(res, req))
     elif "request" in inspect.signature(render).parameters:
         render(res, out, request=req)
     else:
@@ -324,7 +325,7 @@ def apply_limits(op: Operation, args: argparse.Namespace) -> None:
     """The MCP workers' limits for a console run (``entry``): memory and time (docs/ARCHITECTURE.md, "Isolation")."""
     import signal
 
-    from mcp_server.workers import WorkerLimitError, apply_memory_limit, executes_code, limits_for, memory_limit
+    from mcp_server.faces.workers import WorkerLimitError, apply_memory_limit, executes_code, limits_for, memory_limit
 
     op.engine_fn()  # import the engine and renderer first: native libraries reserve their arenas unlimited
     op.render_fn()
@@ -359,7 +360,7 @@ def main(argv: list[str] | None = None, limits: bool = False) -> int:
         return ExitCode.bad_input
     try:
         if op is None:
-            from mcp_server.front import serve_stdio
+            from mcp_server.faces.front import serve_stdio
 
             serve_stdio()
             return 0

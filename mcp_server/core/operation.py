@@ -15,30 +15,17 @@ that the engine's signature takes exactly those names with the same defaults.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
+import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mcp_server.errors import InputError
-from mcp_server.vocab import ProgressFn
-
-#: Packages whose ``ops.py`` declares operations, in the order tools and verbs are listed.
-OPERATION_MODULES: tuple[str, ...] = (
-    "mcp_server.traces.ops",
-    "mcp_server.tracesets.ops",
-    "mcp_server.compare.ops",
-    "mcp_server.repro.ops",
-    "mcp_server.refs.ops",
-    "mcp_server.timeline.ops",
-    "mcp_server.ncu.ops",
-    "mcp_server.validate.ops",
-    "mcp_server.kernels.ops",
-    "mcp_server.ledger.ops",
-    "mcp_server.loop.ops",
-)
+from mcp_server.core.errors import InputError
+from mcp_server.core.vocab import ProgressFn
 
 #: Request fields handled by the faces (result sizing, overwrite permission); passed to the
 #: engine only when its signature takes them.
@@ -158,58 +145,75 @@ class Operation:
     def call(self, req: Request, progress: ProgressFn | None = None, roots: Any = None) -> BaseModel:
         """Run the engine on a validated request; the full result. ``roots``: the MCP face's allowed roots
         (the call is confined to them: ``atomic.confined_to``); ``None`` on the CLI."""
-        takes = engine_parameters(self)
-        kwargs = {k: getattr(req, k) for k in self.field_names if k not in FACE_FIELDS or k in takes}
-        if self.progress:
-            kwargs["progress"] = progress
-        from mcp_server.atomic import confined_to, forced_writes
+        from mcp_server.core.atomic import confined_to, forced_writes
 
+        fn = self.engine_fn()
         # the call may replace read-only outputs (overwrite=true); over MCP it stays inside the roots
         with forced_writes(bool(getattr(req, "overwrite", False))), confined_to(roots):
-            return self.engine_fn()(**kwargs)
-
-    def shape(self, result: BaseModel, req: Request) -> BaseModel:
-        """The answer both faces give: redacted (no token reaches an answer), and a summary
-        unless ``detail`` was asked for."""
-        from mcp_server.errors import redact_model
-
-        result = finite(redact_model(result))
-        if isinstance(req, SizedRequest) and not req.detail:
-            from mcp_server.sizing import trim
-
-            return trim(result, req.top_n)
-        return result
+            if getattr(fn, "request", None) is self.request:
+                return fn(req, progress=progress) if self.progress else fn(req)
+            takes = inspect.signature(fn).parameters
+            kwargs = {k: getattr(req, k) for k in self.field_names if k not in FACE_FIELDS or k in takes}
+            if self.progress:
+                kwargs["progress"] = progress
+            return fn(**kwargs)
 
 
-def finite(result: BaseModel) -> BaseModel:
-    """Non-finite numbers (inf, nan) become null: JSON has no Infinity, and a client rejects it."""
-    import math
+Result = TypeVar("Result")
+ResultCo = TypeVar("ResultCo", covariant=True)
+RequestT = TypeVar("RequestT", bound="Request")
 
-    def has_bad(v: Any) -> bool:
-        if isinstance(v, float):
-            return not math.isfinite(v)
-        if isinstance(v, dict):
-            return any(has_bad(x) for x in v.values())
-        if isinstance(v, list):
-            return any(has_bad(x) for x in v)
-        return False
 
-    def clean(v: Any) -> Any:
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-        if isinstance(v, dict):
-            return {k: clean(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [clean(x) for x in v]
-        return v
+class Engine(Protocol[RequestT, ResultCo]):
+    """An engine as ``engine(request_model)`` leaves it: called with its request (``fn(req)``), or from Python with
+    the request's fields (``fn(path, top_n=5)``); ``request`` is the model."""
 
-    data = result.model_dump(mode="python", by_alias=True)
-    if not has_bad(data):
-        return result
-    try:
-        return type(result).model_validate(clean(data))
-    except Exception:  # a required float that is not finite: JSON faces print it as null
-        return result
+    request: type[RequestT]
+
+    def __call__(self, *args: Any, progress: ProgressFn | None = None, **fields: Any) -> ResultCo: ...
+
+
+def engine(request: type[RequestT]) -> Callable[[Callable[..., Result]], Engine[RequestT, Result]]:
+    """Declare an engine: ``fn(req: RequestModel, progress=None) -> ResultModel``. The request model is the only
+    place a parameter, its default, bounds and help are written (docs/ARCHITECTURE.md, "Three faces").
+
+    The function returned also takes the request's fields, which is how Python callers, tests and other engines
+    call it: ``analyze_trace("t.json.gz", reference_trace=ref)``. Positional arguments fill the request's own
+    fields in order (not the face fields ``top_n``, ``detail``, ``overwrite``); ``os.PathLike`` values become
+    strings; the request is validated, and a refused one raises ``InputError`` with the faces' one-line text."""
+
+    positional = [n for n in request.model_fields if n not in FACE_FIELDS]
+
+    def wrap(fn: Callable[..., Result]) -> Engine[RequestT, Result]:
+        takes_progress = "progress" in inspect.signature(fn).parameters
+
+        @functools.wraps(fn)
+        def call(*args: Any, progress: ProgressFn | None = None, **fields: Any) -> Result:
+            if len(args) == 1 and not fields and isinstance(args[0], request):
+                req = args[0]
+            else:
+                if len(args) > len(positional):
+                    raise TypeError(f"{fn.__name__} takes at most {len(positional)} positional arguments")
+                given = {**dict(zip(positional, args)), **fields}
+                try:
+                    req = request.model_validate({k: _plain(v) for k, v in given.items()})
+                except ValidationError as exc:
+                    raise InputError(invalid_arguments(fn.__name__, exc)) from None
+            return fn(req, progress=progress) if takes_progress else fn(req)
+
+        call.request = request  # type: ignore[attr-defined]
+        return call  # type: ignore[return-value]
+
+    return wrap
+
+
+def _plain(v: Any) -> Any:
+    """A path object as the string a request field holds (lists and tuples of them too)."""
+    if isinstance(v, os.PathLike):
+        return os.fspath(v)
+    if isinstance(v, (list, tuple)) and any(isinstance(x, os.PathLike) for x in v):
+        return [os.fspath(x) if isinstance(x, os.PathLike) else x for x in v]
+    return v
 
 
 def invalid_arguments(name: str, exc: ValidationError, what: str = "argument") -> str:
@@ -234,26 +238,3 @@ class UnknownArgumentError(InputError):
 def _load(spec: str) -> Callable[..., Any]:
     mod, _, fn = spec.partition(":")
     return getattr(importlib.import_module(mod), fn)
-
-
-def operations() -> list[Operation]:
-    """Every declared operation, in listing order (packages without ``ops.py`` yet are skipped)."""
-    ops: list[Operation] = []
-    for name in OPERATION_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and name.startswith(exc.name):
-                continue  # the package (or its ops module) does not exist in this build
-            raise
-        ops.extend(mod.OPERATIONS)
-    names = [o.tool for o in ops]
-    dup = {n for n in names if names.count(n) > 1}
-    if dup:
-        raise RuntimeError(f"operations declared twice: {sorted(dup)}")
-    return ops
-
-
-def engine_parameters(op: Operation) -> dict[str, inspect.Parameter]:
-    """The engine's parameters (for the signature test)."""
-    return dict(inspect.signature(op.engine_fn()).parameters)

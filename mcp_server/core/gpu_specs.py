@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from mcp_server import shared_path
-from mcp_server.errors import FileMissingError, InputError
+from mcp_server.core.errors import FileMissingError, InputError
+from mcp_server.core.paths import shared_path
 
 if sys.version_info >= (3, 11):
     import tomllib as _toml
