@@ -63,7 +63,18 @@ def test_tool_schema_is_the_request_model(op):
 
 
 @pytest.mark.parametrize("op", OPS, ids=IDS)
-def test_engine_takes_exactly_the_request_fields(op):
+def test_engine_takes_its_request(op):
+    """The request model is the only place a parameter is written: the engine takes the model itself."""
+    fn = op.engine_fn()
+    if getattr(fn, "request", None) is None:
+        return _engine_takes_exactly_the_request_fields(op)  # not converted yet
+    assert fn.request is op.request, f"{op.engine} is declared for {fn.request.__name__}, not {op.request.__name__}"
+    params = list(inspect.signature(fn.__wrapped__).parameters.values())
+    assert params[0].annotation in (op.request, op.request.__name__), f"{op.engine}: first parameter is not the request"
+    assert [p.name for p in params[1:]] == (["progress"] if op.progress else [])
+
+
+def _engine_takes_exactly_the_request_fields(op):
     params = engine_parameters(op)
     wanted = [n for n in op.field_names if n not in FACE_FIELDS]
     for name in wanted:
