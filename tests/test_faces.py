@@ -15,6 +15,7 @@ import pytest
 from conftest import TRACES
 from mcp import Client
 
+from mcp_server.core.argbounds import plain_type
 from mcp_server.core.operation import FACE_FIELDS, SizedRequest, UnknownArgumentError
 from mcp_server.faces.cli import build_parser, cli_flags, main, option_spec
 from mcp_server.faces.registry import engine_parameters, operations
@@ -112,7 +113,7 @@ def test_cli_options_are_the_request_fields(op):
         if field.annotation is bool:
             assert isinstance(action, argparse.BooleanOptionalAction)
     if op.remainder:  # the target argv after '--': a list of strings, never a shell string
-        assert op.request.model_fields[op.remainder].annotation == list[str]
+        assert plain_type(op.request.model_fields[op.remainder].annotation) == list[str]
 
 
 def _dummy(field):

@@ -15,7 +15,9 @@ tests/test_faces.py holds every string and list field of every request to a boun
 """
 from __future__ import annotations
 
-from typing import Annotated, Any
+import types
+import typing
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, StringConstraints, field_validator
 
@@ -34,6 +36,22 @@ TextArg = Annotated[str, StringConstraints(max_length=TEXT_CHARS)]
 #: Lists of the above.
 PathList = Annotated[list[PathArg], Field(max_length=LIST_ITEMS)]
 NameList = Annotated[list[NameArg], Field(max_length=LIST_ITEMS)]
+
+
+def plain_type(tp: Any) -> Any:
+    """``tp`` without its bounds (``Optional[PathList]`` -> ``Optional[list[str]]``): the type the CLI options and
+    docs/REFERENCE.md are made from."""
+    if typing.get_origin(tp) is Annotated:
+        return plain_type(typing.get_args(tp)[0])
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is None or origin is Literal or not args:
+        return tp
+    plain = tuple(plain_type(a) for a in args)
+    if plain == args:
+        return tp
+    if origin in (Union, types.UnionType):
+        return Union[plain]  # noqa: UP007
+    return origin[plain if len(plain) > 1 else plain[0]]
 
 
 def item_bounds(*fields: str, chars: int) -> Any:

@@ -27,6 +27,7 @@ from pydantic.fields import FieldInfo
 from rich.console import Console
 
 from mcp_server import __version__
+from mcp_server.core.argbounds import plain_type
 from mcp_server.core.errors import InputError, KernelscopeError
 from mcp_server.core.operation import Operation, invalid_arguments
 from mcp_server.core.textable import PipeConsole, quiet_stdout
@@ -73,7 +74,7 @@ def _json_value(text: str) -> Any:
 
 def option_spec(name: str, field: FieldInfo) -> dict[str, Any]:
     """``add_argument`` keywords for one request field (also used by tests/test_faces.py)."""
-    tp = _unwrap_optional(field.annotation)
+    tp = _unwrap_optional(plain_type(field.annotation))
     help_text = field.description or ""
     if not field.is_required() and field.default is not None and not isinstance(field.default, bool):
         help_text += f" (default {field.default})"

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
+from mcp_server.core.argbounds import plain_type
 from mcp_server.core.envvars import VARS, EnvVar
 from mcp_server.core.limits import human
 from mcp_server.core.operation import Operation
@@ -21,6 +22,7 @@ from mcp_server.faces.registry import operations
 
 
 def _type_name(tp: Any) -> str:
+    tp = plain_type(tp)  # the bounded types (argbounds) read as their plain type
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
         return " \\| ".join(repr(v) for v in typing.get_args(tp))
