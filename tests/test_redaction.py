@@ -9,10 +9,9 @@ import json
 import anyio
 import pytest
 from json_http import JsonServer
-from test_refs_support import refs_env, write_registry  # noqa: F401  (fixture)
+from test_refs_support import find_refs, refs_env, write_registry  # noqa: F401  (fixture)
 
 from mcp_server.core.errors import KernelscopeError, SourceError, redact, redact_data, redact_model
-from mcp_server.refs import find_references
 from mcp_server.refs.models import RefItem, RefSection
 
 GH_TOKEN = "ghp_FAKEenvTOKEN0123456789abcdefXYZ"
@@ -81,7 +80,7 @@ def _clean(blob: str) -> None:
 
 def test_engine_result_and_cache_are_redacted(hostile, refs_env):
     h, reg = hostile
-    res = find_references("moe_sorting", registry=reg, timeout_s=8, gh_path="")
+    res = find_refs("moe_sorting", registry=reg, timeout_s=8, gh_path="")
     gh = next(s for s in res.sections if s.source == "aiter-upstream")
     jira = next(s for s in res.sections if s.source == "jira")
     assert gh.method == "live:rest" and [i.id for i in gh.items] == ["#1", "#2", "#3"]

@@ -8,11 +8,11 @@ import time
 import anyio
 import httpx
 import pytest
-from test_refs_support import FakeJira, closed_port, make_repo, refs_env, write_registry  # noqa: F401
+from test_refs_support import FakeJira, closed_port, find_refs, make_repo, refs_env, write_registry  # noqa: F401
 
 from mcp_server.core.errors import InputError
 from mcp_server.faces.cli import main as cli_main
-from mcp_server.refs import ReferenceResult, find_references
+from mcp_server.refs import ReferenceResult
 from mcp_server.refs.registry import default_registry_path, load_registry, parse_registry
 
 
@@ -64,7 +64,7 @@ def test_offline_no_tokens_no_checkouts_returns_url_only_within_bound(refs_env, 
     jira_site = f"http://127.0.0.1:{closed_port()}"
     monkeypatch.setenv("JIRA_SERVER", jira_site)
     t0 = time.monotonic()
-    res = find_references("fused_moe", timeout_s=3.0, gh_path="")
+    res = find_refs("fused_moe", timeout_s=3.0, gh_path="")
     assert time.monotonic() - t0 < 3.5
     by = {s.source: s for s in res.sections}
     assert set(by) == {"aiter-upstream", "sglang-upstream", "aiter-local", "sglang-local", "jira"}
@@ -87,10 +87,10 @@ def test_category_ranks_matching_hits_first(refs_env):
         {"number": 2, "title": "mla: attention sink support", "html_url": "u2", "state": "open", "updated_at": "t", "pull_request": {}},
     ]
     t = httpx.MockTransport(lambda r: httpx.Response(200, json={"total_count": 2, "incomplete_results": False, "items": items}))
-    res = find_references("mla", registry=reg, transport=t, gh_path="", timeout_s=2)
+    res = find_refs("mla", registry=reg, transport=t, gh_path="", timeout_s=2)
     assert res.category == "attention"
     assert [i.id for i in res.sections[0].items] == ["#2", "#1"]
-    res = find_references("mla", category="decode", registry=reg, transport=t, gh_path="", timeout_s=2, no_cache=True)
+    res = find_refs("mla", category="decode", registry=reg, transport=t, gh_path="", timeout_s=2, no_cache=True)
     assert res.category_source == "given" and [i.id for i in res.sections[0].items] == ["#1", "#2"]
 
 

@@ -7,7 +7,7 @@ import time
 
 import httpx
 import pytest
-from test_refs_support import refs_env, write_registry  # noqa: F401  (fixture)
+from test_refs_support import find_refs, refs_env, write_registry  # noqa: F401  (fixture)
 
 from mcp_server.core.errors import InputError
 from mcp_server.refs import find_references
@@ -29,7 +29,7 @@ def reg(refs_env):
 
 def run(reg, transport, **kw):
     kw.setdefault("timeout_s", 2.0)
-    return find_references("moe_sorting", registry=reg, transport=transport, gh_path="", **kw)
+    return find_refs("moe_sorting", registry=reg, transport=transport, gh_path="", **kw)
 
 
 def test_rest_results_and_query(reg, monkeypatch):
@@ -158,7 +158,7 @@ def test_cache_saves_requests_and_no_cache_bypasses(reg, refs_env):
     run(reg, t, no_cache=True)
     assert len(calls) == 2
     # a different query is a different key
-    find_references("ck_gemm", registry=reg, transport=t, gh_path="", timeout_s=2)
+    find_refs("ck_gemm", registry=reg, transport=t, gh_path="", timeout_s=2)
     assert len(calls) == 3
     files = list((refs_env / "cache" / "refs").glob("aiter-upstream-*.json"))
     assert len(files) == 2 and not list((refs_env / "cache" / "refs").glob("*.tmp"))
@@ -175,7 +175,7 @@ def test_overall_bound_returns_what_arrived(refs_env):
         return httpx.Response(200, json={"items": []})
 
     t0 = time.monotonic()
-    res = find_references("moe_sorting", registry=reg, transport=httpx.MockTransport(slow), gh_path="", timeout_s=1.0)
+    res = find_refs("moe_sorting", registry=reg, transport=httpx.MockTransport(slow), gh_path="", timeout_s=1.0)
     assert time.monotonic() - t0 < 1.6
     gh, jira = res.sections
     assert gh.method == "url-only" and "no answer within the 1s bound" in gh.reason
@@ -185,11 +185,11 @@ def test_overall_bound_returns_what_arrived(refs_env):
 
 def test_keyword_validation(reg):
     with pytest.raises(InputError, match="at most 128"):
-        find_references("x" * 200, registry=reg, gh_path="")
+        find_references("x" * 200, registry=reg)
     with pytest.raises(InputError, match="empty"):
-        find_references("   ", registry=reg, gh_path="")
+        find_references("   ", registry=reg)
     with pytest.raises(InputError, match="max_results"):
-        find_references("mla", registry=reg, gh_path="", max_results=0)
+        find_references("mla", registry=reg, max_results=0)
 
 
 # --------------------------------------------------------------------------- gh
@@ -221,7 +221,7 @@ def test_gh_preferred_when_authenticated(reg, refs_env):
     def never(req):
         raise AssertionError("REST must not be used when gh answers")
 
-    res = find_references("moe_sorting", registry=reg, transport=httpx.MockTransport(never), gh_path=gh,
+    res = find_refs("moe_sorting", registry=reg, transport=httpx.MockTransport(never), gh_path=gh,
                           timeout_s=5, days=7)
     sec = res.sections[0]
     assert sec.method == "live:gh" and not sec.degraded
@@ -240,7 +240,7 @@ def test_gh_not_authenticated_falls_back_to_rest(reg, refs_env):
     def handler(req):
         return httpx.Response(200, json={"total_count": 1, "incomplete_results": False, "items": PR_ITEMS[:1]})
 
-    sec = find_references("moe_sorting", registry=reg, transport=httpx.MockTransport(handler), gh_path=gh,
+    sec = find_refs("moe_sorting", registry=reg, transport=httpx.MockTransport(handler), gh_path=gh,
                           timeout_s=5).sections[0]
     assert sec.method == "live:rest" and "gh not authenticated" in sec.reason
 
@@ -252,7 +252,7 @@ def test_qualifier_like_keyword_is_quoted(reg):
         seen.append(req.url.params["q"])
         return httpx.Response(200, json={"total_count": 0, "incomplete_results": False, "items": []})
 
-    find_references("repo:other/x", registry=reg, transport=httpx.MockTransport(handler), gh_path="", timeout_s=2)
+    find_refs("repo:other/x", registry=reg, transport=httpx.MockTransport(handler), gh_path="", timeout_s=2)
     assert seen == ['"repo:other/x" repo:ROCm/aiter is:pr']
 
 
@@ -272,7 +272,7 @@ time.sleep(30)
 """)
     gh.chmod(0o755)
     t0 = time.monotonic()
-    res = find_references("moe_sorting", registry=reg, gh_path=str(gh), timeout_s=1.5,
+    res = find_refs("moe_sorting", registry=reg, gh_path=str(gh), timeout_s=1.5,
                           transport=httpx.MockTransport(lambda r: httpx.Response(500)))
     assert time.monotonic() - t0 < 2.5
     sec = res.sections[0]

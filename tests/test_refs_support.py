@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 from json_http import JsonServer
 
+from mcp_server.refs.finder import search_references
+from mcp_server.refs.requests import FindReferencesRequest
+
 SCRUB = [
     "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy",
     "GITHUB_TOKEN", "GH_TOKEN", "GITHUB_SERVER_URL", "GH_HOST", "GH_ENTERPRISE_TOKEN",
@@ -46,6 +49,13 @@ def refs_env(monkeypatch, tmp_path):
                  "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}.items():
         monkeypatch.setenv(k, v)
     return tmp_path
+
+
+def find_refs(keyword: str, *, transport=None, gh_path: str | None = None, **fields):
+    """find_references with a mock HTTP transport and a stand-in gh, which no request can name."""
+    req = FindReferencesRequest(keyword=keyword, **{k: os.fspath(v) if isinstance(v, os.PathLike) else v
+                                                    for k, v in fields.items()})
+    return search_references(req, transport=transport, gh_path=gh_path)
 
 
 def write_registry(path: Path, rows: list[str]) -> str:

@@ -4,23 +4,23 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from pathlib import Path
 from typing import Callable
 
 import httpx
 
 from mcp_server.core.errors import InputError, redact_model
 from mcp_server.core.models import Warning_
+from mcp_server.core.operation import engine
 from mcp_server.core.vocab import WarningCode
-from mcp_server.refs.cache import DEFAULT_TTL_S, RefCache
+from mcp_server.refs.cache import RefCache
 from mcp_server.refs.common import SearchParams
 from mcp_server.refs.github import search_github, search_url
 from mcp_server.refs.jira_src import browse_url, build_jql, search_jira
 from mcp_server.refs.localgit import code_search_url, search_local
 from mcp_server.refs.models import Outcome, ReferenceResult, RefItem, RefSection
 from mcp_server.refs.registry import SourceSpec, load_registry
+from mcp_server.refs.requests import FindReferencesRequest
 
-DEFAULT_TIMEOUT_S = 20.0
 DEFAULT_SOURCE_TIMEOUT_S = 15.0
 KEYWORD_MAX = 128
 
@@ -52,43 +52,36 @@ def _mentions(item: RefItem, word: str) -> bool:
     return word in text
 
 
-def find_references(
-    keyword: str,
-    *,
-    category: str | None = None,
-    sources: list[str] | None = None,
-    max_results: int = 10,
-    days: int | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    source_timeout_s: float | None = None,
-    no_cache: bool = False,
-    cache_dir: str | os.PathLike | None = None,
-    cache_ttl_s: float = DEFAULT_TTL_S,
-    registry: str | os.PathLike | None = None,
-    transport: httpx.BaseTransport | None = None,
-    gh_path: str | None = None,
-) -> ReferenceResult:
+@engine(FindReferencesRequest)
+def find_references(req: FindReferencesRequest) -> ReferenceResult:
     """Find prior art for a kernel/op keyword in the sources of ``_shared/data-sources.md``.
 
-    Sources run concurrently, each within ``source_timeout_s`` (default: the lesser of 15 s and
-    ``timeout_s``); the call returns after at most ``timeout_s`` with whatever arrived. Each
-    section says how it was obtained and, when degraded, why. ``category`` (given, or derived
-    from the keyword with ``_shared/kernel_categories.csv``) lists hits that mention it first.
+    Sources run concurrently, each within the lesser of 15 s and ``timeout_s``; the call returns after at
+    most ``timeout_s`` with whatever arrived. Each section says how it was obtained and, when degraded, why.
+    ``category`` (given, or derived from the keyword with ``_shared/kernel_categories.csv``) lists hits that
+    mention it first.
     """
+    return search_references(req)
+
+
+def search_references(req: FindReferencesRequest, *, transport: httpx.BaseTransport | None = None,
+                      gh_path: str | None = None) -> ReferenceResult:
+    """``find_references`` with an HTTP transport and a ``gh`` executable the request cannot name (tests hand in
+    a mock transport and a stand-in ``gh``; ``gh_path=""`` never uses gh, None looks on PATH)."""
     t0 = time.monotonic()
-    kw = _check_request(keyword, max_results, days, timeout_s)
-    reg = load_registry(registry)
-    specs = reg.select(sources)
+    kw = _check_keyword(req.keyword)
+    reg = load_registry(req.registry)
+    specs = reg.select(req.sources)
     if not specs:
         raise InputError("no enabled sources", path=reg.path, hint="enable a row or name sources with --sources")
-    category, cat_source = _ranking_category(kw, category)
+    category, cat_source = _ranking_category(kw, req.category)
     # a source's own budget ends a little before the overall bound, so its own reason
     # (which fallback timed out, what was kept) arrives rather than a bare "no answer"
-    per_source = min(float(source_timeout_s or DEFAULT_SOURCE_TIMEOUT_S), float(timeout_s) * 0.85)
-    cache = RefCache(Path(cache_dir) / "refs" if cache_dir else None, ttl_s=cache_ttl_s, enabled=not no_cache)
-    params = SearchParams(keyword=kw, max_results=int(max_results), days=int(days) if days else None,
-                          timeout_s=per_source, cache=cache, transport=transport, gh_path=gh_path)
-    results, warnings = _ask_sources(specs, params, float(timeout_s), t0)
+    per_source = min(DEFAULT_SOURCE_TIMEOUT_S, req.timeout_s * 0.85)
+    cache = RefCache(enabled=not req.no_cache)
+    params = SearchParams(keyword=kw, max_results=req.max_results, days=req.days, timeout_s=per_source,
+                          cache=cache, transport=transport, gh_path=gh_path)
+    results, warnings = _ask_sources(specs, params, req.timeout_s, t0)
     sections, section_warnings = _sections(specs, results, category)
     warnings += section_warnings
     outcomes = _outcomes(sections)
@@ -96,7 +89,7 @@ def find_references(
     res = ReferenceResult(
         keyword=kw, category=category, category_source=cat_source, outcomes=outcomes, unanswered=unanswered,
         sections=sections,
-        registry=reg.path, elapsed_s=round(time.monotonic() - t0, 3), timeout_s=float(timeout_s),
+        registry=reg.path, elapsed_s=round(time.monotonic() - t0, 3), timeout_s=req.timeout_s,
         warnings=warnings,
     )
     # what the sources sent back (titles, URLs such as a GitHub html_url, an error body that echoes
@@ -104,9 +97,10 @@ def find_references(
     return redact_model(res)
 
 
-def _check_request(keyword: str, max_results: int, days: int | None, timeout_s: float) -> str:
-    """The keyword with runs of whitespace collapsed; ``InputError`` for arguments out of range."""
-    kw = " ".join(str(keyword or "").split())
+def _check_keyword(keyword: str) -> str:
+    """The keyword with runs of whitespace collapsed; ``InputError`` when it is empty, too long to be an op name,
+    or holds control characters (the request bounds the rest)."""
+    kw = " ".join(keyword.split())
     if not kw:
         raise InputError("keyword is empty", hint="give a kernel or op name such as fused_moe or rmsnorm")
     if len(kw) > KEYWORD_MAX:
@@ -114,12 +108,6 @@ def _check_request(keyword: str, max_results: int, days: int | None, timeout_s: 
                          hint="search for the op name (e.g. moe_sorting), not a full mangled kernel name")
     if any(ord(c) < 32 for c in kw):
         raise InputError("keyword contains control characters")
-    if not 1 <= int(max_results) <= 100:
-        raise InputError(f"max_results must be 1..100, got {max_results}")
-    if days is not None and int(days) < 1:
-        raise InputError(f"days must be at least 1, got {days}")
-    if not 0 < float(timeout_s) <= 300:
-        raise InputError(f"timeout must be in (0, 300] seconds, got {timeout_s}")
     return kw
 
 
