@@ -41,20 +41,7 @@ err = Console(stderr=True, highlight=False)
 # --------------------------------------------------------------------------- options from request fields
 
 
-def unbounded(tp: Any) -> Any:
-    """The type without its bounds (``Optional[NameList]`` -> ``Optional[list[str]]``, core/argbounds.py)."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is typing.Annotated:
-        return unbounded(args[0])
-    if origin is list:
-        return list[unbounded(args[0])]  # type: ignore[misc]
-    if origin in (Union, types.UnionType):
-        return Union[tuple(unbounded(a) for a in args)]  # noqa: UP007
-    return tp
-
-
 def _unwrap_optional(tp: Any) -> Any:
-    tp = unbounded(tp)
     if typing.get_origin(tp) in (Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(args) == 1:

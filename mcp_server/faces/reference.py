@@ -24,8 +24,6 @@ from mcp_server.faces.registry import operations
 def _type_name(tp: Any) -> str:
     tp = plain_type(tp)  # the bounded types (argbounds) read as their plain type
     origin = typing.get_origin(tp)
-    if origin is typing.Annotated:  # a bounded type (core/argbounds.py): its bound is in the schema
-        return _type_name(typing.get_args(tp)[0])
     if origin is typing.Literal:
         return " \\| ".join(repr(v) for v in typing.get_args(tp))
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
