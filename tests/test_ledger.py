@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_server.core.errors import FileMissingError, LedgerError
+from mcp_server.core.errors import FileMissingError, InputError, LedgerError
 from mcp_server.ledger import store
 from mcp_server.ledger.engine import ledger_export, ledger_list, ledger_record, ledger_show
 from mcp_server.ledger.store import SCHEMA_VERSION, Ledger, resolve_path
@@ -199,7 +199,7 @@ def test_json_export_holds_every_record(db):
     assert exp["experiment"]["target"] == ["python", "bench.py", "--size", "big"]
     assert exp["candidates"][0]["validations"][0]["result"] == ACCEPTED
     assert exp["candidates"][0]["decisions"][0]["decision"] == "accepted"
-    with pytest.raises(LedgerError, match="expected md or json"):
+    with pytest.raises(InputError, match="ledger_export: invalid argument.*format: Input should be 'json' or 'md'"):
         ledger_export(ledger=db, format="xml")
 
 

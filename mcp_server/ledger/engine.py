@@ -12,6 +12,7 @@ from typing import Any, Optional
 from mcp_server.core import limits
 from mcp_server.core.atomic import check_confined
 from mcp_server.core.errors import FileMissingError, LedgerError, redact
+from mcp_server.core.operation import engine
 from mcp_server.ledger import env as envmod
 from mcp_server.ledger.models import (
     CandidateRow,
@@ -27,7 +28,7 @@ from mcp_server.ledger.models import (
     ValidationRow,
 )
 from mcp_server.ledger.patches import patch_paths
-from mcp_server.ledger.requests import REQUIRED_BY_KIND
+from mcp_server.ledger.requests import REQUIRED_BY_KIND, LedgerExportRequest, LedgerListRequest, LedgerShowRequest
 from mcp_server.ledger.store import DECISIONS, Ledger
 
 #: Patches up to this size are kept in the ledger itself (change_text).
@@ -295,37 +296,37 @@ def ledger_record(ledger: Optional[str] = None, kind: str = "experiment", key: O
                                   candidate_id=cand_id, created=created)
 
 
-def ledger_list(ledger: Optional[str] = None, target_contains: Optional[str] = None) -> LedgerListResult:
+@engine(LedgerListRequest)
+def ledger_list(req: LedgerListRequest) -> LedgerListResult:
     """The experiments of a ledger, newest first, with their candidates' outcomes counted."""
-    with Ledger.open(ledger, create=False) as led:
+    with Ledger.open(req.ledger, create=False) as led:
         exps = [e for e in reversed(led.experiments())
-                if not target_contains or target_contains in " ".join(e["target"])]
+                if not req.target_contains or req.target_contains in " ".join(e["target"])]
         return LedgerListResult(ledger=str(led.path), schema_version=led.schema_version,
                                 experiments=[_summary(led, e) for e in exps], total=len(exps))
 
 
-def ledger_show(id: int, ledger: Optional[str] = None, full_results: bool = False) -> LedgerShowResult:
+@engine(LedgerShowRequest)
+def ledger_show(req: LedgerShowRequest) -> LedgerShowResult:
     """One experiment with its profiles, candidates, validations and decisions."""
-    with Ledger.open(ledger, create=False) as led:
-        return show(led, id, full_results=full_results)
+    with Ledger.open(req.ledger, create=False) as led:
+        return show(led, req.id, full_results=req.full_results)
 
 
-def ledger_export(ledger: Optional[str] = None, format: str = "md", output: Optional[str] = None,
-                  experiment_id: Optional[int] = None) -> LedgerExportResult:
+@engine(LedgerExportRequest)
+def ledger_export(req: LedgerExportRequest) -> LedgerExportResult:
     """The ledger as JSON, or as the markdown experiment log; written atomically to ``output`` if given."""
     from mcp_server.core.atomic import atomic_write_text
     from mcp_server.ledger.export import to_json, to_markdown
 
-    if format not in ("md", "json"):
-        raise LedgerError(f"format={format!r}: expected md or json")
-    with Ledger.open(ledger, create=False) as led:
-        ids = [experiment_id] if experiment_id is not None else [e["id"] for e in led.experiments()]
+    with Ledger.open(req.ledger, create=False) as led:
+        ids = [req.experiment_id] if req.experiment_id is not None else [e["id"] for e in led.experiments()]
         shows = [show(led, i, full_results=True) for i in ids]
-        text = to_markdown(str(led.path), shows) if format == "md" else to_json(str(led.path),
-                                                                                 led.schema_version, shows)
+        text = to_markdown(str(led.path), shows) if req.format == "md" else to_json(str(led.path),
+                                                                                     led.schema_version, shows)
         path = str(led.path)
     text = redact(text)  # a token a candidate printed (its error text) never reaches an export
-    if output:
-        atomic_write_text(output, text, what="ledger export")
-        return LedgerExportResult(ledger=path, format=format, output=str(output), experiments=len(shows))
-    return LedgerExportResult(ledger=path, format=format, experiments=len(shows), text=text)
+    if req.output:
+        atomic_write_text(req.output, text, what="ledger export")
+        return LedgerExportResult(ledger=path, format=req.format, output=str(req.output), experiments=len(shows))
+    return LedgerExportResult(ledger=path, format=req.format, experiments=len(shows), text=text)
