@@ -43,7 +43,7 @@ def test_a_small_answer_carries_its_json_once_more_as_compact_text():
 
 
 def test_a_larger_answer_sends_a_narrower_text_view_within_the_budget():
-    res, wire = _call("timeline_analyze", {"buffer_path": str(TIMELINE / "imbalanced_probe.bin"),
+    res, wire = _call("analyze_timeline", {"buffer_path": str(TIMELINE / "imbalanced_probe.bin"),
                                            "event_names": str(TIMELINE / "phases.events")})
     view = json.loads(res.content[0].text)
     assert view != res.structured_content and set(view) == set(res.structured_content)

@@ -84,7 +84,7 @@ def test_an_output_name_of_another_kind_is_refused_on_both_faces(root, capsys):
         assert main(["analyze", TRACE, "-o", str(root / name), "--overwrite"]) == 2
         assert "but what this writes there is xlsx" in capsys.readouterr().err
     assert not list(root.iterdir())
-    res = _call("timeline_analyze", {"buffer_path": "x.bin", "png_path": str(root / "gantt.jpg")})
+    res = _call("analyze_timeline", {"buffer_path": "x.bin", "png_path": str(root / "gantt.jpg")})
     assert res.is_error and "name it with .png" in res.content[0].text
 
 
@@ -148,7 +148,7 @@ def test_annotations_tell_the_truth_for_the_default_call(root):
             with pytest.raises(InputError, match="overwrite=true"):
                 check_outputs(op, op.request.model_construct(**{field: value}), [root])
             check_outputs(op, op.request.model_construct(**{field: value, "overwrite": True}), [root])
-    for name in ("analyze_trace", "diff_modules", "recategorize", "timeline_analyze", "select_candidate",
+    for name in ("analyze_trace", "diff_modules", "recategorize", "analyze_timeline", "select_candidate",
                  "ledger_export", "ledger_record"):
         assert ann[name].destructive_hint is False and ann[name].read_only_hint is False, name
     for name in ("run_ncu", "validate_candidate", "run_loop"):

@@ -367,15 +367,15 @@ def test_a_10mb_path_argument_is_refused_at_once():
     import pydantic
 
     from mcp_server.compare.requests import RecategorizeRequest
-    from mcp_server.timeline.requests import TimelineAnalyzeRequest
+    from mcp_server.timeline.requests import AnalyzeTimelineRequest
     from mcp_server.traces.requests import AnalyzeTraceRequest
 
     huge = "x" * (10 << 20)
     t0 = time.perf_counter()
     for make in (lambda: AnalyzeTraceRequest(trace_path=huge),
-                 lambda: TimelineAnalyzeRequest(buffer_path="b.bin", event_names=huge),
-                 lambda: TimelineAnalyzeRequest(buffer_path="b.bin", event_names=["n"] * 5000),
-                 lambda: TimelineAnalyzeRequest(buffer_path="b.bin", event_names=["n" * 201]),
+                 lambda: AnalyzeTimelineRequest(buffer_path="b.bin", event_names=huge),
+                 lambda: AnalyzeTimelineRequest(buffer_path="b.bin", event_names=["n"] * 5000),
+                 lambda: AnalyzeTimelineRequest(buffer_path="b.bin", event_names=["n" * 201]),
                  lambda: RecategorizeRequest(paths=[huge]),
                  lambda: RecategorizeRequest(paths=["r.xlsx"] * 65)):
         with pytest.raises(pydantic.ValidationError) as ei:

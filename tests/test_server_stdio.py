@@ -9,7 +9,7 @@ from mcp import Client, StdioServerParameters
 
 EXPECTED_TOOLS = {
     "analyze_trace", "recategorize", "budget", "diff_modules", "find_references",
-    "timeline_analyze", "timeline_compare",
+    "analyze_timeline", "compare_timelines",
 }
 
 

@@ -68,24 +68,24 @@ def test_mcp_tools_listed_and_answer(tmp_path):
     async def go():
         async with Client(mcp) as c:
             tools = {t.name: t for t in (await c.list_tools()).tools}
-            ok = await c.call_tool("timeline_analyze", {
+            ok = await c.call_tool("analyze_timeline", {
                 "buffer_path": str(TL / "imbalanced_probe.bin"),
                 "event_names": ["load", "compute", "reduce", "store", "done"]})
-            forced = await c.call_tool("timeline_analyze", {
+            forced = await c.call_tool("analyze_timeline", {
                 "buffer_path": str(TL / "imbalanced_legacy.bin"), "tag_layout": "legacy",
                 "event_names": ["load", "compute", "reduce", "store", "done"]})
-            err = await c.call_tool("timeline_analyze", {"buffer_path": str(bad), "event_names": ["x"]})
-            cmp = await c.call_tool("timeline_compare", {
+            err = await c.call_tool("analyze_timeline", {"buffer_path": str(bad), "event_names": ["x"]})
+            cmp = await c.call_tool("compare_timelines", {
                 "before_path": str(TL / "imbalanced_probe.bin"), "after_path": str(TL / "balanced_probe.bin"),
                 "event_names": ["load", "compute", "reduce", "store", "done"]})
             return tools, ok, forced, err, cmp
 
     tools, ok, forced, err, cmp = anyio.run(go)
-    t = tools["timeline_analyze"]
+    t = tools["analyze_timeline"]
     assert {"buffer_path", "event_names", "tag_layout"} <= set(t.input_schema["properties"])
     assert t.input_schema["required"] == ["buffer_path"]
     assert {"records", "warnings", "phases", "probe_overhead"} <= set(t.output_schema["properties"])
-    assert "timeline_compare" in tools
+    assert "compare_timelines" in tools
     assert not ok.is_error
     ph = {p["name"]: p for p in ok.structured_content["phases"]}
     assert set(ph["compute"]["slowest_blocks"][:3]) == {5, 37, 90}
@@ -98,7 +98,7 @@ def test_mcp_tools_listed_and_answer(tmp_path):
 def test_mcp_event_names_as_file_path():
     async def go():
         async with Client(mcp) as c:
-            return await c.call_tool("timeline_analyze", {
+            return await c.call_tool("analyze_timeline", {
                 "buffer_path": str(TL / "triton_rows.bin"), "event_names": str(TL / "triton_rows.events")})
 
     res = anyio.run(go)
@@ -121,7 +121,7 @@ def test_skill_frontmatter_and_commands():
     assert {"name", "description", "license", "compatibility", "metadata", "allowed-tools"} <= keys
     assert re.search(r"^name: kernel-timeline-analysis$", front, re.M)
     wanted = set(re.findall(r"mcp__kernelscope__([a-z_]+)", front))
-    assert wanted == {"timeline_analyze", "timeline_compare"}
+    assert wanted == {"analyze_timeline", "compare_timelines"}
 
     async def names():
         async with Client(mcp) as c:

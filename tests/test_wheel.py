@@ -178,7 +178,7 @@ def test_installed_mcp_server_lists_its_tools_over_stdio(installed):
     )
     tools = json.loads(_run(installed, [str(installed["python"]), "-c", script]).strip().splitlines()[-1])
     from mcp_server.faces.registry import operations
-    assert {"analyze_trace", "diff_modules", "budget", "timeline_analyze"} <= set(tools)
+    assert {"analyze_trace", "diff_modules", "budget", "analyze_timeline"} <= set(tools)
     assert set(tools) >= {o.tool for o in operations()}
 
 

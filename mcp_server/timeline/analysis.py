@@ -10,6 +10,7 @@ import pandas as pd
 
 from mcp_server.core.errors import BufferFormatError
 from mcp_server.core.models import Warning_
+from mcp_server.core.operation import engine
 from mcp_server.core.vocab import ProgressFn, WarningCode
 from mcp_server.timeline.decode import Decoded, decode_buffer, event_name_list
 from mcp_server.timeline.models import (
@@ -24,14 +25,13 @@ from mcp_server.timeline.models import (
     Verdict,
 )
 from mcp_server.timeline.overhead import find_overhead_file, load_overhead
+from mcp_server.timeline.requests import AnalyzeTimelineRequest
 
 #: a verdict needs at least this share of the kernel span at stake
 MIN_SPAN_SHARE = 0.01
 #: start skew is reported when wall - slowest is at least this share of the phase's wall time
 SKEW_SHARE = 0.10
 TOP_BLOCKS = 32
-
-Progress = Optional[ProgressFn]
 
 
 def _fmt_ns(ns: float) -> str:
@@ -408,35 +408,29 @@ def _verdicts(res: TimelineAnalysis, sync: Optional[dict[str, tuple[int, int]]] 
     return out
 
 
-def analyze_timeline(
-    buffer_path: Union[str, os.PathLike, np.ndarray, object],
-    event_names: Union[None, str, os.PathLike, Sequence[str]] = None,
-    *,
-    tag_layout: Optional[str] = None,
-    overhead_path: Union[None, str, os.PathLike] = None,
-    perfetto_path: Union[None, str, os.PathLike] = None,
-    png_path: Union[None, str, os.PathLike] = None,
-    progress: Progress = None,
-) -> TimelineAnalysis:
+@engine(AnalyzeTimelineRequest)
+def analyze_timeline(req: AnalyzeTimelineRequest, progress: ProgressFn | None = None) -> TimelineAnalysis:
     """Decode a probe buffer and analyse its phases.
 
     ``event_names``: list, comma-separated string or a file (one name per line, event id order).
     When ``event_names`` is None, a file ``<buffer stem>.events`` beside the buffer is used if present.
     ``overhead_path``: a JSON of probe timings; by default ``<buffer stem>.overhead.json`` beside it.
+    (A buffer already in memory: ``analyze_path``.)
     """
     if progress:
         progress(0, 3, "decode")
-    dec, res = analyze_path(buffer_path, event_names, tag_layout=tag_layout, overhead_path=overhead_path)
+    dec, res = analyze_path(req.buffer_path, req.event_names, tag_layout=req.tag_layout,
+                            overhead_path=req.overhead_path)
     if progress:
         progress(1, 3, "analyse")
-    if perfetto_path is not None:
+    if req.perfetto_path is not None:
         from mcp_server.timeline.export import write_perfetto
 
-        res.outputs["perfetto"] = str(write_perfetto(dec, res, perfetto_path))
-    if png_path is not None:
+        res.outputs["perfetto"] = str(write_perfetto(dec, res, req.perfetto_path))
+    if req.png_path is not None:
         from mcp_server.timeline.export import write_gantt_png
 
-        res.outputs["png"] = str(write_gantt_png(dec, res, png_path))
+        res.outputs["png"] = str(write_gantt_png(dec, res, req.png_path))
     if progress:
         progress(3, 3, "done")
     return res

@@ -1,13 +1,11 @@
 """Before/after comparison of two probe buffers of the same kernel."""
 from __future__ import annotations
 
-import os
-from typing import Optional, Sequence, Union
-
+from mcp_server.core.operation import engine
+from mcp_server.core.vocab import ProgressFn
 from mcp_server.timeline.analysis import _fmt_ns, analyze_path
 from mcp_server.timeline.models import Phase, PhaseDelta, PhaseSide, TimelineAnalysis, TimelineComparison
-
-Names = Union[None, str, os.PathLike, Sequence[str]]
+from mcp_server.timeline.requests import CompareTimelinesRequest
 
 
 def _side(p: Phase) -> PhaseSide:
@@ -119,11 +117,8 @@ def compare_analyses(before: TimelineAnalysis, after: TimelineAnalysis) -> Timel
         probe_overhead_before=po_b, probe_overhead_after=po_a)
 
 
-def compare_timelines(before_path, after_path, event_names: Names = None, *,
-                      after_event_names: Names = None, tag_layout: Optional[str] = None,
-                      overhead_path: Optional[str] = None, after_overhead_path: Optional[str] = None,
-                      png_path: Optional[str] = None, perfetto_path: Optional[str] = None,
-                      progress=None) -> TimelineComparison:
+@engine(CompareTimelinesRequest)
+def compare_timelines(req: CompareTimelinesRequest, progress: ProgressFn | None = None) -> TimelineComparison:
     """Analyse two buffers (same event names unless ``after_event_names`` is given) and compare phases.
 
     ``overhead_path`` / ``after_overhead_path``: probe-timing files of each run (default
@@ -132,22 +127,23 @@ def compare_timelines(before_path, after_path, event_names: Names = None, *,
     """
     if progress:
         progress(0, 2, "before")
-    dec_b, before = analyze_path(before_path, event_names, tag_layout=tag_layout, overhead_path=overhead_path)
+    dec_b, before = analyze_path(req.before_path, req.event_names, tag_layout=req.tag_layout,
+                                 overhead_path=req.overhead_path)
     if progress:
         progress(1, 2, "after")
-    dec_a, after = analyze_path(after_path, after_event_names if after_event_names is not None else event_names,
-                                tag_layout=tag_layout, overhead_path=after_overhead_path)
+    after_names = req.after_event_names if req.after_event_names is not None else req.event_names
+    dec_a, after = analyze_path(req.after_path, after_names, tag_layout=req.tag_layout,
+                                overhead_path=req.after_overhead_path)
     res = compare_analyses(before, after)
-    if png_path is not None:
+    runs = [(dec_b, before, "before"), (dec_a, after, "after")]
+    if req.png_path is not None:
         from mcp_server.timeline.export import write_gantt_compare_png
 
-        res.outputs["png"] = str(write_gantt_compare_png([(dec_b, before, "before"), (dec_a, after, "after")],
-                                                         png_path))
-    if perfetto_path is not None:
+        res.outputs["png"] = str(write_gantt_compare_png(runs, req.png_path))
+    if req.perfetto_path is not None:
         from mcp_server.timeline.export import write_perfetto_compare
 
-        res.outputs["perfetto"] = str(write_perfetto_compare([(dec_b, before, "before"), (dec_a, after, "after")],
-                                                             perfetto_path))
+        res.outputs["perfetto"] = str(write_perfetto_compare(runs, req.perfetto_path))
     if progress:
         progress(2, 2, "done")
     return res
