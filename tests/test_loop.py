@@ -306,26 +306,29 @@ def test_inline_spec_paths_are_made_absolute_and_fingerprinted(proj):
     assert load_proposals(proj / "proposals.toml")[0].fingerprint != before
 
 
-def test_selection_read_from_a_select_candidate_answer():
-    ans = {"source": {"path": "r.ncu-rep", "format": "ncu-rep", "ncu_version": "2025.3", "cache_control": "none"},
-           "gpu": "h200",
-           "kernels": [{"id": 0, "name": "void bmm_kernel<128>(...)", "short_name": "bmm_kernel", "launches": 4,
-                        "duration_ns": {"total": 900.0},
-                        "bottleneck": {"class": "memory_bound", "limiter": "l2", "l2_resident": True,
-                                       "confidence": 0.9, "evidence": [], "advice": ["do not quantize"]}},
-                       {"id": 1, "name": "add", "short_name": "add", "launches": 1, "duration_ns": {"total": 100.0},
-                        "bottleneck": {"class": "latency_bound", "limiter": "small_grid"}}],
-           "candidate": {"name": "void bmm_kernel<128>(...)", "short_name": "bmm_kernel",
-                         "bottleneck": {"class": "memory_bound", "limiter": "l2", "l2_resident": True,
-                                        "confidence": 0.9, "advice": ["do not quantize"]}},
-           "avoid": ["weight quantization"], "fits": ["fusion", "batching"]}
-    sel = selection_from(ans)
-    assert sel.kernel == "void bmm_kernel<128>(...)" and sel.short_name == "bmm_kernel"
-    assert sel.avoid == ["weight quantization"] and "do not quantize" in sel.diagnosis
-    assert sel.classification["cache_control"] == "none"
-    assert [k["share"] for k in sel.classification["kernels"]] == [0.9, 0.1]
-    none = selection_from({"kernels": [], "candidate": None, "reason": "nothing above the share threshold"})
-    assert none.kernel is None and none.stop_reason == "nothing above the share threshold"
+def test_selection_read_from_the_select_and_classify_results():
+    """The loop's view of a real profile (H200, --cache-control none): select_candidate's candidate, its change
+    kinds, a diagnosis from its bottleneck, and classify_bottleneck's per-kernel classes for the record."""
+    from conftest import FIXTURES
+
+    from mcp_server.ncu.classify import classify_bottleneck
+    from mcp_server.ncu.select import select_candidate
+
+    path = str(FIXTURES / "ncu" / "targets_none.raw.csv")
+    chosen, classes = select_candidate(path), classify_bottleneck(path)
+    sel = selection_from(chosen, classes)
+    assert sel.kernel == sel.short_name == "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT"
+    assert sel.diagnosis.startswith("compute_bound on tensor (not L2-resident, 62% of kernel time, confidence 0.90): ")
+    assert sel.avoid == chosen.does_not_fit and any("weight quantization" in a for a in sel.avoid)
+    assert sel.fits == chosen.fits and sel.fits
+    cls = sel.classification
+    assert cls["cache_control"] == "none" and cls["candidate"] == sel.kernel and cls["diagnosis"] == sel.diagnosis
+    assert [k["share"] for k in cls["kernels"]] == [k.time_share for k in classes.kernels]
+    assert abs(sum(k["share"] for k in cls["kernels"]) - 1.0) < 1e-9
+    assert cls["kernels"][0]["class"] == "compute_bound" and cls["kernels"][0]["limiter"] == "tensor"
+    none = selection_from(select_candidate(path, min_share=0.99), classes)  # no kernel holds 99 % of the time
+    assert none.kernel is None and none.stop_reason == "no kernel reaches 99% of kernel time with a known class"
+    assert none.classification["candidate"] is None and len(none.classification["kernels"]) == len(classes.kernels)
 
 
 def test_loop_operation_is_declared():
@@ -346,6 +349,24 @@ def test_a_validation_answer_that_is_not_a_result_is_an_error_and_restored(proj)
     res = drive(TARGET, steps=steps, proposals=props, ledger="l.db")
     [step] = res.steps
     assert step.decision == "error" and "not a validate_candidate result" in step.why
+    assert (proj / "proj" / "kernel.py").read_text() == BASE
+
+
+def test_an_inline_spec_validate_candidate_refuses_is_an_error_named_by_field(proj):
+    """The default validate step gives a proposal's inline spec to validate_candidate as its arguments: one its
+    request model refuses (an unknown key, a dtype it does not take) is recorded as an error with the faces' text,
+    before anything runs, and the change is put back."""
+    from mcp_server.loop.steps import validate
+
+    (proj / "proposals.toml").write_text('[[proposal]]\nid = "bad"\n[proposal.spec]\ndtype = "int8"\nsped = 2\n'
+                                         '[proposal.apply]\nfile = "proj/kernel.py"\nwith = "variants/fast.py"\n')
+    fake = FakeSteps(proj / "proj" / "kernel.py")
+    res = drive(TARGET, steps=LoopSteps(profile=fake.profile, select=fake.select, validate=validate),
+                proposals="proposals.toml", ledger="l.db")
+    [step] = res.steps
+    assert step.decision == "error" and step.why.startswith(
+        "validation could not run: validate_candidate: invalid argument(s): dtype: Input should be ")
+    assert "; sped: Extra inputs are not permitted" in step.why
     assert (proj / "proj" / "kernel.py").read_text() == BASE
 
 
@@ -455,30 +476,32 @@ def test_repro_proposal_errors(attn_repro, tmp_path, monkeypatch, body, op, text
 def test_repro_dir_default_profile_step_passes_the_op_to_run_ncu(attn_repro, monkeypatch, tmp_path):
     from mcp_server.core.replay_dir import repro_target
     from mcp_server.loop import steps as steps_mod
+    from mcp_server.ncu import runner
 
     _, out = attn_repro
-    calls: list[tuple[str, dict]] = []
+    calls: list[dict] = []
 
-    def fake_call(tool, arguments):
-        calls.append((tool, arguments))
-        return {"report": arguments["report"]}
+    def fake_run_ncu(**arguments):
+        calls.append(arguments)
+        return type("Run", (), {"report": arguments["report"] + ".ncu-rep"})()
 
-    monkeypatch.setattr(steps_mod, "call_tool", fake_call)
+    monkeypatch.setattr(runner, "run_ncu", fake_run_ncu)
     rt = repro_target([str(out)], "op1")
     assert rt is not None
-    steps_mod.default_steps(None, rt).profile(list(rt.argv), tmp_path / "r.ncu-rep", "none")
-    assert calls == [("run_ncu", {"target": [str(out)], "repro_op": "op1", "report": str(tmp_path / "r.ncu-rep"),
-                                  "cache_control": "none", "overwrite": True})]
+    got = steps_mod.default_steps(None, rt).profile(list(rt.argv), tmp_path / "r", "none")
+    assert got == tmp_path / "r.ncu-rep"  # the report run_ncu says it wrote
+    assert calls == [{"target": [str(out)], "repro_op": "op1", "report": str(tmp_path / "r"),
+                      "cache_control": "none", "overwrite": True}]
     from mcp_server.ncu.requests import RunNcuRequest
 
-    RunNcuRequest.model_validate(calls[0][1])  # the arguments run_ncu's request model takes
+    RunNcuRequest.model_validate(calls[0])  # the arguments run_ncu's request model takes
 
 
 def test_repro_candidate_spec_is_one_validate_candidate_runs(attn_repro, tmp_path, monkeypatch):
     """The spec a candidate proposal gets (the repro op's, paths made absolute) through the real validate_candidate
     (on the CPU): the candidate is checked against the replayed op and timed; the loop decides on that answer."""
     pytest.importorskip("torch")
-    from mcp_server.loop.steps import _validate
+    from mcp_server.loop.steps import validate
 
     monkeypatch.chdir(tmp_path)
     _, out = attn_repro
@@ -486,7 +509,7 @@ def test_repro_candidate_spec_is_one_validate_candidate_runs(attn_repro, tmp_pat
     props = _write(tmp_path, '[[proposal]]\nid = "cpu-softmax"\ncandidate = "k.py:op3"\n'
                              '[proposal.spec]\ndevice = "cpu"\ntime_budget_s = 1\n')
     fake = ReproSteps()
-    r = drive([str(out)], repro_op="op3", steps=LoopSteps(profile=fake.profile, select=fake.select, validate=_validate),
+    r = drive([str(out)], repro_op="op3", steps=LoopSteps(profile=fake.profile, select=fake.select, validate=validate),
               proposals=props, ledger="l.db")
     (step,) = r.steps
     assert step.verdict in ("accepted", "not_faster"), step.why  # correct against the replayed aten::_softmax

@@ -13,7 +13,6 @@ from mcp_server.faces.cli import main
 from mcp_server.faces.registry import operations
 from mcp_server.faces.server import build_server
 from mcp_server.faces.workers import WorkerPool
-from mcp_server.loop.steps import call_tool
 
 OP = next(o for o in operations() if o.tool == "budget")
 ARGS = {"a": "a.json.gz", "b": "b.json.gz", "top_n": 0}  # top_n's bound (ge=1) refuses it before any file is read
@@ -40,9 +39,11 @@ def test_every_face_says_it(capsys):
     res = anyio.run(over_mcp)
     assert res.is_error and res.content[0].text.endswith(expected)  # after the SDK's "Error executing tool budget: "
 
-    with pytest.raises(InputError) as looped:  # the loop's calls of sibling tools
-        call_tool("budget", ARGS)
-    assert str(looped.value) == expected
+    from mcp_server.compare.budget import budget
+
+    with pytest.raises(InputError) as keyword:  # an engine called with keywords (how one engine calls another)
+        budget(**ARGS)
+    assert str(keyword.value) == expected
 
     pool = WorkerPool(size=1)  # a worker validates again what it is handed
     try:

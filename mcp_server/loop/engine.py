@@ -21,14 +21,16 @@ from typing import Any, Optional
 
 from mcp_server.core.errors import ChangeConflictError, FileMissingError, InputError, KernelscopeError
 from mcp_server.core.models import Warning_
+from mcp_server.core.operation import engine
 from mcp_server.core.replay_dir import repro_target
 from mcp_server.core.vocab import ProgressFn, WarningCode
 from mcp_server.ledger import engine as rec
 from mcp_server.ledger.env import sha256_file, target_key, target_repo_dir, target_repository
 from mcp_server.ledger.store import Ledger
 from mcp_server.loop.changes import AppliedChange
-from mcp_server.loop.models import LoopResult, LoopSkip, LoopStep
+from mcp_server.loop.models import LoopResult, LoopSkip, LoopStep, StopReason
 from mcp_server.loop.proposals import Proposal, load_proposals
+from mcp_server.loop.requests import LoopRequest
 from mcp_server.loop.steps import LoopSteps, Selection, default_steps
 
 
@@ -55,16 +57,26 @@ def _spec_arg(spec: Any) -> Any:
 
 
 class _Run:
-    def __init__(self, led: Ledger, target: list[str], steps: LoopSteps, *, by: str,
-                 cache_control: Optional[str], progress: Optional[ProgressFn], iters: int):
+    """One run of the loop over one experiment: its state (done, rejects in a row, proposals tried) and steps."""
+
+    def __init__(self, led: Ledger, req: LoopRequest, target: list[str], steps: LoopSteps,
+                 progress: Optional[ProgressFn]):
         self.led = led
         self.target = target
         self.steps = steps
-        self.by = by
-        self.cache_control = cache_control
+        self.by = req.by
+        self.cache_control = req.cache_control
         self.progress = progress
-        self.iters = iters
+        self.iters = req.iters
+        self.max_rejects = req.max_rejects
+        self.tkey = target_key(target, target_repo_dir(target))
+        self.exp_id = 0
         self.done = 0
+        self.rejects = 0  # rejected in a row (an error does not count, an accepted change resets it)
+        self.tried: set[str] = set()
+        self.pid: Optional[int] = None
+        self.report: Optional[Path] = None
+        self.sel: Optional[Selection] = None
         self.warnings: list[Warning_] = []
         self.steps_out: list[LoopStep] = []
         self.skipped: list[LoopSkip] = []
@@ -77,6 +89,121 @@ class _Run:
     def warn(self, code: str, message: str) -> None:
         if not any(w.code == code for w in self.warnings):
             self.warnings.append(Warning_(code=code, message=message))
+
+    def count(self, step: LoopStep) -> None:
+        """A proposal validated and decided (or ended in an error) in this run."""
+        self.done += 1
+        self.tried.add(step.proposal_id)
+        if step.decision != "error":
+            self.rejects = 0 if step.decision == "accepted" else self.rejects + 1
+        self.tell(f"{step.proposal_id}: {step.decision}")
+
+    # -- the experiment --------------------------------------------------------------------
+    def open_experiment(self, fresh: bool) -> bool:
+        """Resume the last experiment of this target (unless ``fresh``) or record a new one; True when resumed."""
+        same = self.led.query("SELECT * FROM experiments WHERE target_key = ? ORDER BY id", (self.tkey,))
+        if same and not fresh:
+            self.exp_id = int(same[-1]["id"])
+            return True
+        self.exp_id, created = rec.record_experiment(self.led, self.target, key=f"loop:{self.tkey}:{len(same) + 1}")
+        return not created
+
+    def finish_pending(self) -> None:
+        """A candidate left pending by an interrupted run is finished first."""
+        for c in self.led.candidates(self.exp_id):
+            if self.led.status(c["id"]) == "pending" and self.done < self.iters:
+                self.count(self.finish(c, resumed=True))
+
+    def iterate(self, props: list[Proposal], given: Optional[Path]) -> tuple[StopReason, str]:
+        """Profile, select, take the next fitting proposal and finish it, until a stop; the stop and its message."""
+        while True:
+            if self.done >= self.iters:
+                return "iters_done", f"validated {self.iters} proposal(s)"
+            if self.rejects >= self.max_rejects:
+                return "max_rejects", f"{self.rejects} proposals rejected in a row (max_rejects={self.max_rejects})"
+            self.pid, self.report, sel = self.current_profile(self.exp_id, given)
+            self.sel = sel
+            if sel.kernel is None:
+                return "no_candidate", f"select_candidate chose no kernel: {sel.stop_reason}"
+            if not props:
+                return "no_proposals", (f"no proposals given: write [[proposal]] entries (each a validate_candidate "
+                                        f"spec) for {sel.short_name or sel.kernel} and run again with proposals")
+            chosen = self.choose(props, sel)
+            if chosen is None:
+                return "proposals_exhausted", f"no untried proposal fits the candidate {sel.kernel}"
+            cid, _ = _record_candidate(self.led, self.exp_id, self.pid, sel, chosen)
+            self.count(self.finish(self.led.get("candidates", cid) or {}, resumed=False))
+
+    def choose(self, props: list[Proposal], sel: Selection) -> Optional[Proposal]:
+        """The next proposal to validate for the selected kernel. On the way, proposals settled in an earlier run
+        are skipped, a change refused before anything is applied is recorded as an error, and one the
+        classification advises against is recorded as abandoned (unless it says ``force``)."""
+        led, exp_id, pid = self.led, self.exp_id, self.pid
+        settled = _settled(led, self.tkey)
+        for p in sorted(props, key=lambda q: (not (q.kernel and q.matches(sel.kernel, sel.short_name)), q.index)):
+            if p.id in self.tried or any(s.proposal_id == p.id for s in self.skipped):
+                continue
+            if p.fingerprint in settled:
+                st, cid = settled[p.fingerprint]
+                if st != "pending":
+                    self.skipped.append(LoopSkip(proposal_id=p.id, candidate_id=cid, reason=(
+                        f"already {_settled_word(st)} (candidate {cid}); edit the proposal or give it a new "
+                        "id to try again")))
+                    continue
+            if not p.matches(sel.kernel, sel.short_name):
+                continue
+            if p.change.problem is not None:  # refused before anything is applied: an error, then the next
+                with led.write():
+                    cid, _ = _record_candidate(led, exp_id, pid, sel, p)
+                    self.error(led.get("candidates", cid) or {"id": cid, "proposal_id": p.id, "kernel": sel.kernel},
+                               f"not applied: {p.change.problem}", False)
+                self.tried.add(p.id)
+                continue
+            avoid = _advised_against(p, sel)
+            if avoid and not p.force:
+                why = (f"not tried: the classification of {sel.short_name or sel.kernel} advises against "
+                       f"{avoid} (set force = true to validate it anyway)")
+                with led.write():  # candidate and decision together: never a pending one to validate
+                    cid, _ = _record_candidate(led, exp_id, pid, sel, p)
+                    rec.record_decision(led, cid, "abandoned", by=self.by, why=why, key=f"c{cid}:decision")
+                self.skipped.append(LoopSkip(proposal_id=p.id, candidate_id=cid, reason=why))
+                continue
+            if avoid:
+                self.warn(WarningCode.forced_proposal, f"{p.id}: validated although the classification of "
+                          f"{sel.short_name or sel.kernel} advises against {avoid}")
+            return p
+        return None
+
+    def skip_unreached(self, props: list[Proposal], stopped: str) -> None:
+        """Say why each proposal this run never reached was not: settled earlier, for another kernel, or the stop."""
+        handled = self.tried | {s.proposal_id for s in self.skipped}
+        settled = _settled(self.led, self.tkey)
+        sel = self.sel
+        for p in props:
+            if p.id in handled:
+                continue
+            if p.fingerprint in settled:
+                st, cid = settled[p.fingerprint]
+                if st != "pending":
+                    self.skipped.append(LoopSkip(proposal_id=p.id, candidate_id=cid,
+                                                 reason=f"already {_settled_word(st)} (candidate {cid})"))
+                    continue
+            if sel is not None and sel.kernel is not None and not p.matches(sel.kernel, sel.short_name):
+                reason = f"for kernel {p.kernel!r}, not the selected {sel.kernel}"
+            else:
+                reason = f"not reached ({stopped})"
+            self.skipped.append(LoopSkip(proposal_id=p.id, reason=reason))
+
+    def result(self, resumed: bool, stopped: StopReason, message: str) -> LoopResult:
+        accepted = sum(1 for s in self.steps_out if s.decision == "accepted")
+        errors = sum(1 for s in self.steps_out if s.decision == "error")
+        sel = self.sel
+        return LoopResult(
+            ledger=str(self.led.path), experiment_id=self.exp_id, resumed=resumed, profile_id=self.pid,
+            report=str(self.report) if self.report else None, candidate=sel.kernel if sel else None,
+            diagnosis=sel.diagnosis if sel else None, steps=self.steps_out, skipped=self.skipped,
+            accepted=accepted, rejected=len(self.steps_out) - accepted - errors, errors=errors, stopped=stopped,
+            stop_message=message, warnings=self.warnings)
 
     # -- changes ---------------------------------------------------------------------------
     def change_of(self, cand: dict[str, Any]) -> AppliedChange:
@@ -255,132 +382,43 @@ def _advised_against(p: Proposal, sel: Selection) -> Optional[str]:
     return None
 
 
-def drive(target: list[str], *, steps: LoopSteps, iters: int = 5, proposals: Optional[str] = None,
-          profile: Optional[str] = None, ledger: Optional[str] = None, cache_control: Optional[str] = None,
-          max_rejects: int = 3, by: str = "loop", fresh: bool = False, repro_op: Optional[str] = None,
-          progress: Optional[ProgressFn] = None) -> LoopResult:
-    """Run the loop with the given steps (``run_loop`` passes the declared operations).
+def loop(req: LoopRequest, steps: LoopSteps, progress: Optional[ProgressFn] = None) -> LoopResult:
+    """Run the loop with the given steps (``run_loop`` passes the engines: ``steps.default_steps``).
 
     A target that is one make_repro directory names one of its ops (``repro_op``, default op0): the loop's
     target is then that op's replay command (``replay_dir.ReproTarget.argv``: it is what the ledger records,
     keys experiments by and profiles), and proposals may give ``candidate`` instead of ``spec``."""
-    target = list(target)
-    if not target:
-        raise InputError("target is empty: give the command to profile after --")
-    replay = repro_target(target, repro_op)
+    target = list(req.target)
+    replay = repro_target(target, req.repro_op)
     if replay is not None:
         target = list(replay.argv)
-    props = load_proposals(proposals, target_repository(target), replay) if proposals else []
-    given = Path(profile) if profile else None
+    props = load_proposals(req.proposals, target_repository(target), replay) if req.proposals else []
+    given = Path(req.profile) if req.profile else None
     if given is not None and not given.is_file():
         raise FileMissingError("ncu report not found", path=given, hint="give the .ncu-rep or CSV run_ncu wrote")
-    with Ledger.open(ledger) as led:
-        tkey = target_key(target, target_repo_dir(target))
-        same = led.query("SELECT * FROM experiments WHERE target_key = ? ORDER BY id", (tkey,))
-        if same and not fresh:
-            exp_id, resumed = int(same[-1]["id"]), True
-        else:
-            exp_id, created = rec.record_experiment(led, target, key=f"loop:{tkey}:{len(same) + 1}")
-            resumed = not created
-        run = _Run(led, target, steps, by=by, cache_control=cache_control, progress=progress, iters=iters)
-        run.settle_decided(exp_id)
-        # 1. a candidate left pending by an interrupted run is finished first
-        rejects = 0
-        for c in led.candidates(exp_id):
-            if led.status(c["id"]) == "pending" and run.done < iters:
-                step = run.finish(c, resumed=True)
-                run.done += 1
-                rejects = rejects if step.decision == "error" else 0 if step.decision == "accepted" else rejects + 1
-                run.tell(f"{step.proposal_id}: {step.decision}")
-        tried: set[str] = {s.proposal_id for s in run.steps_out}
-        pid: Optional[int] = None
-        report: Optional[Path] = None
-        sel: Optional[Selection] = None
-        stopped, message = "iters_done", f"validated {iters} proposal(s)"
-        while True:
-            if run.done >= iters:
-                break
-            if rejects >= max_rejects:
-                stopped, message = "max_rejects", f"{rejects} proposals rejected in a row (max_rejects={max_rejects})"
-                break
-            pid, report, sel = run.current_profile(exp_id, given)
-            if sel.kernel is None:
-                stopped, message = "no_candidate", f"select_candidate chose no kernel: {sel.stop_reason}"
-                break
-            if not props:
-                stopped = "no_proposals"
-                message = (f"no proposals given: write [[proposal]] entries (each a validate_candidate spec) "
-                           f"for {sel.short_name or sel.kernel} and run again with proposals")
-                break
-            settled = _settled(led, tkey)
-            chosen: Optional[Proposal] = None
-            for p in sorted(props, key=lambda q: (not (q.kernel and q.matches(sel.kernel, sel.short_name)), q.index)):
-                if p.id in tried or any(s.proposal_id == p.id for s in run.skipped):
-                    continue
-                if p.fingerprint in settled:
-                    st, cid = settled[p.fingerprint]
-                    if st != "pending":
-                        run.skipped.append(LoopSkip(proposal_id=p.id, candidate_id=cid, reason=(
-                            f"already {_settled_word(st)} (candidate {cid}); edit the proposal or give it a new "
-                            "id to try again")))
-                        continue
-                if not p.matches(sel.kernel, sel.short_name):
-                    continue
-                if p.change.problem is not None:  # refused before anything is applied: an error, then the next
-                    with led.write():
-                        cid, _ = _record_candidate(led, exp_id, pid, sel, p)
-                        run.error(led.get("candidates", cid) or {"id": cid, "proposal_id": p.id, "kernel": sel.kernel},
-                                  f"not applied: {p.change.problem}", False)
-                    tried.add(p.id)
-                    continue
-                avoid = _advised_against(p, sel)
-                if avoid and not p.force:
-                    why = (f"not tried: the classification of {sel.short_name or sel.kernel} advises against "
-                           f"{avoid} (set force = true to validate it anyway)")
-                    with led.write():  # candidate and decision together: never a pending one to validate
-                        cid, _ = _record_candidate(led, exp_id, pid, sel, p)
-                        rec.record_decision(led, cid, "abandoned", by=by, why=why, key=f"c{cid}:decision")
-                    run.skipped.append(LoopSkip(proposal_id=p.id, candidate_id=cid, reason=why))
-                    continue
-                if avoid:
-                    run.warn(WarningCode.forced_proposal, f"{p.id}: validated although the classification of "
-                             f"{sel.short_name or sel.kernel} advises against {avoid}")
-                chosen = p
-                break
-            if chosen is None:
-                stopped = "proposals_exhausted"
-                message = f"no untried proposal fits the candidate {sel.kernel}"
-                break
-            cid, _ = _record_candidate(led, exp_id, pid, sel, chosen)
-            step = run.finish(led.get("candidates", cid) or {}, resumed=False)
-            tried.add(chosen.id)
-            run.done += 1
-            rejects = rejects if step.decision == "error" else 0 if step.decision == "accepted" else rejects + 1
-            run.tell(f"{step.proposal_id}: {step.decision}")
-        # proposals this run never reached
-        handled = tried | {s.proposal_id for s in run.skipped}
-        for p in props:
-            if p.id in handled:
-                continue
-            if p.fingerprint in _settled(led, tkey):
-                st, cid = _settled(led, tkey)[p.fingerprint]
-                if st != "pending":
-                    run.skipped.append(LoopSkip(proposal_id=p.id, candidate_id=cid,
-                                                reason=f"already {_settled_word(st)} (candidate {cid})"))
-                    continue
-            if sel is not None and sel.kernel is not None and not p.matches(sel.kernel, sel.short_name):
-                reason = f"for kernel {p.kernel!r}, not the selected {sel.kernel}"
-            else:
-                reason = f"not reached ({stopped})"
-            run.skipped.append(LoopSkip(proposal_id=p.id, reason=reason))
-        accepted = sum(1 for s in run.steps_out if s.decision == "accepted")
-        errors = sum(1 for s in run.steps_out if s.decision == "error")
-        return LoopResult(
-            ledger=str(led.path), experiment_id=exp_id, resumed=resumed, profile_id=pid,
-            report=str(report) if report else None, candidate=sel.kernel if sel else None,
-            diagnosis=sel.diagnosis if sel else None, steps=run.steps_out, skipped=run.skipped,
-            accepted=accepted, rejected=len(run.steps_out) - accepted - errors, errors=errors, stopped=stopped,
-            stop_message=message, warnings=run.warnings)
+    with Ledger.open(req.ledger) as led:
+        run = _Run(led, req, target, steps, progress)
+        resumed = run.open_experiment(req.fresh)
+        run.settle_decided(run.exp_id)
+        run.finish_pending()
+        stopped, message = run.iterate(props, given)
+        run.skip_unreached(props, stopped)
+        return run.result(resumed, stopped, message)
+
+
+def drive(target: list[str], *, steps: LoopSteps, progress: Optional[ProgressFn] = None,
+          **fields: Any) -> LoopResult:
+    """``loop`` called with run_loop's fields as keywords (tests and other drivers with their own steps): the
+    request is validated as run_loop's faces validate it."""
+    from pydantic import ValidationError
+
+    from mcp_server.core.operation import invalid_arguments
+
+    try:
+        req = LoopRequest.model_validate({"target": list(target), **fields})
+    except ValidationError as exc:
+        raise InputError(invalid_arguments("run_loop", exc)) from None
+    return loop(req, steps, progress)
 
 
 def _settled_word(status: str) -> str:
@@ -401,12 +439,7 @@ def _record_candidate(led: Ledger, exp_id: int, pid: Optional[int], sel: Selecti
         key=f"e{exp_id}:{p.fingerprint}")
 
 
-def run_loop(target: list[str], iters: int = 5, proposals: Optional[str] = None, profile: Optional[str] = None,
-             ledger: Optional[str] = None, gpu: Optional[str] = None, cache_control: Optional[str] = None,
-             max_rejects: int = 3, by: str = "loop", fresh: bool = False, repro_op: Optional[str] = None,
-             progress: Optional[ProgressFn] = None) -> LoopResult:
-    """The ``loop`` operation: the loop over the declared run_ncu / select_candidate / validate_candidate."""
-    replay = repro_target(list(target), repro_op)
-    return drive(target, steps=default_steps(gpu, replay), iters=iters, proposals=proposals, profile=profile,
-                 ledger=ledger, cache_control=cache_control, max_rejects=max_rejects, by=by, fresh=fresh,
-                 repro_op=repro_op, progress=progress)
+@engine(LoopRequest)
+def run_loop(req: LoopRequest, progress: Optional[ProgressFn] = None) -> LoopResult:
+    """The ``loop`` operation: the loop over the run_ncu / select_candidate / validate_candidate engines."""
+    return loop(req, default_steps(req.gpu, repro_target(list(req.target), req.repro_op)), progress)
