@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from mcp_server.core.errors import InputError
 from mcp_server.ncu import runner
+from mcp_server.ncu.requests import RunNcuRequest
 from mcp_server.ncu.runner import (
     NcuNoKernelsError,
     NcuNotFoundError,
@@ -95,9 +97,10 @@ def _alive(pid: int) -> bool:
 
 
 def test_argv_is_a_list_with_report_and_log(tmp_path):
-    argv = build_argv("ncu", ["python", "my script.py", "--flag", "a b"], tmp_path / "r.ncu-rep", tmp_path / "r.log",
-                      metric_set="minimal", kernel_name="regex:gemm", launch_skip=2, launch_count=3,
-                      nvtx_include=["decode/"], cache_control="none")
+    req = RunNcuRequest(target=["python", "my script.py", "--flag", "a b"], metric_set="minimal",
+                        kernel_name="regex:gemm", launch_skip=2, launch_count=3, nvtx_include=["decode/"],
+                        cache_control="none")
+    argv = build_argv("ncu", req, tmp_path / "r.ncu-rep", tmp_path / "r.log")
     assert argv[:5] == ["ncu", "-o", str(tmp_path / "r.ncu-rep"), "--log-file", str(tmp_path / "r.log")]
     assert argv[-4:] == ["python", "my script.py", "--flag", "a b"]  # one element each, no shell quoting
     i = argv.index("--cache-control")
@@ -109,8 +112,8 @@ def test_argv_is_a_list_with_report_and_log(tmp_path):
 
 
 def test_classify_set_has_sections_and_arch_metrics(tmp_path):
-    argv = build_argv("ncu", ["x"], tmp_path / "r.ncu-rep", tmp_path / "r.log", arch="sm_90",
-                      sections=["SourceCounters"], metrics=["a__b.sum,c__d.sum"], set_name="full")
+    req = RunNcuRequest(target=["x"], sections=["SourceCounters"], metrics=["a__b.sum,c__d.sum"], set_name="full")
+    argv = build_argv("ncu", req, tmp_path / "r.ncu-rep", tmp_path / "r.log", arch="sm_90")
     secs = [argv[i + 1] for i, a in enumerate(argv) if a == "--section"]
     assert "SpeedOfLight" in secs and "SourceCounters" in secs
     mets = argv[argv.index("--metrics") + 1].split(",")
@@ -120,8 +123,8 @@ def test_classify_set_has_sections_and_arch_metrics(tmp_path):
 
 
 def test_no_target(tmp_path):
-    with pytest.raises(Exception, match="no target"):
-        build_argv("ncu", [], tmp_path / "r", tmp_path / "l")
+    with pytest.raises(InputError, match="run_ncu: invalid argument.*target: List should have at least 1 item"):
+        run_ncu([], report=str(tmp_path / "r"))
 
 
 def test_ncu_not_found(tmp_path, monkeypatch):

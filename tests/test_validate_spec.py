@@ -1,6 +1,7 @@
 """validate: the spec (TOML file or arguments), its errors, and the operation's declaration."""
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -84,15 +85,14 @@ def test_expressions_use_the_shape_keys():
 
 def test_operation_declaration():
     from mcp_server.core.operation import EXECUTES_CODE
-    from mcp_server.faces.registry import engine_parameters, operations
+    from mcp_server.faces.registry import operations
     op = next(o for o in operations() if o.tool == "validate_candidate")
     assert op.verb == "validate" and op.positional == ("spec_path",) and op.progress
     assert op.hints == EXECUTES_CODE and not op.hints.read_only and not op.hints.idempotent
     assert op.hints.open_world
-    params = engine_parameters(op)
-    assert set(params) == set(op.field_names) | {"progress"}
-    for name, field in op.request.model_fields.items():
-        assert params[name].default == field.default, name
+    fn = op.engine_fn()
+    assert fn.request is op.request  # the engine takes the request model: its fields are its parameters
+    assert list(inspect.signature(fn.__wrapped__).parameters) == ["req", "progress"]
     assert "timeout_s" in op.field_names
     with pytest.raises(InputError, match="unknown argument"):
         op.make_request({"spec_path": "x.toml", "timeout": 3})

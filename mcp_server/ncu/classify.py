@@ -28,6 +28,7 @@ from typing import Optional
 
 from mcp_server.core.gpu_specs import GpuSpec, find_gpu, load_gpu_specs
 from mcp_server.core.models import Warning_
+from mcp_server.core.operation import engine
 from mcp_server.ncu.models import (
     Bottleneck,
     Classification,
@@ -39,6 +40,7 @@ from mcp_server.ncu.models import (
     SpecValue,
 )
 from mcp_server.ncu.parse import _warn, parse_ncu
+from mcp_server.ncu.requests import ClassifyRequest
 
 ROOF = 80.0          # ncu: "at the roofline" at 80 % of a peak
 LOW = 60.0           # ncu: both under 60 % -> latency issues
@@ -366,7 +368,7 @@ def classify_profile(profile: NcuProfile, gpu: Optional[str] = None) -> Classifi
                           warnings=warnings)
 
 
-def classify_bottleneck(path: str, gpu: Optional[str] = None,
-                        cache_control: Optional[str] = None) -> Classification:
+@engine(ClassifyRequest)
+def classify_bottleneck(req: ClassifyRequest) -> Classification:
     """Classify every kernel of an ncu report or CSV."""
-    return classify_profile(parse_ncu(path, cache_control=cache_control), gpu=gpu)
+    return classify_profile(parse_ncu(req.path, cache_control=req.cache_control), gpu=req.gpu)

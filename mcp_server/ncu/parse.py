@@ -38,8 +38,10 @@ from typing import Iterable, Optional
 
 from mcp_server.core.errors import FileMissingError, InputError, ToolMissingError
 from mcp_server.core.models import Warning_
+from mcp_server.core.operation import engine
 from mcp_server.ncu import catalogue as cat
 from mcp_server.ncu.models import DurationStats, KernelProfile, LaunchRow, NcuProfile, Source
+from mcp_server.ncu.requests import ParseNcuRequest
 
 
 class NcuFormatError(InputError):
@@ -729,9 +731,11 @@ def _derive(k: KernelProfile) -> None:
         k.arithmetic_intensity = k.flops / k.dram_bytes
 
 
-def parse_ncu(path: str, cache_control: Optional[str] = None, gpu: Optional[str] = None) -> NcuProfile:
+@engine(ParseNcuRequest)
+def parse_ncu(req: ParseNcuRequest) -> NcuProfile:
     """Read an ``.ncu-rep`` or ncu CSV into per-kernel profiles (no verdicts)."""
-    p = Path(path)
+    cache_control, gpu = req.cache_control, req.gpu
+    p = Path(req.path)
     if p.is_dir():
         found = sorted(q.name for q in p.iterdir() if q.is_file() and _base_suffix(q) in (".ncu-rep", ".csv"))
         listed = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
@@ -747,7 +751,7 @@ def parse_ncu(path: str, cache_control: Optional[str] = None, gpu: Optional[str]
     warnings = list(raw.warnings)
     side, side_path = read_sidecar(p)
     cc_from = None
-    cc = cache_control
+    cc: Optional[str] = cache_control
     if cc is not None:
         cc_from = "argument"
     elif side and side.get("cache_control") in ("all", "none"):

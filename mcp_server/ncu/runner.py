@@ -18,16 +18,18 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 from mcp_server import __version__
 from mcp_server.core.errors import InputError, KernelscopeError, ToolMissingError
 from mcp_server.core.models import Warning_
+from mcp_server.core.operation import engine
+from mcp_server.core.replay_dir import ReproTarget, repro_target
+from mcp_server.core.vocab import ProgressFn
 from mcp_server.ncu import catalogue as cat
-from mcp_server.ncu.models import NcuRun
+from mcp_server.ncu.models import NcuProfile, NcuRun
 from mcp_server.ncu.parse import _warn
-
-ProgressFn = Callable[[float, "float | None", "str | None"], None]
+from mcp_server.ncu.requests import RunNcuRequest
 
 
 class NcuNotFoundError(ToolMissingError):
@@ -125,63 +127,58 @@ def report_paths(report: str) -> tuple[Path, Path, Path, Path]:
             stem.with_name(stem.name + ".app.txt"))
 
 
-def build_argv(ncu: str, target: Sequence[str], report: Path, log: Path, *, metric_set: str = "classify",
-               arch: Optional[str] = None, set_name: Optional[str] = None, sections: Sequence[str] = (),
-               metrics: Sequence[str] = (), kernel_name: Optional[str] = None, kernel_id: Optional[str] = None,
-               launch_skip: Optional[int] = None, launch_count: Optional[int] = None,
-               nvtx_include: Sequence[str] = (), nvtx_exclude: Sequence[str] = (), cache_control: str = "all",
-               clock_control: str = "none", profile_from_start: bool = True,
-               target_processes: str = "all", replay_mode: Optional[str] = None,
-               overwrite: bool = False) -> list[str]:
+def build_argv(ncu: str, req: RunNcuRequest, report: Path, log: Path, arch: Optional[str] = None) -> list[str]:
     """The ncu argument list (no shell): report + log always, then collection, filters, the target."""
-    if not target:
-        raise InputError("no target: give the command to profile after --", hint="e.g. -- python bench.py")
     argv = [ncu, "-o", str(report), "--log-file", str(log)]
-    if overwrite:
+    if req.overwrite:
         argv.append("-f")
-    argv += ["--cache-control", cache_control, "--clock-control", clock_control,
-             "--target-processes", target_processes]
-    if replay_mode:
-        argv += ["--replay-mode", replay_mode]
-    if not profile_from_start:
+    argv += ["--cache-control", req.cache_control, "--clock-control", req.clock_control,
+             "--target-processes", req.target_processes]
+    if req.replay_mode:
+        argv += ["--replay-mode", req.replay_mode]
+    if not req.profile_from_start:
         argv += ["--profile-from-start", "off"]
-    if set_name:
-        argv += ["--set", set_name]
-    secs: list[str] = []
-    mets: list[str] = []
-    if metric_set == "classify":
-        secs += list(cat.DEFAULT_SECTIONS)
-        mets += cat.collect_names(arch)
-    elif metric_set == "minimal":
-        mets += cat.minimal_names()
-    elif metric_set != "none":
-        raise InputError(f"metric_set={metric_set!r} is not one of classify, minimal, none")
-    for s in list(sections):
-        if s not in secs:
-            secs.append(s)
-    for m in metrics:
-        for part in str(m).split(","):
-            if part.strip() and part.strip() not in mets:
-                mets.append(part.strip())
+    if req.set_name:
+        argv += ["--set", req.set_name]
+    secs, mets = _collection(req, arch)
     for s in secs:
         argv += ["--section", s]
     if mets:
         argv += ["--metrics", ",".join(mets)]
-    if kernel_name:
-        argv += ["--kernel-name", kernel_name]
-    if kernel_id:
-        argv += ["--kernel-id", kernel_id]
-    if launch_skip is not None:
-        argv += ["--launch-skip", str(int(launch_skip))]
-    if launch_count is not None:
-        argv += ["--launch-count", str(int(launch_count))]
-    if nvtx_include or nvtx_exclude:
+    if req.kernel_name:
+        argv += ["--kernel-name", req.kernel_name]
+    if req.kernel_id:
+        argv += ["--kernel-id", req.kernel_id]
+    if req.launch_skip is not None:
+        argv += ["--launch-skip", str(int(req.launch_skip))]
+    if req.launch_count is not None:
+        argv += ["--launch-count", str(int(req.launch_count))]
+    if req.nvtx_include or req.nvtx_exclude:
         argv.append("--nvtx")
-        for x in nvtx_include:
+        for x in req.nvtx_include or ():
             argv += ["--nvtx-include", x]
-        for x in nvtx_exclude:
+        for x in req.nvtx_exclude or ():
             argv += ["--nvtx-exclude", x]
-    return argv + list(target)
+    return argv + list(req.target)
+
+
+def _collection(req: RunNcuRequest, arch: Optional[str]) -> tuple[list[str], list[str]]:
+    """The sections and metrics to collect: the named metric set's, then the extra ones asked for."""
+    secs: list[str] = []
+    mets: list[str] = []
+    if req.metric_set == "classify":
+        secs += list(cat.DEFAULT_SECTIONS)
+        mets += cat.collect_names(arch)
+    elif req.metric_set == "minimal":
+        mets += cat.minimal_names()
+    for s in req.sections or ():
+        if s not in secs:
+            secs.append(s)
+    for m in req.metrics or ():
+        for part in str(m).split(","):
+            if part.strip() and part.strip() not in mets:
+                mets.append(part.strip())
+    return secs, mets
 
 
 def _tail(text: str, n: int = 15) -> str:
@@ -212,75 +209,38 @@ def diagnose(log_text: str, rc: Optional[int], n_profiled: int, filters: str,
     return None
 
 
-def run_ncu(target: list[str], report: str = "kernelscope_ncu", ncu: Optional[str] = None,
-            repro_op: Optional[str] = None, metric_set: str = "classify", set_name: Optional[str] = None,
-            sections: Optional[list[str]] = None,
-            metrics: Optional[list[str]] = None, kernel_name: Optional[str] = None, kernel_id: Optional[str] = None,
-            launch_skip: Optional[int] = None, launch_count: Optional[int] = None,
-            nvtx_include: Optional[list[str]] = None, nvtx_exclude: Optional[list[str]] = None,
-            cache_control: str = "all", clock_control: str = "none", profile_from_start: bool = True,
-            target_processes: str = "all", replay_mode: Optional[str] = None, overwrite: bool = False,
-            timeout_s: float = 600.0, cwd: Optional[str] = None, parse: bool = True,
-            progress: Optional[ProgressFn] = None) -> NcuRun:
+@engine(RunNcuRequest)
+def run_ncu(req: RunNcuRequest, progress: Optional[ProgressFn] = None) -> NcuRun:
     """Profile ``target`` with ncu into a report, a log and a sidecar; parse the report when asked.
 
     A target that is one make_repro directory profiles one of its ops (``repro_op``, default op0): the target
     becomes the replay of that op alone and the kernel filter its NVTX range (``replay_dir``)."""
     from mcp_server.core import proc
-    from mcp_server.core.atomic import atomic_write_text, check_output_path
-    from mcp_server.core.replay_dir import repro_target
+    from mcp_server.core.atomic import atomic_write_text
 
-    if timeout_s <= 0:
-        raise InputError(f"timeout_s={timeout_s} must be positive")
-    replay = repro_target(target, repro_op, cwd)
+    replay = repro_target(req.target, req.repro_op, req.cwd)
     if replay is not None:
-        if nvtx_include:
-            raise InputError(f"nvtx_include is set by the repro target (the range {replay.nvtx_include} of "
-                             f"{replay.op}): leave it out", hint="narrow further with kernel_name or launch_count")
-        target, nvtx_include = list(replay.argv), [replay.nvtx_include]
-    exe = find_ncu(ncu)
-    rep, log, side, app = report_paths(report)
-    check_output_path(rep, "ncu report")
-    if rep.exists() and not overwrite:
-        raise InputError("report exists", path=rep, hint="pass overwrite=true (--overwrite) or another --report")
-    for stale in (log,):
-        if stale.exists():
-            stale.unlink()
+        req = _replay_request(req, replay)
+    exe = find_ncu(req.ncu)
+    rep, log, side, app = _outputs(req)
     version = ncu_version(exe)
     gpu = gpu_info()
-    arch = cat.arch_of(gpu.get("cc"))
-    argv = build_argv(exe, target, rep, log, metric_set=metric_set, arch=arch, set_name=set_name,
-                      sections=sections or (), metrics=metrics or (), kernel_name=kernel_name, kernel_id=kernel_id,
-                      launch_skip=launch_skip, launch_count=launch_count, nvtx_include=nvtx_include or (),
-                      nvtx_exclude=nvtx_exclude or (), cache_control=cache_control, clock_control=clock_control,
-                      profile_from_start=profile_from_start, target_processes=target_processes,
-                      replay_mode=replay_mode, overwrite=overwrite)
-    count = 0
-
-    def on_line(line: str) -> None:
-        nonlocal count
-        if line.startswith("==PROF==") and "Profiling" in line:
-            count += 1
-            if progress is not None:
-                m = re.search(r'Profiling "([^"]*)"', line)
-                progress(count, float(launch_count) if launch_count else None,
-                         f"profiled {count}: {m.group(1) if m else 'kernel'}")
-
+    argv = build_argv(exe, req, rep, log, arch=cat.arch_of(gpu.get("cc")))
+    watch = _Watch(req.launch_count, progress)
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
     try:
-        res = proc.run_watched(argv, timeout=timeout_s, watch=log, on_line=on_line, cwd=cwd)
+        res = proc.run_watched(argv, timeout=req.timeout_s, watch=log, on_line=watch.line, cwd=req.cwd)
     except FileNotFoundError as exc:
         raise NcuNotFoundError(f"cannot start {exe}: {exc}") from None
     wall = time.monotonic() - t0
+    count = watch.count
     log_text = log.read_text(errors="replace") if log.is_file() else ""
     atomic_write_text(app, res.stdout + ("\n" if res.stdout and res.stderr else "") + res.stderr, "application output")
-    filters = ", ".join(f"{k}={v}" for k, v in (("kernel_name", kernel_name), ("kernel_id", kernel_id),
-                                                 ("launch_skip", launch_skip), ("launch_count", launch_count),
-                                                 ("nvtx_include", nvtx_include), ("nvtx_exclude", nvtx_exclude)) if v)
+    filters = _filters(req)
     sidecar = {
-        "kernelscope_ncu_sidecar": 1, "argv": argv, "target": list(target), "ncu": exe, "ncu_version": version,
-        "cache_control": cache_control, "clock_control": clock_control, "gpu": gpu, "started": started,
+        "kernelscope_ncu_sidecar": 1, "argv": argv, "target": list(req.target), "ncu": exe, "ncu_version": version,
+        "cache_control": req.cache_control, "clock_control": req.clock_control, "gpu": gpu, "started": started,
         "wall_s": round(wall, 3), "rc": res.rc, "timed_out": res.timed_out, "kernels_profiled": count,
         "filters": filters or None, "kernelscope": __version__,
     }
@@ -288,11 +248,10 @@ def run_ncu(target: list[str], report: str = "kernelscope_ncu", ncu: Optional[st
         sidecar["repro"] = {"dir": str(replay.directory), "op": replay.op, "name": replay.name}
     atomic_write_text(side, json.dumps(sidecar, indent=1) + "\n", "ncu sidecar")
     if res.timed_out:
-        raise NcuTimeoutError(f"ncu ran past timeout_s={timeout_s:g} s after {count} profiled kernel(s); the process "
-                              f"group was killed and the partial report is not parsed", path=rep,
+        raise NcuTimeoutError(f"ncu ran past timeout_s={req.timeout_s:g} s after {count} profiled kernel(s); the "
+                              f"process group was killed and the partial report is not parsed", path=rep,
                               hint="raise timeout_s, or narrow with --kernel-name/--launch-count")
-    combined = log_text + "\n" + res.stderr
-    err = diagnose(combined, res.rc, count, filters, rep)
+    err = diagnose(log_text + "\n" + res.stderr, res.rc, count, filters, rep)
     if err is not None:
         raise err
     warnings: list[Warning_] = []
@@ -302,16 +261,65 @@ def run_ncu(target: list[str], report: str = "kernelscope_ncu", ncu: Optional[st
     if not rep.is_file():
         raise NcuNoKernelsError(f"ncu wrote no report ({count} kernels counted); log tail: {_tail(log_text, 5)}",
                                 path=rep)
-    profile = None
-    if parse:
-        from mcp_server.ncu.parse import parse_ncu
-
-        try:
-            profile = parse_ncu(str(rep))
-        except ToolMissingError as exc:
-            warnings.append(_warn("report_not_parsed", str(exc)))
+    profile = _parsed(rep, warnings) if req.parse else None
     return NcuRun(report=str(rep), log=str(log), sidecar=str(side), app_output=str(app), argv=argv, ncu=exe,
                   replay=None if replay is None else f"{replay.directory} {replay.op} ({replay.name})",
-                  ncu_version=version, cache_control=cache_control, clock_control=clock_control,
+                  ncu_version=version, cache_control=req.cache_control, clock_control=req.clock_control,
                   gpu=gpu.get("name"), kernels_profiled=count, target_rc=res.rc, wall_s=round(wall, 3),
                   profile=profile, warnings=warnings)
+
+
+def _replay_request(req: RunNcuRequest, replay: ReproTarget) -> RunNcuRequest:
+    """The request with a repro directory's op as the target: its replay alone, its NVTX range the filter."""
+    if req.nvtx_include:
+        raise InputError(f"nvtx_include is set by the repro target (the range {replay.nvtx_include} of "
+                         f"{replay.op}): leave it out", hint="narrow further with kernel_name or launch_count")
+    return req.model_copy(update={"target": list(replay.argv), "nvtx_include": [replay.nvtx_include]})
+
+
+def _outputs(req: RunNcuRequest) -> tuple[Path, Path, Path, Path]:
+    """The report, log, sidecar and application-output paths, checked; a stale log removed."""
+    from mcp_server.core.atomic import check_output_path
+
+    rep, log, side, app = report_paths(req.report)
+    check_output_path(rep, "ncu report")
+    if rep.exists() and not req.overwrite:
+        raise InputError("report exists", path=rep, hint="pass overwrite=true (--overwrite) or another --report")
+    if log.exists():
+        log.unlink()
+    return rep, log, side, app
+
+
+class _Watch:
+    """Counts the ``==PROF== Profiling`` lines of the log as ncu writes them, reporting each as progress."""
+
+    def __init__(self, launch_count: Optional[int], progress: Optional[ProgressFn]):
+        self.count = 0
+        self.total = float(launch_count) if launch_count else None
+        self.progress = progress
+
+    def line(self, line: str) -> None:
+        if line.startswith("==PROF==") and "Profiling" in line:
+            self.count += 1
+            if self.progress is not None:
+                m = re.search(r'Profiling "([^"]*)"', line)
+                self.progress(self.count, self.total, f"profiled {self.count}: {m.group(1) if m else 'kernel'}")
+
+
+def _filters(req: RunNcuRequest) -> str:
+    """The kernel filters given, as the sidecar and the no-kernels error name them."""
+    return ", ".join(f"{k}={v}" for k, v in (("kernel_name", req.kernel_name), ("kernel_id", req.kernel_id),
+                                             ("launch_skip", req.launch_skip), ("launch_count", req.launch_count),
+                                             ("nvtx_include", req.nvtx_include), ("nvtx_exclude", req.nvtx_exclude))
+                     if v)
+
+
+def _parsed(rep: Path, warnings: list[Warning_]) -> Optional[NcuProfile]:
+    """The report parsed into per-kernel profiles; None (with a warning) where ncu-report is not installed."""
+    from mcp_server.ncu.parse import parse_ncu
+
+    try:
+        return parse_ncu(str(rep))
+    except ToolMissingError as exc:
+        warnings.append(_warn("report_not_parsed", str(exc)))
+        return None

@@ -12,12 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from mcp_server.core.errors import InputError
+from mcp_server.core.operation import engine
 from mcp_server.ncu.classify import classify_bottleneck
 from mcp_server.ncu.models import Classification, ClassifiedKernel, Ranked, Selection
 from mcp_server.ncu.parse import _warn
-
-MIN_SHARE = 0.05
+from mcp_server.ncu.requests import SelectRequest
 
 QUANT = "weight quantization (fewer bytes per weight)"
 
@@ -76,7 +75,7 @@ def change_kinds(k: ClassifiedKernel) -> tuple[list[str], list[str]]:
     return fits, nope
 
 
-def rank(c: Classification, min_share: float = MIN_SHARE) -> tuple[Optional[ClassifiedKernel], list[Ranked]]:
+def rank(c: Classification, min_share: float) -> tuple[Optional[ClassifiedKernel], list[Ranked]]:
     rows: list[Ranked] = []
     scored: list[tuple[float, ClassifiedKernel]] = []
     for k in c.kernels:
@@ -104,13 +103,11 @@ def rank(c: Classification, min_share: float = MIN_SHARE) -> tuple[Optional[Clas
     return best, rows
 
 
-def select_candidate(path: str, gpu: Optional[str] = None, cache_control: Optional[str] = None,
-                     min_share: float = MIN_SHARE, md_path: Optional[str] = None,
-                     png_path: Optional[str] = None) -> Selection:
+@engine(SelectRequest)
+def select_candidate(req: SelectRequest) -> Selection:
     """Classify the kernels of a profile and pick the one worth work."""
-    if not 0.0 <= min_share < 1.0:
-        raise InputError(f"min_share={min_share} must be in [0, 1)", hint="e.g. 0.05 for 5 % of kernel time")
-    c = classify_bottleneck(path, gpu=gpu, cache_control=cache_control)
+    min_share, md_path, png_path = req.min_share, req.md_path, req.png_path
+    c = classify_bottleneck(req.path, gpu=req.gpu, cache_control=req.cache_control)
     best, rows = rank(c, min_share)
     warnings = list(c.warnings)
     fits: list[str] = []

@@ -20,6 +20,7 @@ from mcp_server.core.atomic import atomic_write_text
 from mcp_server.core.envvars import env
 from mcp_server.core.errors import ToolMissingError
 from mcp_server.core.models import Warning_
+from mcp_server.core.operation import engine
 from mcp_server.core.paths import PACKAGE_DIR
 from mcp_server.core.vocab import ProgressFn, WarningCode
 from mcp_server.validate import stats
@@ -37,6 +38,7 @@ from mcp_server.validate.models import (
     Timing,
     ValidationResult,
 )
+from mcp_server.validate.requests import ValidateRequest
 from mcp_server.validate.spec import Spec, eval_expr, load_spec
 
 #: Checks whose failure means the spec (inputs, tolerance) is unusable, not that the candidate is wrong.
@@ -48,27 +50,12 @@ _FLOPS_KEY = {"bfloat16": "bf16_tflops", "float16": "fp16_tflops", "float32": "f
               "float64": "fp64_tflops"}
 
 
-def validate_candidate(spec_path: str | None = None, baseline: str | None = None,
-                       candidate: str | None = None, inputs: str | None = None,
-                       shapes: list[dict[str, Any]] | None = None, dtype: str | None = None,
-                       device: str | None = None, rtol: float | None = None, atol: float | None = None,
-                       min_gain: float | None = None, time_budget_s: float | None = None,
-                       mode: str | None = None, cache: str | None = None, seeds: int | None = None,
-                       seed: int | None = None, confidence: float | None = None,
-                       ci_half_width: float | None = None, min_rounds: int | None = None,
-                       max_rounds: int | None = None, graphs: str | None = None,
-                       flops: str | None = None, bytes: str | None = None,
-                       other_cache: bool | None = None, threads: int | None = None, timeout_s: float | None = None,
-                       progress: ProgressFn | None = None) -> ValidationResult:
+@engine(ValidateRequest)
+def validate_candidate(req: ValidateRequest, progress: ProgressFn | None = None) -> ValidationResult:
     """Accept the candidate only when it is correct on fresh inputs and faster with confidence."""
-    overrides = dict(baseline=baseline, candidate=candidate, inputs=inputs, shapes=shapes, dtype=dtype,
-                     device=device, rtol=rtol, atol=atol, min_gain=min_gain, time_budget_s=time_budget_s,
-                     mode=mode, cache=cache, seeds=seeds, seed=seed, confidence=confidence,
-                     ci_half_width=ci_half_width, min_rounds=min_rounds, max_rounds=max_rounds,
-                     graphs=graphs, flops=flops, bytes=bytes, other_cache=other_cache,
-                     threads=threads)
-    spec = load_spec(spec_path, overrides)
-    limit = float(timeout_s) if timeout_s is not None else 2 * spec.time_budget_s + 120
+    overrides = req.model_dump(exclude={"spec_path", "timeout_s"})
+    spec = load_spec(req.spec_path, overrides)
+    limit = float(req.timeout_s) if req.timeout_s is not None else 2 * spec.time_budget_s + 120
     return run_spec(spec, timeout_s=limit, progress=progress)
 
 

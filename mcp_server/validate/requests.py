@@ -1,28 +1,32 @@
-"""Request model of validate_candidate: a spec file path and/or the spec's fields as overrides."""
+"""Request model of validate_candidate: a spec file path and/or the spec's fields as overrides.
+
+Function references (``path/to/file.py:function``) take the path bound; ``flops`` and ``bytes`` too, so that
+an expression over spec.EXPR_CHARS still gets the spec's own message naming its bound."""
 from __future__ import annotations
 
 from typing import Any, Literal
 
 from pydantic import Field
 
+from mcp_server.core.argbounds import NameArg, PathArg
 from mcp_server.core.operation import Request
 
 
 class ValidateRequest(Request):
-    spec_path: str | None = Field(None, description=(
+    spec_path: PathArg | None = Field(None, description=(
         "TOML spec file (baseline, candidate, inputs, shapes, dtype, device, ...); paths inside it are "
         "relative to the file. Every other field overrides the file's value when given"))
-    baseline: str | None = Field(None, description="'path/to/base.py:function' or 'package.module:function'")
-    candidate: str | None = Field(None, description="the function to judge, same forms as baseline (not needed "
+    baseline: PathArg | None = Field(None, description="'path/to/base.py:function' or 'package.module:function'")
+    candidate: PathArg | None = Field(None, description="the function to judge, same forms as baseline (not needed "
                                                     "with mode='aa')")
-    inputs: str | None = Field(None, description=(
+    inputs: PathArg | None = Field(None, description=(
         "make_inputs(shape: dict, dtype: torch.dtype, device: str, seed: int) -> tuple of tensors; "
         "must return random data that changes with the seed"))
     shapes: list[dict[str, Any]] | None = Field(None, description="shapes passed to make_inputs, e.g. "
                                                                   "[{\"M\": 1, \"K\": 128, \"N\": 512}]")
     dtype: Literal["float16", "bfloat16", "float32", "float64"] | None = Field(
         None, description="dtype of the inputs and the required output dtype (default bfloat16)")
-    device: str | None = Field(None, description="'cuda' (default), 'cuda:N' or 'cpu' (same checks, CPU timers)")
+    device: NameArg | None = Field(None, description="'cuda' (default), 'cuda:N' or 'cpu' (same checks, CPU timers)")
     rtol: float | None = Field(None, ge=0, description="relative tolerance (default per dtype: bf16 1.6e-2, "
                                                        "fp16 2e-3, fp32 1e-4, fp64 1e-7)")
     atol: float | None = Field(None, ge=0, description="absolute tolerance (default per dtype: bf16 1e-2, "
@@ -47,9 +51,9 @@ class ValidateRequest(Request):
     graphs: Literal["auto", "on", "off"] | None = Field(None, description=(
         "CUDA graphs for the timed batches: auto (default) uses them for calls under 200 us when both "
         "functions can be captured and a replay is > 3 % faster than a launch loop (launch-bound calls)"))
-    flops: str | None = Field(None, description="FLOPs per call as arithmetic over the shape keys, e.g. "
+    flops: PathArg | None = Field(None, description="FLOPs per call as arithmetic over the shape keys, e.g. "
                                                 "'2*M*N*K'; enables the compute roofline check")
-    bytes: str | None = Field(None, description="minimum DRAM bytes per call over the shape keys ('elem' = bytes "
+    bytes: PathArg | None = Field(None, description="minimum DRAM bytes per call over the shape keys ('elem' = bytes "
                                                 "per element), e.g. '(M*K + K*N + M*N)*elem'; makes the "
                                                 "roofline check decide")
     other_cache: bool | None = Field(None, description="also measure the other cache mode (default true)")
