@@ -223,3 +223,45 @@ def test_output_dir_rules(tmp_path, monkeypatch):
     again, forced = anyio.run(go)
     assert again.is_error and "overwrite=true" in again.content[0].text
     assert not forced.is_error
+
+
+HF_DECODE = Path(__file__).resolve().parents[1] / "examples" / "repro_hf_decode" / "traces"
+
+
+def test_hf_decode_attention_rebuilt_as_recorded(tmp_path):
+    """The worked example's trace (transformers' LlamaForCausalLM, eager attention, decode batch 8, KV 2052):
+    the attention block's slowest ops are repeat_kv's copy (an expanded, stride-0 source) and the two M = 1
+    bmm; their arguments are those of the raw events, and the in-place copy gets no spec."""
+    trace = HF_DECODE / "hf_decode_eager.json.gz"
+    res = make_repro(str(trace), str(tmp_path / "attn"), module="LlamaAttention", top=10)
+    assert res.coverage_pct >= 85.0 and {o.name for o in res.not_rebuilt} == {"aten::cat"}  # the DynamicCache
+    copy, bmm1, bmm2 = res.ops[:3]
+    assert copy.name == "aten::copy_" and copy.calls == 16 and not copy.spec  # K and V of 8 layers
+    assert copy.args[1].shape == [8, 8, 4, 2052, 64] and copy.args[1].stride[2] == 0  # expand(): the 4 repeats
+    raw = _raw_ops(trace)
+    for o in (bmm1, bmm2):
+        assert o.name == "aten::bmm" and o.calls == 8 and o.spec == f"spec_{o.id}.toml"
+        rec = [e["args"] for e in raw if e["name"] == "aten::bmm"
+               and e["args"]["Input Dims"] == [a.shape for a in o.args]]
+        assert len(rec) == 8 and all(r["Input Strides"] == [a.stride for a in o.args] for r in rec)
+    qk = next(o for o in (bmm1, bmm2) if o.args[0].shape == [256, 1, 64])
+    assert qk.args[1].shape == [256, 64, 2052] and qk.args[1].stride == [131328, 1, 64]  # K^T: a transposed view
+    assert res.spec.endswith("spec.toml") and (tmp_path / "attn" / "spec.toml").read_text() == \
+        (tmp_path / "attn" / f"spec_{bmm1.id}.toml").read_text()
+
+
+def test_replay_builds_wrapped_numbers_on_the_cpu_and_writes_inf(tmp_path):
+    """A Python number given to a tensor op is recorded as a 0-dim double tensor (``variance + eps`` in the
+    RMSNorm): the replay keeps it a CPU scalar, as the model had it, whatever the device; recorded -inf scalars
+    (masked_fill) are valid Python in repro.py."""
+    torch = pytest.importorskip("torch")
+    res = make_repro(str(TRACES / "dsv3_prefill.json.gz"), str(tmp_path / "d"), top=200)
+    mod = _load(tmp_path / "d" / "repro.py")
+    add = next(o for o in res.ops if o.name == "aten::add"
+               and any(a.kind == "tensor" and a.shape == [] and a.dtype == "float64" for a in o.args))
+    args = mod.make_inputs({"op": add.id}, torch.bfloat16, "meta", 0)
+    assert [str(a.device) for a in args if isinstance(a, torch.Tensor)] == ["meta", "cpu"]
+    assert args[1].dtype == torch.float64  # not replaced by the spec's dtype
+    assert getattr(mod, add.id)(*args).device.type == "meta"
+    fill = next(o for o in res.ops if any(a.kind == "scalar" and a.value == float("-inf") for a in o.args))
+    assert getattr(mod, fill.id)(*mod.make_inputs({"op": fill.id}, None, "cpu", 0)) is not None

@@ -70,9 +70,15 @@ class ReplayTiming(Model):
         "kernel time per call in the replay (profiler device time, warm), median"))
     replay_warm_us: Optional[float] = Field(default=None, description="CUDA-event wall time per call, warm, median")
     replay_cold_us: Optional[float] = Field(default=None, description=(
-        "CUDA-event wall time per call with inputs rotated past the L2, median"))
-    ratio: Optional[float] = Field(default=None, description="replay kernel time / trace kernel time")
-    within_band: Optional[bool] = Field(default=None, description="ratio within [0.8, 1.25]")
+        "CUDA-event wall time per call with the L2 flushed before each call, median"))
+    replay_kernel_cold_us: Optional[float] = Field(default=None, description=(
+        "kernel time per call in the replay with the L2 flushed before each call (profiler device time)"))
+    ratio: Optional[float] = Field(default=None, description="replay kernel time (warm) / trace kernel time")
+    ratio_cold: Optional[float] = Field(default=None, description="replay kernel time (cold) / trace kernel time")
+    within_band: Optional[bool] = Field(default=None, description=(
+        "the warm or the cold replay kernel time within [0.8, 1.25] of the trace's (the trace's cache state is "
+        "not recorded; band names which)"))
+    band: str = Field(default="", description="warm, cold or '' (neither): which replay matched the trace")
     kernels: list[str] = Field(default_factory=list, description="kernels the replay launched")
     error: str = ""
 

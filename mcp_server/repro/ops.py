@@ -26,9 +26,9 @@ OPERATIONS = [
         tool="run_repro", verb="repro run", title="Time a replay against its trace",
         help="time each replayed op (warm and cold) beside the trace's kernel time (GPU)",
         description=(
-            "Run a make_repro directory's repro.py: per op the replay's kernel time (profiler, warm) and CUDA-event "
-            "wall time warm and cold (inputs rotated past the L2), beside the trace's kernel time per call, with "
-            "the ratio and a replay_differs warning outside 0.8-1.25x. Progress per op."),
+            "Run a make_repro directory's repro.py: per op the replay's kernel time (profiler) and CUDA-event wall "
+            "time, warm and cold (the L2 flushed before each call), beside the trace's kernel time per call, with "
+            "the ratios and a replay_differs warning when neither is within 0.8-1.25x. Progress per op."),
         request=RunReproRequest, result=RunReproResult,
         engine="mcp_server.repro.run:run_repro", render="mcp_server.repro.render:render_run",
         hints=EXECUTES_CODE, positional=("output_dir",), progress=True,  # runs the directory's repro.py

@@ -43,15 +43,17 @@ def render_make(res: MakeReproResult, console: Console, request: object = None) 
 def render_run(res: RunReproResult, console: Console, request: object = None) -> None:
     c = console
     _warnings(c, res.warnings)
-    t = TextTable([Col("id", justify="left"), Col("op", "name", min_width=16), Col("trace"), Col("replay"),
-                   Col("warm"), Col("cold"), Col("ratio")],
+    t = TextTable([Col("id", justify="left"), Col("op", "name", min_width=16), Col("trace"), Col("kernel"),
+                   Col("kernel cold"), Col("wall"), Col("wall cold"), Col("ratio")],
                   title=f"replay on {escape(res.device)} vs trace (us per call)", title_justify="left")
 
     def f(x: object) -> str:
         return f"{x:,.2f}" if isinstance(x, (int, float)) else "-"
 
     for o in res.ops:
-        t.add_row(escape(o.id), o.name, f(o.trace_us), f(o.replay_kernel_us), f(o.replay_warm_us),
-                  f(o.replay_cold_us), (f"{o.ratio:.2f}x" if o.ratio else escape(o.error[:30]) or "-"))
+        ratio = (f"{o.ratio:.2f}x" + (f" / {o.ratio_cold:.2f}x" if o.ratio_cold else "")) if o.ratio else ""
+        t.add_row(escape(o.id), o.name, f(o.trace_us), f(o.replay_kernel_us), f(o.replay_kernel_cold_us),
+                  f(o.replay_warm_us), f(o.replay_cold_us), ratio or escape(o.error[:30]) or "-")
     t.print(c)
-    c.print(f"{res.within_band_pct:.1f} % of the replayed trace time is within 20 % of the trace")
+    c.print(f"{res.within_band_pct:.1f} % of the replayed trace time is within 20 % of the trace (warm or cold; "
+            "ratio = warm / cold kernel time over the trace's)")

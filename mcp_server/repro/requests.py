@@ -36,4 +36,4 @@ class RunReproRequest(SizedRequest):
     timeout_s: float = Field(default=600.0, gt=0, le=86400, description=(
         "Time limit for the whole replay; on expiry the process group is killed"))
     cache: Literal["both", "warm", "cold"] = Field(default="both", description=(
-        "warm: the same inputs every call; cold: inputs rotated past the L2 cache; both"))
+        "warm: the same inputs every call; cold: the L2 flushed before each call; both"))

@@ -80,18 +80,23 @@ def summarize(d: Path, doc: dict, data: dict, device: str) -> RunReproResult:
                          replay_cold_us=r.get("replay_cold_us"), kernels=r.get("kernels", [])[:8],
                          error=r.get("error", ""))
         got = t.replay_kernel_us if t.replay_kernel_us is not None else t.replay_warm_us
+        cold = t.replay_kernel_cold_us = r.get("replay_kernel_cold_us")
         if t.error:
             warnings.append(Warning_(code=WarningCode.replay_failed, message=f"{t.id} ({t.name}): {t.error}"))
         elif got and t.trace_us > 0 and device != "cpu":  # a CPU replay times other hardware: no ratio
             t.ratio = round(got / t.trace_us, 4)
-            t.within_band = BAND[0] <= t.ratio <= BAND[1]
+            t.ratio_cold = round(cold / t.trace_us, 4) if cold else None
+            t.band = ("warm" if BAND[0] <= t.ratio <= BAND[1] else
+                      "cold" if t.ratio_cold is not None and BAND[0] <= t.ratio_cold <= BAND[1] else "")
+            t.within_band = bool(t.band)
             if not t.within_band:
                 why = ("launch-bound: the op's kernels are shorter than the launch overhead"
                        if t.trace_us < 5 and t.replay_kernel_us is None else
-                       "a different library or kernel choice (compare `kernels` with the trace's), a different "
-                       "cache state (the model's neighbours warm or evict the inputs), or different clocks")
+                       "a different library or kernel choice (compare `kernels` with the trace's), a cache state "
+                       "neither warm nor cold reproduces (the model's neighbours), or different clocks")
+                cold_txt = f", cold {cold:.2f} us ({t.ratio_cold:.2f}x)" if cold and t.ratio_cold else ""
                 warnings.append(Warning_(code=WarningCode.replay_differs, message=(
-                    f"{t.id} ({t.name}): replay {got:.2f} us vs trace {t.trace_us:.2f} us per call "
+                    f"{t.id} ({t.name}): replay {got:.2f} us{cold_txt} vs trace {t.trace_us:.2f} us per call "
                     f"({t.ratio:.2f}x): {why}")))
         rows.append(t)
     replayed = sum(t.trace_us * calls.get(t.id, 1) for t in rows)
