@@ -265,3 +265,26 @@ def test_replay_builds_wrapped_numbers_on_the_cpu_and_writes_inf(tmp_path):
     assert getattr(mod, add.id)(*args).device.type == "meta"
     fill = next(o for o in res.ops if any(a.kind == "scalar" and a.value == float("-inf") for a in o.args))
     assert getattr(mod, fill.id)(*mod.make_inputs({"op": fill.id}, None, "cpu", 0)) is not None
+
+
+def test_band_from_the_h200_replay_of_dsv3(tmp_path):
+    """run_repro's band on the H200's answer for dsv3 (bench/results/repro_h200): an op is in the band when its
+    warm or its cold (L2 flushed) kernel time is within 20 % of the trace; the wrapped-number add runs the
+    trace's own kernel."""
+    from mcp_server.repro.run import summarize
+
+    root = Path(__file__).resolve().parents[1]
+    answer = json.loads((root / "bench" / "results" / "repro_h200" / "replay_dsv3_prefill.json").read_text())
+    make_repro(str(TRACES / "dsv3_prefill.json.gz"), str(tmp_path / "d"), top=30)
+    doc = json.loads((tmp_path / "d" / "ops.json").read_text())
+    res = summarize(tmp_path / "d", doc, answer, "cuda")
+    assert res.within_band_pct == pytest.approx(answer["within_band_pct"]) and res.within_band_pct >= 80.0
+    by = {o.id: o for o in res.ops}
+    soft = next(o for o in res.ops if o.name == "aten::_softmax")
+    assert soft.ratio < 0.8 and 0.8 <= soft.ratio_cold <= 1.25 and soft.band == "cold" and soft.within_band
+    out = [o for o in res.ops if not o.within_band]
+    assert out and all(o.ratio < 0.8 and o.ratio_cold > 1.25 for o in out)  # between warm and cold
+    assert {w.message.split(" ", 1)[0] for w in res.warnings} == {o.id for o in out}
+    add = next(o for o in doc["ops"] if o["name"] == "aten::add" and any(
+        a["kind"] == "tensor" and a.get("shape") == [] and a.get("dtype") == "float64" for a in o["args"]))
+    assert by[add["id"]].kernels[0] == add["kernels"][0]["name"] and by[add["id"]].within_band

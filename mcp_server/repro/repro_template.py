@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# ruff: noqa: E501  (generated: OPS holds the recorded kernel names, which are long)
 """Replay of ops recorded in a PyTorch-profiler trace, written by `kernelscope repro` (torch only).
 
     python repro.py                          time every op, warm and cold; print trace vs replay
@@ -215,7 +216,7 @@ def time_op(op_id: str, device: str, iters: int, cache: str, nvtx: bool) -> dict
         return res
     torch.cuda.synchronize()
 
-    flush = None
+    flush: Any = None
     if cache in ("both", "cold"):  # written before each cold call: evicts the L2 (inputs, outputs, whatever was there)
         l2 = getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 64 << 20)
         flush = torch.empty(max(2 * int(l2), 1 << 22) // 4, dtype=torch.float32, device=device)
