@@ -12,7 +12,7 @@ else
   export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1
-ks() { python3 -m mcp_server.cli "$@"; }
+ks() { python3 -m mcp_server.faces.cli "$@"; }  # = kernelscope, without installing the package
 step() { echo "== $(date -u +%T) $*"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$EX/h200/gpu.txt"
 step "1. record the two traces"
