@@ -1,13 +1,14 @@
-"""Typed engines of the ``mla_bench`` and ``l2_sweep`` operations (wrapping ``bench`` / ``l2sweep``)."""
+"""Typed engines of the ``mla_bench``, ``l2_sweep`` and ``decode_gemm`` operations (wrapping ``bench`` /
+``l2sweep`` / ``decode``)."""
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
-from typing import Optional
 
 from mcp_server.core.errors import InputError, ToolMissingError
 from mcp_server.core.models import Warning_
+from mcp_server.core.operation import engine
 from mcp_server.core.vocab import ProgressFn, WarningCode
 from mcp_server.kernels.models import (
     DecodeGemmCheck,
@@ -21,6 +22,7 @@ from mcp_server.kernels.models import (
     MlaRow,
     TargetCheck,
 )
+from mcp_server.kernels.requests import DecodeGemmRequest, L2SweepRequest, MlaBenchRequest
 
 
 def require_gpu(tool: str) -> None:
@@ -42,6 +44,11 @@ def require_gpu(tool: str) -> None:
 def _device(d: dict) -> DeviceInfo:
     return DeviceInfo(name=d["name"], sm_count=d["sm_count"], l2_mb=round(d["l2_bytes"] / 1e6, 2),
                       capability=d["capability"], torch=d["torch"], triton=d["triton"], cuda=d.get("cuda"))
+
+
+def _ints(values: list[int] | str) -> list[int]:
+    """A list field of a request (its validator has made the text form '1,8,64' a list of ints)."""
+    return [int(v) for v in values]
 
 
 def _write_json(path: str, data: dict) -> str:
@@ -73,62 +80,62 @@ def judge_targets(rows: list[dict]) -> list[TargetCheck]:
     return out
 
 
-def mla_bench(model: str = "deepseek-v3", batch=[1, 8, 64], layers=[1, 8, 32], cache: str = "both",  # noqa: B006
-              group: int = 128, check: bool = True, json_path: Optional[str] = None, timeout_s: float = 900.0,
-              cupti: bool = False, progress: Optional[ProgressFn] = None) -> MlaBenchResult:
+@engine(MlaBenchRequest)
+def mla_bench(req: MlaBenchRequest, progress: ProgressFn | None = None) -> MlaBenchResult:
     """Time the model's reconstruction BMMs: cuBLAS BF16 vs INT4 W4A16 vs FP8 W8A16 (see bench.py)."""
     from mcp_server.kernels import bench, configs
 
     require_gpu("mla_bench")
-    cfg = configs.get_model(model)
+    cfg = configs.get_model(req.model)
+    batch, layers = _ints(req.batch), _ints(req.layers)
     bad = [n for n in layers if n > cfg.num_layers]
     if bad:
         raise InputError(f"layers: {bad} exceed {cfg.name}'s {cfg.num_layers} layers")
-    caches = ("warm", "cold") if cache == "both" else (cache,)
+    caches = ("warm", "cold") if req.cache == "both" else (req.cache,)
     try:
-        res = bench.run_mla_bench(model, list(batch), list(layers), caches, group=group, check=check,
-                                  progress=progress, deadline=time.monotonic() + timeout_s, cupti=cupti)
+        res = bench.run_mla_bench(req.model, batch, layers, caches, group=req.group, check=req.check,
+                                  progress=progress, deadline=time.monotonic() + req.timeout_s, cupti=req.cupti)
     except ValueError as exc:   # group / shape checks of the kernels
         raise InputError(f"mla_bench: {exc}") from None
     warnings = []
     if res.get("timed_out"):
         warnings.append(Warning_(code=WarningCode.timeout, message=(
-            f"stopped after {timeout_s:.0f} s: {len(res['rows'])} rows of the requested shapes")))
+            f"stopped after {req.timeout_s:.0f} s: {len(res['rows'])} rows of the requested shapes")))
     result = MlaBenchResult(
-        model=model, device=_device(res["device"]), copy_tbps=round(res["copy_tbps"], 3),
+        model=req.model, device=_device(res["device"]), copy_tbps=round(res["copy_tbps"], 3),
         read_tbps=round(res["read_tbps"], 3) if res.get("read_tbps") else None,
         rows=[MlaRow(**{k: r[k] for k in MlaRow.model_fields if k in r}) for r in res["rows"]],
         checks=[MlaCheck(**c) for c in res["checks"]], targets=judge_targets(res["rows"]), warnings=warnings)
-    if json_path:
-        result.json_path = _write_json(json_path, result.model_dump(mode="json"))
+    if req.json_path:
+        result.json_path = _write_json(req.json_path, result.model_dump(mode="json"))
     return result
 
 
-def l2_sweep(heads=None, batch: int = 1, json_path: Optional[str] = None, png_path: Optional[str] = None,
-             timeout_s: float = 600.0, progress: Optional[ProgressFn] = None) -> L2SweepResult:
+@engine(L2SweepRequest)
+def l2_sweep(req: L2SweepRequest, progress: ProgressFn | None = None) -> L2SweepResult:
     """BF16 / INT4 / FP8 latency against weight bytes across the L2 (see l2sweep.py)."""
     from mcp_server.kernels import l2sweep
 
     require_gpu("l2_sweep")
-    res = l2sweep.run_l2_sweep(tuple(heads) if heads else l2sweep.DEFAULT_HEADS, M=batch, progress=progress,
-                               deadline=time.monotonic() + timeout_s)
+    heads = tuple(_ints(req.heads)) if req.heads else l2sweep.DEFAULT_HEADS
+    res = l2sweep.run_l2_sweep(heads, M=req.batch, progress=progress, deadline=time.monotonic() + req.timeout_s)
     warnings = []
     if res.get("timed_out"):
         warnings.append(Warning_(code=WarningCode.timeout, message=(
-            f"stopped after {timeout_s:.0f} s at {len(res['points'])} sizes")))
+            f"stopped after {req.timeout_s:.0f} s at {len(res['points'])} sizes")))
     result = L2SweepResult(
         device=_device(res["device"]), K=res["shape"]["K"], N=res["shape"]["N"], M=res["shape"]["M"],
         l2_mb=round(res["l2_mb"], 2), effective_l2_mb=res["effective_l2_mb"],
         int4_crossover_mb=res["int4_crossover_mb"], fp8_crossover_mb=res["fp8_crossover_mb"],
         points=[L2Point(**{k: p[k] for k in L2Point.model_fields}) for p in res["points"]], warnings=warnings)
-    if png_path:
+    if req.png_path:
         from mcp_server.core.atomic import atomic_target
 
-        with atomic_target(png_path, what="png_path", suffix=".png") as tmp:
+        with atomic_target(req.png_path, what="png_path", suffix=".png") as tmp:
             l2sweep.plot(res, tmp)
-        result.png_path = str(png_path)
-    if json_path:
-        result.json_path = _write_json(json_path, result.model_dump(mode="json"))
+        result.png_path = req.png_path
+    if req.json_path:
+        result.json_path = _write_json(req.json_path, result.model_dump(mode="json"))
     return result
 
 
@@ -165,21 +172,20 @@ def decode_warnings(rows: list[dict]) -> list[Warning_]:
     return out
 
 
-def decode_gemm(shapes=None, batch=[1, 8, 16], group: int = 128, check: bool = True, cupti: bool = True,  # noqa: B006
-                json_path: Optional[str] = None, timeout_s: float = 600.0,
-                progress: Optional[ProgressFn] = None) -> DecodeGemmResult:
+@engine(DecodeGemmRequest)
+def decode_gemm(req: DecodeGemmRequest, progress: ProgressFn | None = None) -> DecodeGemmResult:
     """Time ordinary Linear layers at decode: cuBLAS BF16 vs tinygemm vs INT4 W4A16 vs FP8 W8A16 (decode.py)."""
     import warnings as _w
 
     from mcp_server.kernels import decode, tuning
 
     require_gpu("decode_gemm")
-    shp = [tuple(s) for s in shapes] if shapes else list(decode.DECODE_SHAPES)
+    shp = [tuple(s) for s in req.shapes] if req.shapes else list(decode.DECODE_SHAPES)
     try:
         with _w.catch_warnings():
             _w.simplefilter("ignore", tuning.UntunedShapeWarning)   # reported as untuned_shape below
-            res = decode.run_decode_bench(shp, list(batch), group=group, check=check, cupti=cupti,
-                                          progress=progress, deadline=time.monotonic() + timeout_s)
+            res = decode.run_decode_bench(shp, _ints(req.batch), group=req.group, check=req.check, cupti=req.cupti,
+                                          progress=progress, deadline=time.monotonic() + req.timeout_s)
     except ValueError as exc:   # group / shape checks of the kernels
         raise InputError(f"decode_gemm: {exc}") from None
     copy = res["copy_tbps"]
@@ -189,12 +195,12 @@ def decode_gemm(shapes=None, batch=[1, 8, 16], group: int = 128, check: bool = T
     warnings = decode_warnings(res["rows"])
     if res.get("timed_out"):
         warnings.append(Warning_(code=WarningCode.timeout, message=(
-            f"stopped after {timeout_s:.0f} s: {len(res['rows'])} rows of the requested shapes")))
+            f"stopped after {req.timeout_s:.0f} s: {len(res['rows'])} rows of the requested shapes")))
     result = DecodeGemmResult(
         device=_device(res["device"]), copy_tbps=round(copy, 3), tinygemm=res["tinygemm"],
         rows=[DecodeGemmRow(**{k: r[k] for k in DecodeGemmRow.model_fields if k in r}) for r in res["rows"]],
         checks=[DecodeGemmCheck(**{k: c[k] for k in DecodeGemmCheck.model_fields}) for c in res["checks"]],
         targets=judge_decode_targets(res["rows"]), warnings=warnings)
-    if json_path:
-        result.json_path = _write_json(json_path, result.model_dump(mode="json"))
+    if req.json_path:
+        result.json_path = _write_json(req.json_path, result.model_dump(mode="json"))
     return result

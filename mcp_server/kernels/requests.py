@@ -1,14 +1,36 @@
 """Request models of the kernels engine's operations (one per operation)."""
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Field, field_validator
+from pydantic import Field, StringConstraints, field_validator
 
+from mcp_server.core.argbounds import LIST_ITEMS, PATH_CHARS, PathArg
 from mcp_server.core.operation import WritesOutputs
+
+#: a list given as comma-separated text ('1,8,64', '4096x4096,7168x2048'), bounded like the event-names text
+ListText = Annotated[str, StringConstraints(max_length=PATH_CHARS)]
+IntList = Annotated[list[int], Field(max_length=LIST_ITEMS)]
+#: K x N pairs
+ShapeList = Annotated[list[Annotated[list[int], Field(min_length=2, max_length=2)]], Field(max_length=LIST_ITEMS)]
+
+
+def _short_text(value, name: str):
+    """``value``; text longer than the bound is refused before it is split."""
+    if isinstance(value, str) and len(value) > PATH_CHARS:
+        raise ValueError(f"{name}: {len(value):,} characters; at most {PATH_CHARS} are accepted")
+    return value
+
+
+def _few(values: list, name: str) -> list:
+    """``values`` unless they are more than a list field holds (given as a list or as text)."""
+    if len(values) > LIST_ITEMS:
+        raise ValueError(f"{name}: {len(values):,} values; at most {LIST_ITEMS} are accepted")
+    return values
 
 
 def _int_list(value, name: str, lo: int, hi: int):
+    value = _short_text(value, name)
     if isinstance(value, str):
         try:
             value = [int(v) for v in value.replace(" ", "").split(",") if v]
@@ -18,6 +40,7 @@ def _int_list(value, name: str, lo: int, hi: int):
         return value
     if not value:
         raise ValueError(f"{name}: give at least one value")
+    _few(value, name)
     bad = [v for v in value if not lo <= int(v) <= hi]
     if bad:
         raise ValueError(f"{name}: {bad} outside {lo}..{hi}")
@@ -27,9 +50,9 @@ def _int_list(value, name: str, lo: int, hi: int):
 class MlaBenchRequest(WritesOutputs):
     model: Literal["deepseek-v3", "deepseek-v2"] = Field(default="deepseek-v3", description=(
         "Model whose absorbed-MLA reconstruction BMMs (W_UK, W_UV) are timed"))
-    batch: Union[list[int], str] = Field(default=[1, 8, 64], description=(
+    batch: Union[IntList, ListText] = Field(default=[1, 8, 64], description=(
         "Decode batch sizes M (1..256), a list or comma-separated, e.g. 1,8,64"))
-    layers: Union[list[int], str] = Field(default=[1, 8, 32], description=(
+    layers: Union[IntList, ListText] = Field(default=[1, 8, 32], description=(
         "Layers stacked into one BMM (1 = one layer, 16 MiB BF16; 8 = 128 MiB; 32 = 512 MiB)"))
     cache: Literal["both", "warm", "cold"] = Field(default="both", description=(
         "warm: one weight set re-read (L2-resident when it fits); cold: weight sets rotated so every launch "
@@ -38,7 +61,7 @@ class MlaBenchRequest(WritesOutputs):
     check: bool = Field(default=True, description="Check correctness on random inputs for the one-layer shapes")
     cupti: bool = Field(default=False, description=(
         "Also time every format by CUPTI kernel durations (torch.profiler), beside the CUDA-graph wall time"))
-    json_path: Optional[str] = Field(default=None, description="Also write the full result as JSON here")
+    json_path: Optional[PathArg] = Field(default=None, description="Also write the full result as JSON here")
     timeout_s: float = Field(default=900.0, gt=0, description=(
         "Stop starting new shapes after this many seconds (rows so far are returned with a 'timeout' warning)"))
 
@@ -54,12 +77,12 @@ class MlaBenchRequest(WritesOutputs):
 
 
 class L2SweepRequest(WritesOutputs):
-    heads: Optional[Union[list[int], str]] = Field(default=None, description=(
+    heads: Optional[Union[IntList, ListText]] = Field(default=None, description=(
         "BMM batch sizes (heads of the 128x512 W_UK matrix, 128 KiB BF16 each); default 32..4096 "
         "(4 MB..537 MB), dense around the L2 size"))
     batch: int = Field(default=1, ge=1, le=256, description="Decode batch M")
-    json_path: Optional[str] = Field(default=None, description="Write the sweep as JSON here")
-    png_path: Optional[str] = Field(default=None, description=(
+    json_path: Optional[PathArg] = Field(default=None, description="Write the sweep as JSON here")
+    png_path: Optional[PathArg] = Field(default=None, description=(
         "Write a PNG (latency and speedup against weight MB, L2 size and measured boundary marked)"))
     timeout_s: float = Field(default=600.0, gt=0, description=(
         "Stop starting new sizes after this many seconds (a 'timeout' warning says so)"))
@@ -71,6 +94,7 @@ class L2SweepRequest(WritesOutputs):
 
 
 def _shape_list(value):
+    value = _short_text(value, "shapes")
     if value is None:
         return value
     items = value.replace(" ", "").split(",") if isinstance(value, str) else list(value)
@@ -95,21 +119,21 @@ def _shape_list(value):
         out.append([K, N])
     if not out:
         raise ValueError("shapes: give at least one KxN")
-    return out
+    return _few(out, "shapes")
 
 
 class DecodeGemmRequest(WritesOutputs):
-    shapes: Optional[Union[list[list[int]], str]] = Field(default=None, description=(
+    shapes: Optional[Union[ShapeList, ListText]] = Field(default=None, description=(
         "Linear shapes KxN (x[M, K] @ W[K, N]), comma-separated, e.g. 4096x4096,7168x2048; default "
         "4096x4096, 8192x8192, 7168x2048, 2048x7168"))
-    batch: Union[list[int], str] = Field(default=[1, 8, 16], description=(
+    batch: Union[IntList, ListText] = Field(default=[1, 8, 16], description=(
         "Decode batch sizes M (1..256), a list or comma-separated"))
     group: int = Field(default=128, description="INT4 group size along K (128: the size tinygemm is also timed with)")
     check: bool = Field(default=True, description=(
         "Check both kernels on quantized real-valued weights against the dequantized reference (and repeatability)"))
     cupti: bool = Field(default=True, description=(
         "Also time every format by CUPTI kernel durations (torch.profiler), beside the CUDA-graph wall time"))
-    json_path: Optional[str] = Field(default=None, description="Also write the full result as JSON here")
+    json_path: Optional[PathArg] = Field(default=None, description="Also write the full result as JSON here")
     timeout_s: float = Field(default=600.0, gt=0, description=(
         "Stop starting new shapes after this many seconds (rows so far are returned with a 'timeout' warning)"))
 
