@@ -2,28 +2,28 @@
 shape of the answer both faces give (docs/ARCHITECTURE.md, "Three faces", "Result size")."""
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any
 
 from pydantic import BaseModel
 
+from mcp_server.compare import ops as compare_ops
 from mcp_server.core.operation import Operation, Request, SizedRequest
+from mcp_server.kernels import ops as kernels_ops
+from mcp_server.ledger import ops as ledger_ops
+from mcp_server.loop import ops as loop_ops
+from mcp_server.ncu import ops as ncu_ops
+from mcp_server.refs import ops as refs_ops
+from mcp_server.repro import ops as repro_ops
+from mcp_server.timeline import ops as timeline_ops
+from mcp_server.traces import ops as traces_ops
+from mcp_server.tracesets import ops as tracesets_ops
+from mcp_server.validate import ops as validate_ops
 
-#: Packages whose ``ops.py`` declares operations, in the order tools and verbs are listed.
-OPERATION_MODULES: tuple[str, ...] = (
-    "mcp_server.traces.ops",
-    "mcp_server.tracesets.ops",
-    "mcp_server.compare.ops",
-    "mcp_server.repro.ops",
-    "mcp_server.refs.ops",
-    "mcp_server.timeline.ops",
-    "mcp_server.ncu.ops",
-    "mcp_server.validate.ops",
-    "mcp_server.kernels.ops",
-    "mcp_server.ledger.ops",
-    "mcp_server.loop.ops",
-)
+#: The engine packages' ``ops`` modules, in the order tools and verbs are listed. An ``ops`` module declares
+#: operations and imports only their request and result models: engines load when an operation runs.
+OPERATION_MODULES = (traces_ops, tracesets_ops, compare_ops, repro_ops, refs_ops, timeline_ops, ncu_ops,
+                     validate_ops, kernels_ops, ledger_ops, loop_ops)
 
 
 def shape(result: BaseModel, req: Request) -> BaseModel:
@@ -71,16 +71,8 @@ def finite(result: BaseModel) -> BaseModel:
 
 
 def operations() -> list[Operation]:
-    """Every declared operation, in listing order (packages without ``ops.py`` yet are skipped)."""
-    ops: list[Operation] = []
-    for name in OPERATION_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and name.startswith(exc.name):
-                continue  # the package (or its ops module) does not exist in this build
-            raise
-        ops.extend(mod.OPERATIONS)
+    """Every declared operation, in listing order."""
+    ops = [op for mod in OPERATION_MODULES for op in mod.OPERATIONS]
     names = [o.tool for o in ops]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
