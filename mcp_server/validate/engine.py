@@ -158,51 +158,21 @@ def run_spec(spec: Spec, *, timeout_s: float, progress: ProgressFn | None = None
 
 def build_result(spec: Spec, raw: dict | None, *, timed_out: bool, rc: int | None, stderr: str,
                  last: str, timeout_s: float, clocks: dict | None, memory: dict | None = None) -> ValidationResult:
-    warnings: list[Warning_] = []
-    reasons: list[str] = []
     settings = spec.settings()
     settings["timeout_s"] = timeout_s
     stderr_tail = "\n".join(stderr.strip().splitlines()[-15:]) or None
-    if memory is not None:
-        limit, peak = memory.get("memory_limit") or 0, memory.get("peak_rss") or 0
-        reasons.append(f"memory: the harness and what it started held {peak >> 20} MiB, over their limit of "
-                       f"{limit >> 20} MiB, and were killed (last step: {last}); raise it with {MEMORY_ENV}=<size>")
-        return ValidationResult(accepted=False, verdict="error", reasons=reasons, stopped_by="memory",
-                                correctness=Correctness(passed=False), mode=spec.mode, settings=settings,
-                                stderr_tail=stderr_tail, warnings=warnings)
-    if raw is None:
-        if timed_out:
-            reasons.append(f"the harness did not finish within timeout_s = {timeout_s:g} s and was killed "
-                           f"(last step: {last})")
-        else:
-            reasons.append(f"the harness child exited with status {rc} without a result (last step: {last})")
-        return ValidationResult(accepted=False, verdict="error", reasons=reasons,
-                                stopped_by="time" if timed_out else None,
-                                correctness=Correctness(passed=False), mode=spec.mode, settings=settings,
-                                stderr_tail=stderr_tail, warnings=warnings)
-    for w in raw.get("warnings", []):
-        warnings.append(Warning_(code=w["code"], message=w["message"]))
-    checks = [Check(name=c["name"], passed=c["passed"], detail=c.get("detail", ""),
-                    failures=c.get("failures", 0)) for c in raw.get("checks", [])]
-    worst = [Offender(shape=w["shape"], seed=w["seed"], output=w["output"], index=w["index"],
-                      candidate=w.get("candidate"), reference=w.get("reference"), abs_err=w.get("abs_err"))
-             for w in raw.get("worst", [])]
-    error = raw.get("error")
-    correct = bool(checks) and error is None and all(c.passed for c in checks)
-    correctness = Correctness(passed=correct, checks=checks, max_abs_err=raw.get("max_abs_err"),
-                              max_rel_err=raw.get("max_rel_err"), worst=worst, shapes=len(spec.shapes),
-                              seeds=spec.seeds)
-    patched = [Patch(**p) for p in raw.get("patched", [])]
+    if memory is not None or raw is None:
+        return _no_result(spec, settings, stderr_tail, memory=memory, timed_out=timed_out, rc=rc, last=last,
+                          timeout_s=timeout_s)
+    warnings = [Warning_(code=w["code"], message=w["message"]) for w in raw.get("warnings", [])]
+    reasons: list[str] = []
+    correctness = _correctness(spec, raw)
+    checks = correctness.checks
     dev = raw.get("device") or {}
-    device = None
-    if dev:
-        device = DeviceInfo(kind=dev.get("kind", "cpu"), name=dev.get("name", "?"), l2_bytes=dev.get("l2_bytes"),
-                            torch=dev.get("torch"),
-                            clocks_mhz=(clocks or {}).get("clocks_mhz") if dev.get("kind") == "cuda"
-                            else _cpu_clocks(),
-                            driver=(clocks or {}).get("driver"))
-    common = dict(correctness=correctness, mode=spec.mode, device=device, patched=patched, settings=settings,
+    common = dict(correctness=correctness, mode=spec.mode, device=_device(dev, clocks),
+                  patched=[Patch(**p) for p in raw.get("patched", [])], settings=settings,
                   wall_s={k: float(v) for k, v in (raw.get("wall") or {}).items() if v is not None})
+    error = raw.get("error")
     if error is not None:
         reasons.append(error["message"])
         tb = error.get("traceback") or ""
@@ -229,6 +199,53 @@ def build_result(spec: Spec, raw: dict | None, *, timed_out: bool, rc: int | Non
         reasons.append(f"implausible: {roofline.detail}")
         return ValidationResult(accepted=False, verdict="rejected", reasons=reasons, speedup=speedup,
                                 timing=timing, roofline=roofline, warnings=warnings, **common)
+    accepted = _faster(spec, speedup, reasons)
+    return ValidationResult(accepted=accepted, verdict="accepted" if accepted else "not_faster", reasons=reasons,
+                            speedup=speedup, timing=timing, roofline=roofline, warnings=warnings, **common)
+
+
+def _no_result(spec: Spec, settings: dict[str, Any], stderr_tail: str | None, *, memory: dict | None,
+               timed_out: bool, rc: int | None, last: str, timeout_s: float) -> ValidationResult:
+    """The error verdict of a harness that brought no result back: killed for memory or time, or exited early."""
+    if memory is not None:
+        limit, peak = memory.get("memory_limit") or 0, memory.get("peak_rss") or 0
+        reason = (f"memory: the harness and what it started held {peak >> 20} MiB, over their limit of "
+                  f"{limit >> 20} MiB, and were killed (last step: {last}); raise it with {MEMORY_ENV}=<size>")
+        stopped_by: str | None = "memory"
+    elif timed_out:
+        reason = f"the harness did not finish within timeout_s = {timeout_s:g} s and was killed (last step: {last})"
+        stopped_by = "time"
+    else:
+        reason = f"the harness child exited with status {rc} without a result (last step: {last})"
+        stopped_by = None
+    return ValidationResult(accepted=False, verdict="error", reasons=[reason], stopped_by=stopped_by,
+                            correctness=Correctness(passed=False), mode=spec.mode, settings=settings,
+                            stderr_tail=stderr_tail, warnings=[])
+
+
+def _correctness(spec: Spec, raw: dict) -> Correctness:
+    """The harness's checks and worst offenders; correct when every check passed and nothing raised."""
+    checks = [Check(name=c["name"], passed=c["passed"], detail=c.get("detail", ""),
+                    failures=c.get("failures", 0)) for c in raw.get("checks", [])]
+    worst = [Offender(shape=w["shape"], seed=w["seed"], output=w["output"], index=w["index"],
+                      candidate=w.get("candidate"), reference=w.get("reference"), abs_err=w.get("abs_err"))
+             for w in raw.get("worst", [])]
+    correct = bool(checks) and raw.get("error") is None and all(c.passed for c in checks)
+    return Correctness(passed=correct, checks=checks, max_abs_err=raw.get("max_abs_err"),
+                       max_rel_err=raw.get("max_rel_err"), worst=worst, shapes=len(spec.shapes), seeds=spec.seeds)
+
+
+def _device(dev: dict, clocks: dict | None) -> DeviceInfo | None:
+    if not dev:
+        return None
+    return DeviceInfo(kind=dev.get("kind", "cpu"), name=dev.get("name", "?"), l2_bytes=dev.get("l2_bytes"),
+                      torch=dev.get("torch"),
+                      clocks_mhz=(clocks or {}).get("clocks_mhz") if dev.get("kind") == "cuda" else _cpu_clocks(),
+                      driver=(clocks or {}).get("driver"))
+
+
+def _faster(spec: Spec, speedup: Speedup, reasons: list[str]) -> bool:
+    """Whether the interval's lower bound clears 1 + min_gain; the reason either way."""
     bar = 1.0 + spec.min_gain
     med = "n/a" if speedup.median is None else f"{speedup.median:.4f}"
     if speedup.ci_low is not None and speedup.ci_high is not None:
@@ -241,8 +258,7 @@ def build_result(spec: Spec, raw: dict | None, *, timed_out: bool, rc: int | Non
                        f"clears {bar:.4f} (1 + min_gain)")
     else:
         reasons.append(f"correct, but {iv}: lower bound does not clear {bar:.4f} (1 + min_gain)")
-    return ValidationResult(accepted=accepted, verdict="accepted" if accepted else "not_faster", reasons=reasons,
-                            speedup=speedup, timing=timing, roofline=roofline, warnings=warnings, **common)
+    return accepted
 
 
 def _summary(xs: list[float]) -> TimeSummary:

@@ -139,95 +139,119 @@ def parse_ref(text: Any, base_dir: Path, name: str, where: str, shown: bool = Tr
 
 def load_spec(spec_path: str | None = None, overrides: dict[str, Any] | None = None) -> Spec:
     """Read the TOML spec (if any), apply the overrides that are not None, check every field."""
-    raw: dict[str, Any] = {}
-    file_dir = Path.cwd()
-    where = "validate"
-    if spec_path is not None:
-        p = Path(spec_path).expanduser()
-        if not p.is_file():
-            raise FileMissingError(f"spec file {p} does not exist", path=str(p))
-        if tomllib is None:  # pragma: no cover
-            raise InputError("reading a TOML spec needs Python 3.11 (tomllib); pass the fields as arguments")
-        try:
-            raw = loads_toml(p.read_text(encoding="utf-8"), "spec file", path=p)
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise InputError(f"{p}: not valid TOML ({exc})", hint="see docs/validate.md for the spec format") \
-                from None
-        unknown = sorted(set(raw) - set(DEFAULTS))
-        if unknown:
-            raise InputError(f"{p}: unknown key(s) {', '.join(unknown)}", hint=f"accepted: {', '.join(DEFAULTS)}")
-        file_dir = p.resolve().parent
-        where = str(p)
+    raw, file_dir, where = _read_file(spec_path)
     over = {k: v for k, v in (overrides or {}).items() if v is not None}
     check_nesting(over, "validate arguments")
     unknown = sorted(set(over) - set(DEFAULTS))
     if unknown:
         raise InputError(f"validate: unknown field(s) {', '.join(unknown)}")
-    merged = {**DEFAULTS, **raw, **over}
-    cwd = Path.cwd()
-
-    def shown(name: str) -> bool:  # a value the caller passed is quoted back; one from the spec file is not
-        return name in over or name not in raw
-
-    def ref(name: str, required: bool = True) -> FuncRef | None:
-        val = merged[name]
-        if val is None:
-            if required:
-                raise InputError(f"{where}: '{name}' is missing",
-                                 hint="give it in the spec file or as an argument")
-            return None
-        base = cwd if name in over else file_dir
-        return parse_ref(val, base, name, where, shown(name))
-
-    mode = _choice(merged["mode"], ("ab", "aa"), "mode", where, shown("mode"))
-    baseline = ref("baseline")
-    candidate = ref("candidate", required=(mode == "ab"))
-    inputs = ref("inputs")
+    m = _Fields({**DEFAULTS, **raw, **over}, raw, over, where, file_dir, Path.cwd())
+    mode = m.choice("mode", ("ab", "aa"))
+    baseline = m.ref("baseline")
+    candidate = m.ref("candidate", required=(mode == "ab"))
+    inputs = m.ref("inputs")
     assert baseline is not None and inputs is not None  # required: ref() raised otherwise
-    shapes = merged["shapes"]
-    if not isinstance(shapes, list) or not shapes or not all(isinstance(s, dict) and s for s in shapes):
-        raise InputError(f"{where}: 'shapes' must be a non-empty list of tables, e.g. "
-                         "shapes = [{M = 1, K = 128, N = 512}]")
-    for s in shapes:
-        for k, v in s.items():
-            if not isinstance(k, str) or isinstance(v, (dict, list)):
-                raise InputError(f"{where}: shape {_got(s, shown('shapes'))}: values must be numbers or strings")
-    dtype = _choice(merged["dtype"], DTYPES, "dtype", where, shown("dtype"))
-    device = merged["device"]
-    if not isinstance(device, str) or not (device == "cpu" or device == "cuda" or device.startswith("cuda:")):
-        raise InputError(f"{where}: 'device' must be \"cuda\", \"cuda:N\" or \"cpu\", got "
-                         f"{_got(device, shown('device'))}")
+    shapes = m.shapes()
+    dtype = m.choice("dtype", DTYPES)
+    device = m.device()
     rtol_d, atol_d = DEFAULT_TOL[dtype]
-    rtol = _num(merged["rtol"] if merged["rtol"] is not None else rtol_d, "rtol", where, lo=0, shown=shown("rtol"))
-    atol = _num(merged["atol"] if merged["atol"] is not None else atol_d, "atol", where, lo=0, shown=shown("atol"))
-    seed = merged["seed"]
-    if seed is None:
-        seed = int.from_bytes(os.urandom(3), "little")
+    rtol = m.num("rtol", lo=0, default=rtol_d)
+    atol = m.num("atol", lo=0, default=atol_d)
     spec = Spec(
         baseline=baseline, candidate=candidate, inputs=inputs, shapes=[dict(s) for s in shapes],
         dtype=dtype, device=device, rtol=rtol, atol=atol,
-        min_gain=_num(merged["min_gain"], "min_gain", where, lo=-0.5, hi=100, shown=shown("min_gain")),
-        time_budget_s=_num(merged["time_budget_s"], "time_budget_s", where, lo=0.1, hi=3600,
-                           shown=shown("time_budget_s")),
-        mode=mode, cache=_choice(merged["cache"], ("cold", "warm"), "cache", where, shown("cache")),
-        seeds=int(_num(merged["seeds"], "seeds", where, lo=2, hi=20, shown=shown("seeds"))),
-        seed=int(_num(seed, "seed", where, lo=0, hi=2**31, shown=shown("seed"))),
-        confidence=_num(merged["confidence"], "confidence", where, lo=0.5, hi=0.999, shown=shown("confidence")),
-        ci_half_width=_num(merged["ci_half_width"], "ci_half_width", where, lo=0.0005, hi=0.5,
-                           shown=shown("ci_half_width")),
-        min_rounds=int(_num(merged["min_rounds"], "min_rounds", where, lo=3, hi=100000, shown=shown("min_rounds"))),
-        max_rounds=int(_num(merged["max_rounds"], "max_rounds", where, lo=3, hi=1000000, shown=shown("max_rounds"))),
-        graphs=_choice(merged["graphs"], ("auto", "on", "off"), "graphs", where, shown("graphs")),
-        flops=_expr(merged["flops"], "flops", where, shapes, shown("flops"), shown("shapes")),
-        bytes=_expr(merged["bytes"], "bytes", where, shapes, shown("bytes"), shown("shapes")),
-        other_cache=bool(merged["other_cache"]),
-        threads=int(_num(merged["threads"], "threads", where, lo=0, hi=1024, shown=shown("threads"))),
+        min_gain=m.num("min_gain", lo=-0.5, hi=100),
+        time_budget_s=m.num("time_budget_s", lo=0.1, hi=3600),
+        mode=mode, cache=m.choice("cache", ("cold", "warm")),
+        seeds=int(m.num("seeds", lo=2, hi=20)),
+        seed=int(m.num("seed", lo=0, hi=2**31, default=int.from_bytes(os.urandom(3), "little"))),
+        confidence=m.num("confidence", lo=0.5, hi=0.999),
+        ci_half_width=m.num("ci_half_width", lo=0.0005, hi=0.5),
+        min_rounds=int(m.num("min_rounds", lo=3, hi=100000)),
+        max_rounds=int(m.num("max_rounds", lo=3, hi=1000000)),
+        graphs=m.choice("graphs", ("auto", "on", "off")),
+        flops=_expr(m.values["flops"], "flops", where, shapes, m.shown("flops"), m.shown("shapes")),
+        bytes=_expr(m.values["bytes"], "bytes", where, shapes, m.shown("bytes"), m.shown("shapes")),
+        other_cache=bool(m.values["other_cache"]),
+        threads=int(m.num("threads", lo=0, hi=1024)),
         spec_path=str(Path(spec_path).resolve()) if spec_path else None,
         search_dirs=[str(file_dir)],
     )
     if spec.max_rounds < spec.min_rounds:
         raise InputError(f"{where}: max_rounds ({spec.max_rounds}) is below min_rounds ({spec.min_rounds})")
     return spec
+
+
+def _read_file(spec_path: str | None) -> tuple[dict[str, Any], Path, str]:
+    """The spec file's table (empty without a file), the folder its paths are relative to, and how errors name it."""
+    if spec_path is None:
+        return {}, Path.cwd(), "validate"
+    p = Path(spec_path).expanduser()
+    if not p.is_file():
+        raise FileMissingError(f"spec file {p} does not exist", path=str(p))
+    if tomllib is None:  # pragma: no cover
+        raise InputError("reading a TOML spec needs Python 3.11 (tomllib); pass the fields as arguments")
+    try:
+        raw = loads_toml(p.read_text(encoding="utf-8"), "spec file", path=p)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{p}: not valid TOML ({exc})", hint="see docs/validate.md for the spec format") \
+            from None
+    unknown = sorted(set(raw) - set(DEFAULTS))
+    if unknown:
+        raise InputError(f"{p}: unknown key(s) {', '.join(unknown)}", hint=f"accepted: {', '.join(DEFAULTS)}")
+    return raw, p.resolve().parent, str(p)
+
+
+@dataclass(frozen=True)
+class _Fields:
+    """The merged fields (defaults < file < arguments) and where each came from, checked one by one."""
+
+    values: dict[str, Any]
+    raw: dict[str, Any]      # the spec file's
+    over: dict[str, Any]     # the arguments'
+    where: str
+    file_dir: Path
+    cwd: Path
+
+    def shown(self, name: str) -> bool:
+        """A value the caller passed is quoted back in an error; one from the spec file is not."""
+        return name in self.over or name not in self.raw
+
+    def ref(self, name: str, required: bool = True) -> FuncRef | None:
+        val = self.values[name]
+        if val is None:
+            if required:
+                raise InputError(f"{self.where}: '{name}' is missing",
+                                 hint="give it in the spec file or as an argument")
+            return None
+        base = self.cwd if name in self.over else self.file_dir
+        return parse_ref(val, base, name, self.where, self.shown(name))
+
+    def choice(self, name: str, allowed: tuple[str, ...]) -> str:
+        return _choice(self.values[name], allowed, name, self.where, self.shown(name))
+
+    def num(self, name: str, lo: float | None = None, hi: float | None = None, default: Any = None) -> float:
+        val = self.values[name]
+        return _num(val if val is not None else default, name, self.where, lo=lo, hi=hi, shown=self.shown(name))
+
+    def shapes(self) -> list[dict[str, Any]]:
+        shapes = self.values["shapes"]
+        if not isinstance(shapes, list) or not shapes or not all(isinstance(s, dict) and s for s in shapes):
+            raise InputError(f"{self.where}: 'shapes' must be a non-empty list of tables, e.g. "
+                             "shapes = [{M = 1, K = 128, N = 512}]")
+        for s in shapes:
+            for k, v in s.items():
+                if not isinstance(k, str) or isinstance(v, (dict, list)):
+                    raise InputError(f"{self.where}: shape {_got(s, self.shown('shapes'))}: values must be numbers "
+                                     "or strings")
+        return shapes
+
+    def device(self) -> str:
+        device = self.values["device"]
+        if not isinstance(device, str) or not (device == "cpu" or device == "cuda" or device.startswith("cuda:")):
+            raise InputError(f"{self.where}: 'device' must be \"cuda\", \"cuda:N\" or \"cpu\", got "
+                             f"{_got(device, self.shown('device'))}")
+        return device
 
 
 def _choice(val: Any, allowed: tuple[str, ...], name: str, where: str, shown: bool = True) -> str:
