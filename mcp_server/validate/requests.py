@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from mcp_server.core.argbounds import NameArg, PathArg
+from mcp_server.core.argbounds import LIST_ITEMS, NameArg, PathArg
 from mcp_server.core.operation import Request
 
 
@@ -22,8 +22,8 @@ class ValidateRequest(Request):
     inputs: PathArg | None = Field(None, description=(
         "make_inputs(shape: dict, dtype: torch.dtype, device: str, seed: int) -> tuple of tensors; "
         "must return random data that changes with the seed"))
-    shapes: list[dict[str, Any]] | None = Field(None, description="shapes passed to make_inputs, e.g. "
-                                                                  "[{\"M\": 1, \"K\": 128, \"N\": 512}]")
+    shapes: list[dict[str, Any]] | None = Field(None, max_length=LIST_ITEMS, description=(
+        "shapes passed to make_inputs, e.g. [{\"M\": 1, \"K\": 128, \"N\": 512}]"))
     dtype: Literal["float16", "bfloat16", "float32", "float64"] | None = Field(
         None, description="dtype of the inputs and the required output dtype (default bfloat16)")
     device: NameArg | None = Field(None, description="'cuda' (default), 'cuda:N' or 'cpu' (same checks, CPU timers)")
