@@ -15,15 +15,23 @@ import os
 import pprint
 import re
 from collections import defaultdict
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from mcp_server.core.atomic import atomic_write_text
 from mcp_server.core.errors import ReproError
 from mcp_server.core.models import Warning_
+from mcp_server.core.operation import engine
 from mcp_server.core.vocab import ProgressFn, WarningCode
 from mcp_server.repro.models import KernelTime, MakeReproResult, ReproArg, ReproOp
+from mcp_server.repro.requests import MakeReproRequest
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from mcp_server.traces.cpu_ops import LaunchOps
 
 #: Kineto's ``Input type`` spellings of tensor element types -> torch dtype names.
 DTYPES: dict[str, str] = {
@@ -177,30 +185,72 @@ def _check_dir(out: Path, overwrite: bool) -> list[Path]:
     return ours
 
 
-def make_repro(trace_path: str, output_dir: str, module: Optional[str] = None, kernel: Optional[str] = None,
-               op: Optional[str] = None, top: int = 10, overwrite: bool = False,
-               progress: Optional[ProgressFn] = None) -> MakeReproResult:
+@engine(MakeReproRequest)
+def make_repro(req: MakeReproRequest, progress: ProgressFn | None = None) -> MakeReproResult:
     """Extract the ops behind a trace's slowest kernels into a replay directory."""
     from mcp_server.traces import analyze_trace
-    from mcp_server.traces.cpu_ops import read_cpu_ops
 
     def report(done: float, msg: str) -> None:
         if progress:
             progress(done, 4.0, msg)
 
-    out = Path(os.path.expanduser(output_dir))
+    out = Path(os.path.expanduser(req.output_dir))
     if out.exists() and not out.is_dir():
         raise ReproError("output_dir exists and is not a directory", path=out, hint="give a directory path")
-    earlier = _check_dir(out, overwrite)
+    earlier = _check_dir(out, req.overwrite)
     report(0, "attributing kernels to modules")
-    res = analyze_trace(trace_path)
-    kt = res.kernels
+    res = analyze_trace(req.trace_path)
     report(1, "reading the CPU ops and their arguments")
+    lops = _cpu_ops_with_shapes(req.trace_path)
+    report(2, "selecting and rebuilding ops")
+    sel, scope = _select_kernels(res.kernels, req.module, req.kernel, req.trace_path)
+    want_op = None if not req.op else (req.op if "::" in req.op else f"aten::{req.op}")
+    inst = _first_instance([str(p) for p in sel["module_path"]], req.module) if req.module else ""
+    found = _group_launches(sel, lops, want_op, inst)
+    warnings: list[Warning_] = []
+    if found.graph_us:
+        warnings.append(Warning_(code=WarningCode.graph_kernels_skipped, message=(
+            f"{found.graph_us:.1f} us of the selected kernels are CUDA/HIP-graph replays: no CPU op launches them "
+            "in this trace; run repro on the eager reference or capture trace of the same run")))
+    if found.total <= 0:
+        raise ReproError("the selected kernels were launched by no eager op of this trace", path=req.trace_path,
+                         hint="for graph replays, run repro on the eager reference or capture trace")
+    ops, bad, by_key = _rebuild_ops(found)
+    kept = _number(ops, bad, req.top)
+    report(3, "writing ops.json, repro.py and the specs")
+    out.mkdir(parents=True, exist_ok=True)
+    for f in earlier:  # an earlier replay's specs must not outlive the ops they named
+        if f.name.startswith("spec"):
+            f.unlink(missing_ok=True)
+    seq = [by_key[k].id for k, _ in found.order if by_key[k].function] if req.module else []
+    files = _write(out, res.trace, kept, bad, seq, inst, scope, found.total)
+    warnings += _left_out_warnings(ops, kept, bad, found.total, req.top)
+    report(4, "done")
+    total = found.total
+    rebuilt_us = sum(o.kernel_us for o in kept)
+    torch_us = sum(o.kernel_us for o in kept if not o.library)
+    return MakeReproResult(
+        trace=res.trace, output_dir=str(out), files=files, scope=", ".join(scope) or "all eager kernels",
+        selected_kernel_us=round(total, 3), rebuilt_kernel_us=round(rebuilt_us, 3),
+        coverage_pct=round(100.0 * rebuilt_us / total, 2), torch_only_pct=round(100.0 * torch_us / total, 2),
+        ops=kept, not_rebuilt=bad, spec=str(out / "spec.toml") if any(o.spec for o in kept) else "",
+        warnings=warnings)
+
+
+def _cpu_ops_with_shapes(trace_path: str) -> LaunchOps:
+    """The trace's CPU ops (``traces.cpu_ops``); ``ReproError`` when it recorded no op shapes."""
+    from mcp_server.traces.cpu_ops import read_cpu_ops
+
     lops = read_cpu_ops(trace_path)
     if not any("Input Dims" in o.args for o in lops.ops):
         raise ReproError("the trace records no op shapes, so no op can be rebuilt", path=trace_path,
                          hint="profile with torch.profiler.profile(record_shapes=True, ...)")
-    report(2, "selecting and rebuilding ops")
+    return lops
+
+
+def _select_kernels(kt: pd.DataFrame, module: Optional[str], kernel: Optional[str],
+                    trace_path: str) -> tuple[pd.DataFrame, list[str]]:
+    """The kernels of ``module`` matching ``kernel`` (either may be None), and the scope in words."""
     sel = kt
     scope = []
     if module:
@@ -213,21 +263,31 @@ def make_repro(trace_path: str, output_dir: str, module: Optional[str] = None, k
         rx = compile_user_regex(kernel, where="kernel")
         sel = sel[[bool(rx.search(str(n))) for n in sel["name"]]]
         scope.append(f"kernels matching {kernel!r}")
-    want_op = None if not op else (op if "::" in op else f"aten::{op}")
     if sel.empty:
         raise ReproError(f"no GPU kernel matches {' and '.join(scope) or 'the trace'}", path=trace_path,
                          hint="`kernelscope analyze TRACE` lists the modules and kernels")
-    warnings: list[Warning_] = []
-    groups: dict[tuple, dict[str, Any]] = {}
-    unlinked: dict[str, dict[str, Any]] = {}
-    total = 0.0
-    order: list[tuple] = []  # op signatures of the first module instance, in launch order
-    inst = _first_instance([str(p) for p in sel["module_path"]], module) if module else ""
-    graph_us = 0.0
+    return sel, scope
+
+
+@dataclass
+class _Launches:
+    """The selected kernels by the op signature whose eager call launched them."""
+
+    groups: dict[tuple, dict[str, Any]] = field(default_factory=dict)  # (op name, recorded args) -> group
+    unlinked: dict[str, dict[str, Any]] = field(default_factory=dict)  # kernels no CPU op encloses, by name
+    order: list[tuple] = field(default_factory=list)  # op signatures of the first module instance, in launch order
+    total: float = 0.0     # us of the selected eager kernels (of ``want_op``'s when given)
+    graph_us: float = 0.0  # us of graph replays, which no CPU op launches
+
+
+def _group_launches(sel: pd.DataFrame, lops: LaunchOps, want_op: Optional[str], inst: str) -> _Launches:
+    """Each eager kernel to the innermost CPU op enclosing its launch; calls with identical recorded arguments form
+    one group. ``inst``: the first module instance, whose op order is kept."""
+    found = _Launches()
     for row in sel.itertuples(index=False):
         dur = float(row.dur_us)
         if bool(row.graph):
-            graph_us += dur
+            found.graph_us += dur
             continue
         idx = lops.by_correlation.get(int(row.correlation), -1)
         cop = lops.ops[idx] if idx >= 0 else None
@@ -235,10 +295,11 @@ def make_repro(trace_path: str, output_dir: str, module: Optional[str] = None, k
         name = cop.name if cop is not None else ""
         if want_op and name != want_op:
             continue
-        total += dur
+        found.total += dur
         if cop is None:
-            g = unlinked.setdefault(f"(no op) {row.name}", {"name": "(no CPU op)", "kernels": defaultdict(list),
-                                                            "calls": set(), "us": 0.0, "path": str(row.module_path)})
+            g = found.unlinked.setdefault(f"(no op) {row.name}", {
+                "name": "(no CPU op)", "kernels": defaultdict(list), "calls": set(), "us": 0.0,
+                "path": str(row.module_path)})
             g["kernels"][str(row.name)].append(dur)
             g["us"] += dur
             g["calls"].add(int(row.correlation))
@@ -246,28 +307,25 @@ def make_repro(trace_path: str, output_dir: str, module: Optional[str] = None, k
         a = cop.args
         key = (name, json.dumps([a.get("Input Dims"), a.get("Input type"), a.get("Input Strides"),
                                  a.get("Concrete Inputs")], default=str))
-        g = groups.get(key) or {}
+        g = found.groups.get(key) or {}
         if not g:
-            g = groups[key] = {"name": name, "args": a, "kernels": defaultdict(list), "calls": set(), "us": 0.0,
-                               "path": str(row.module_path)}
+            g = found.groups[key] = {"name": name, "args": a, "kernels": defaultdict(list), "calls": set(),
+                                     "us": 0.0, "path": str(row.module_path)}
         g["kernels"][str(row.name)].append(dur)
         g["us"] += dur
         g["calls"].add(cop.index)
         if inst and (str(row.module_path) == inst or str(row.module_path).startswith(inst + "/")):
-            if not order or order[-1] != (key, cop.index):
-                order.append((key, cop.index))
-    if graph_us:
-        warnings.append(Warning_(code=WarningCode.graph_kernels_skipped, message=(
-            f"{graph_us:.1f} us of the selected kernels are CUDA/HIP-graph replays: no CPU op launches them in "
-            "this trace; run repro on the eager reference or capture trace of the same run")))
-    if total <= 0:
-        raise ReproError("the selected kernels were launched by no eager op of this trace", path=trace_path,
-                         hint="for graph replays, run repro on the eager reference or capture trace")
-    ranked = sorted(groups.items(), key=lambda kv: -kv[1]["us"])
+            if not found.order or found.order[-1] != (key, cop.index):
+                found.order.append((key, cop.index))
+    return found
+
+
+def _rebuild_ops(found: _Launches) -> tuple[list[ReproOp], list[ReproOp], dict[tuple, ReproOp]]:
+    """(rebuilt ops, ops not rebuilt with the reason, op of each signature), slowest first."""
     ops: list[ReproOp] = []
     bad: list[ReproOp] = []
     by_key: dict[tuple, ReproOp] = {}
-    for key, g in ranked:
+    for key, g in sorted(found.groups.items(), key=lambda kv: -kv[1]["us"]):
         args, reason = rebuild_args(g["name"], g["args"])
         library = "" if g["name"].startswith("aten::") else g["name"].split("::", 1)[0]
         if library and not reason and "::" not in g["name"]:
@@ -276,30 +334,29 @@ def make_repro(trace_path: str, output_dir: str, module: Optional[str] = None, k
                                           for a in args):
             reason = (f"data-dependent argument: {g['name']} takes integer tensors (indices, positions or "
                       "lengths whose values the trace does not record)")
-        item = by_key[key] = _op_model(g, args, reason, total)
+        item = by_key[key] = _op_model(g, args, reason, found.total)
         item.library = library if not reason else ""
         (bad if reason else ops).append(item)
-    for g in sorted(unlinked.values(), key=lambda g: -g["us"]):
+    for g in sorted(found.unlinked.values(), key=lambda g: -g["us"]):
         bad.append(_op_model(g, [], "no CPU op encloses the launch (a Triton or custom launch outside any op)",
-                             total))
+                             found.total))
+    return ops, bad, by_key
+
+
+def _number(ops: list[ReproOp], bad: list[ReproOp], top: int) -> list[ReproOp]:
+    """The ``top`` slowest rebuilt ops, named op0, op1, ... (their replay functions too); skip0, ... the rest."""
     kept = ops[:top]
     for i, o in enumerate(kept):
         o.id = f"op{i}"
         o.function = f"op{i}"
     for i, o in enumerate(bad):
         o.id = f"skip{i}"
-    rebuilt_us = sum(o.kernel_us for o in kept)
-    torch_us = sum(o.kernel_us for o in kept if not o.library)
-    report(3, "writing ops.json, repro.py and the specs")
-    out.mkdir(parents=True, exist_ok=True)
-    for f in earlier:  # an earlier replay's specs must not outlive the ops they named
-        if f.name.startswith("spec"):
-            f.unlink(missing_ok=True)
-    seq: list[str] = []
-    if module and order:
-        seq = [by_key[k].id for k, _ in order if by_key[k].function]
-    files = _write(out, res.trace, kept, bad, seq, inst, scope, total)
-    spec = next((f for f, o in ((f"spec_{o.id}.toml", o) for o in kept) if o.spec), "")
+    return kept
+
+
+def _left_out_warnings(ops: list[ReproOp], kept: list[ReproOp], bad: list[ReproOp], total: float,
+                       top: int) -> list[Warning_]:
+    warnings = []
     if bad:
         miss = sum(o.kernel_us for o in bad)
         warnings.append(Warning_(code=WarningCode.not_rebuilt, count=len(bad), message=(
@@ -308,13 +365,7 @@ def make_repro(trace_path: str, output_dir: str, module: Optional[str] = None, k
     if len(ops) > len(kept):
         warnings.append(Warning_(code=WarningCode.summary_truncated, count=len(ops) - len(kept), message=(
             f"{len(ops) - len(kept)} more rebuildable op signature(s) beyond top={top} were left out")))
-    report(4, "done")
-    return MakeReproResult(
-        trace=res.trace, output_dir=str(out), files=files, scope=", ".join(scope) or "all eager kernels",
-        selected_kernel_us=round(total, 3), rebuilt_kernel_us=round(rebuilt_us, 3),
-        coverage_pct=round(100.0 * rebuilt_us / total, 2) if total else 0.0,
-        torch_only_pct=round(100.0 * torch_us / total, 2) if total else 0.0, ops=kept, not_rebuilt=bad,
-        spec=str(out / "spec.toml") if spec else "", warnings=warnings)
+    return warnings
 
 
 def _op_model(g: dict[str, Any], args: list[ReproArg], reason: str, total: float) -> ReproOp:

@@ -12,24 +12,26 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional
 
 from mcp_server.core.errors import ReproError
 from mcp_server.core.models import Warning_
+from mcp_server.core.operation import engine
 from mcp_server.core.replay_dir import load_repro_dir
 from mcp_server.core.vocab import ProgressFn, WarningCode
 from mcp_server.repro.models import ReplayTiming, RunReproResult
+from mcp_server.repro.requests import RunReproRequest
 
 BAND = (0.8, 1.25)  # replay within 20 % of the trace (either way)
 
 
-def run_repro(output_dir: str, device: str = "cuda", only: Optional[list[str]] = None, iters: int = 50,
-              timeout_s: float = 600.0, cache: str = "both", progress: Optional[ProgressFn] = None) -> RunReproResult:
+@engine(RunReproRequest)
+def run_repro(req: RunReproRequest, progress: ProgressFn | None = None) -> RunReproResult:
+    """Replay the ops of a make_repro directory in a subprocess and set their kernel time beside the trace's."""
     from mcp_server.core.proc import stream
 
-    d, doc = load_repro_dir(output_dir)  # resolved: repro.py runs with the directory as its cwd
+    d, doc = load_repro_dir(req.output_dir)  # resolved: repro.py runs with the directory as its cwd
     known = [str(o["id"]) for o in doc["ops"] if isinstance(o, dict) and "id" in o]
-    ids = only or known
+    ids = req.only or known
     unknown = [i for i in ids if i not in known]
     if unknown:
         raise ReproError(f"unknown op id(s) {unknown[:5]}; this directory holds {known[:20]}", path=d)
@@ -45,17 +47,17 @@ def run_repro(output_dir: str, device: str = "cuda", only: Optional[list[str]] =
 
     import time
 
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + req.timeout_s
     rows: list[dict] = []
     todo = list(ids)
     try:
         while todo:  # a CUDA error that loses the context (exit 3) ends a run; the rest go to a fresh process
             left = deadline - time.monotonic()
-            res = stream([sys.executable, str(d / "repro.py"), "--device", device, "--iters", str(iters),
-                          "--cache", cache, "--json", out_json, "--progress", "--only", *todo],
+            res = stream([sys.executable, str(d / "repro.py"), "--device", req.device, "--iters", str(req.iters),
+                          "--cache", req.cache, "--json", out_json, "--progress", "--only", *todo],
                          timeout=max(left, 0.1), on_line=line, cwd=str(d))
             if res.timed_out:
-                raise ReproError(f"the replay ran past timeout_s={timeout_s:g} and was stopped", path=d,
+                raise ReproError(f"the replay ran past timeout_s={req.timeout_s:g} and was stopped", path=d,
                                  hint="replay fewer ops (only=[...]) or fewer iters, or raise timeout_s")
             if res.rc not in (0, 3) or not os.path.getsize(out_json):
                 tail = (res.stderr.strip().splitlines() or ["no output"])[-1][:300]
@@ -67,7 +69,7 @@ def run_repro(output_dir: str, device: str = "cuda", only: Optional[list[str]] =
             todo = [i for i in todo if i not in done] if res.rc == 3 and got else []
     finally:
         Path(out_json).unlink(missing_ok=True)
-    return summarize(d, doc, {"ops": rows}, device)
+    return summarize(d, doc, {"ops": rows}, req.device)
 
 
 def summarize(d: Path, doc: dict, data: dict, device: str) -> RunReproResult:
