@@ -10,7 +10,7 @@ each other kernel lost.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from mcp_server.core.operation import engine
 from mcp_server.ncu.classify import classify_bottleneck
@@ -138,6 +138,28 @@ def write_roofline(c: Classification, out: str, highlight: Optional[int] = None)
 
     plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.5))
+    # one colour per kernel in both panels (the default cycle, in the classification's order)
+    colour = {k.id: f"C{i % 10}" for i, k in enumerate(c.kernels)}
+    pts = _roofline_panel(ax1, c, colour, highlight)
+    sol = _speed_of_light_panel(plt, ax2, c, colour, highlight)
+    fig.tight_layout()
+    # labels last, with the layout fixed: each beside its point where it overlaps no other label (kernels
+    # at the same spot, e.g. two DRAM-bound ones at ~90 % memory, used to print on top of each other)
+    by_share = sorted(c.kernels, key=lambda k: -k.time_share)
+    order = {k.id: i for i, k in enumerate(by_share)}
+    place_labels(ax1, [(x, y, k.nvtx or k.short_name[:24], colour[k.id])
+                       for k, x, y in sorted(pts, key=lambda p: order[p[0].id])])
+    place_labels(ax2, [(mem, sm, f"{k.nvtx or k.short_name[:24]} ({k.bottleneck.class_})", colour[k.id])
+                       for k, mem, sm in sorted(sol, key=lambda p: order[p[0].id])])
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return atomic_write_bytes(target, buf.getvalue(), "roofline PNG")
+
+
+def _roofline_panel(ax: Any, c: Classification, colour: dict[int, str],
+                    highlight: Optional[int]) -> list[tuple[ClassifiedKernel, float, float]]:
+    """The classic roofline: achieved FLOP/s against arithmetic intensity under the GPU's roofs; the points."""
     spec = c.gpu_spec or {}
 
     def val(key: str) -> Optional[float]:
@@ -163,48 +185,40 @@ def write_roofline(c: Classification, out: str, highlight: Optional[int] = None)
 
         grid = np.logspace(np.log10(lo), np.log10(hi), 200)
         for label, peak in peaks:
-            ax1.plot(grid, np.minimum(peak, grid * bw), label=f"{label}, HBM {bw / 1e12:.1f} TB/s")
-    # one colour per kernel in both panels (the default cycle, in the classification's order)
-    colour = {k.id: f"C{i % 10}" for i, k in enumerate(c.kernels)}
+            ax.plot(grid, np.minimum(peak, grid * bw), label=f"{label}, HBM {bw / 1e12:.1f} TB/s")
     for k, x, y in pts:
-        ax1.scatter([x], [y], s=60 if k.id == highlight else 30, zorder=3, color=colour[k.id],
-                    edgecolors="red" if k.id == highlight else "none")
-    ax1.set_xscale("log")
-    ax1.set_yscale("log")
-    ax1.set_xlabel("arithmetic intensity (FLOP / DRAM byte)")
-    ax1.set_ylabel("achieved FLOP/s")
+        ax.scatter([x], [y], s=60 if k.id == highlight else 30, zorder=3, color=colour[k.id],
+                   edgecolors="red" if k.id == highlight else "none")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / DRAM byte)")
+    ax.set_ylabel("achieved FLOP/s")
     src = spec["hbm_tb_s"].source if "hbm_tb_s" in spec else "none"
-    ax1.set_title(f"roofline ({c.gpu or 'unknown GPU'}, memory roof: {src})"
-                  + ("" if pts else "\nno kernel has FLOP and DRAM-byte counters"), fontsize=9)
+    ax.set_title(f"roofline ({c.gpu or 'unknown GPU'}, memory roof: {src})"
+                 + ("" if pts else "\nno kernel has FLOP and DRAM-byte counters"), fontsize=9)
     if peaks and bw:
-        ax1.legend(fontsize=7, loc="upper left")
+        ax.legend(fontsize=7, loc="upper left")
+    return pts
+
+
+def _speed_of_light_panel(plt: Any, ax: Any, c: Classification, colour: dict[int, str],
+                          highlight: Optional[int]) -> list[tuple[ClassifiedKernel, float, float]]:
+    """SM throughput against memory throughput (% of peak), point size the time share; the points."""
     sol = []
     for k in c.kernels:
         sm, mem = k.metrics.get("sm_throughput_pct"), k.metrics.get("memory_throughput_pct")
         if sm is None or mem is None:
             continue
-        ax2.scatter([mem], [sm], s=20 + 400 * k.time_share, alpha=0.7, color=colour[k.id],
-                    edgecolors="red" if k.id == highlight else "none")
+        ax.scatter([mem], [sm], s=20 + 400 * k.time_share, alpha=0.7, color=colour[k.id],
+                   edgecolors="red" if k.id == highlight else "none")
         sol.append((k, mem, sm))
-    ax2.axvline(80, color="grey", ls="--", lw=0.8)
-    ax2.axhline(80, color="grey", ls="--", lw=0.8)
-    ax2.add_patch(plt.Rectangle((0, 0), 60, 60, color="orange", alpha=0.08))
-    ax2.text(2, 55, "latency-bound (both < 60%)", fontsize=7)
-    ax2.set_xlim(0, 105)
-    ax2.set_ylim(0, 105)
-    ax2.set_xlabel("memory throughput, % of peak (max of DRAM/L2/L1)")
-    ax2.set_ylabel("SM throughput, % of peak")
-    ax2.set_title("speed of light (point size: time share; dashed: 80% roof)", fontsize=9)
-    fig.tight_layout()
-    # labels last, with the layout fixed: each beside its point where it overlaps no other label (kernels
-    # at the same spot, e.g. two DRAM-bound ones at ~90 % memory, used to print on top of each other)
-    by_share = sorted(c.kernels, key=lambda k: -k.time_share)
-    order = {k.id: i for i, k in enumerate(by_share)}
-    place_labels(ax1, [(x, y, k.nvtx or k.short_name[:24], colour[k.id])
-                       for k, x, y in sorted(pts, key=lambda p: order[p[0].id])])
-    place_labels(ax2, [(mem, sm, f"{k.nvtx or k.short_name[:24]} ({k.bottleneck.class_})", colour[k.id])
-                       for k, mem, sm in sorted(sol, key=lambda p: order[p[0].id])])
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return atomic_write_bytes(target, buf.getvalue(), "roofline PNG")
+    ax.axvline(80, color="grey", ls="--", lw=0.8)
+    ax.axhline(80, color="grey", ls="--", lw=0.8)
+    ax.add_patch(plt.Rectangle((0, 0), 60, 60, color="orange", alpha=0.08))
+    ax.text(2, 55, "latency-bound (both < 60%)", fontsize=7)
+    ax.set_xlim(0, 105)
+    ax.set_ylim(0, 105)
+    ax.set_xlabel("memory throughput, % of peak (max of DRAM/L2/L1)")
+    ax.set_ylabel("SM throughput, % of peak")
+    ax.set_title("speed of light (point size: time share; dashed: 80% roof)", fontsize=9)
+    return sol

@@ -318,31 +318,15 @@ def _timing(spec: Spec, t: dict, warnings: list[Warning_], graph_check: list | N
 
 def _peaks(name: str) -> tuple[dict[str, float], str] | None:
     """Peak values (max of datasheet and measured) for a device name from gpu_specs.toml."""
-    try:
-        from mcp_server.core.gpu_specs import find_gpu, load_gpu_specs
+    from mcp_server.core.gpu_specs import find_gpu, load_gpu_specs
 
-        spec = find_gpu(name, load_gpu_specs())
-        if spec is None:
-            return None
-        vals = dict(spec.datasheet)
-        for k, v in spec.measured.items():
-            vals[k] = max(v, vals.get(k, v))
-        return vals, f"gpu_specs.toml [{spec.key}] (max of datasheet and measured)"
-    except ImportError:
-        pass
-    from mcp_server.core.paths import shared_path
-    p = shared_path("gpu_specs.toml")
-    if not p.is_file():
+    spec = find_gpu(name, load_gpu_specs())
+    if spec is None:
         return None
-    import tomllib
-
-    data = tomllib.loads(p.read_text(encoding="utf-8"))
-    low = name.lower()
-    for key, table in data.items():
-        if isinstance(table, dict) and any(str(m).lower() in low for m in table.get("match", [])):
-            vals = {k: float(v) for k, v in table.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            return vals, f"gpu_specs.toml [{key}]"
-    return None
+    vals = dict(spec.datasheet)
+    for k, v in spec.measured.items():
+        vals[k] = max(v, vals.get(k, v))
+    return vals, f"gpu_specs.toml [{spec.key}] (max of datasheet and measured)"
 
 
 def _roofline(spec: Spec, raw: dict, timing: Timing, dev: dict, warnings: list[Warning_]) -> Roofline:
