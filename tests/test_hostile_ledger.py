@@ -14,7 +14,14 @@ import pytest
 from hostile_exec import cli, mcp, recipes, text
 
 from mcp_server.core.errors import ConfinementError, LedgerError, LimitError
-from mcp_server.ledger.engine import ledger_export, ledger_list, ledger_record, ledger_show
+from mcp_server.ledger.engine import ledger_export, ledger_list, ledger_show
+from mcp_server.ledger.record import (
+    record_candidate,
+    record_decision,
+    record_experiment,
+    record_profile,
+    record_validation,
+)
 
 
 def _no_markers(root: Path) -> None:
@@ -32,7 +39,7 @@ def _snapshot(d: Path) -> dict[str, tuple[int, int, bytes]]:
 
 def test_a_repository_s_programs_never_run_engine(tmp_path):
     repo = recipes.fsmonitor_repo(tmp_path)
-    res = ledger_record(ledger=str(tmp_path / "l.db"), kind="experiment", target=["python", "bench.py"],
+    res = record_experiment(ledger=str(tmp_path / "l.db"), target=["python", "bench.py"],
                         cwd=str(repo))
     _no_markers(tmp_path)
     exp = ledger_show(id=res.id, ledger=str(tmp_path / "l.db")).experiment
@@ -42,11 +49,11 @@ def test_a_repository_s_programs_never_run_engine(tmp_path):
 
 def test_a_repository_s_programs_never_run_cli_and_mcp(tmp_path):
     repo = recipes.fsmonitor_repo(tmp_path)
-    code, out, err = cli(["ledger", "record", "--kind", "experiment", "--cwd", str(repo), "--ledger",
-                          str(tmp_path / "l.db"), "--json", "--target", "python", str(repo / "bench.py")], tmp_path)
+    code, out, err = cli(["ledger", "record", "experiment", "--cwd", str(repo), "--ledger",
+                          str(tmp_path / "l.db"), "--json", "--", "python", str(repo / "bench.py")], tmp_path)
     assert code == 0 and "Traceback" not in err, err
     _no_markers(tmp_path)
-    [res] = mcp([("ledger_record", {"kind": "experiment", "ledger": str(tmp_path / "m.db"),
+    [res] = mcp([("record_experiment", {"ledger": str(tmp_path / "m.db"),
                                     "target": ["python", str(repo / "bench.py")], "cwd": str(repo)})],
                 roots=tmp_path)
     assert not res.is_error, text(res)
@@ -87,7 +94,7 @@ def test_a_local_reference_search_runs_none_of_the_repository_s_programs(tmp_pat
 
 
 def _experiment(db: Path) -> int:
-    return ledger_record(ledger=str(db), kind="experiment", target=["./bench"], cwd=str(db.parent)).id
+    return record_experiment(ledger=str(db), target=["./bench"], cwd=str(db.parent)).id
 
 
 def test_a_patch_must_be_a_patch_and_is_never_echoed(tmp_path):
@@ -95,10 +102,10 @@ def test_a_patch_must_be_a_patch_and_is_never_echoed(tmp_path):
     db = tmp_path / "l.db"
     e = _experiment(db)
     with pytest.raises(LedgerError) as ei:
-        ledger_record(ledger=str(db), kind="candidate", experiment_id=e, proposal="x", change_kind="patch",
+        record_candidate(ledger=str(db), experiment_id=e, proposal="x", change_kind="patch",
                       change_path=str(files["passwd"]))
     assert "not a patch" in str(ei.value) and recipes.SECRET_LINE not in str(ei.value)
-    ok = ledger_record(ledger=str(db), kind="candidate", experiment_id=e, proposal="x", change_kind="patch",
+    ok = record_candidate(ledger=str(db), experiment_id=e, proposal="x", change_kind="patch",
                        change_path=str(files["patch"]))
     shown = ledger_show(id=e, ledger=str(db), full_results=True)
     assert shown.candidates[0].candidate.id == ok.id and "+VERSION = 'fast'" in shown.candidates[0].candidate.change_text
@@ -106,7 +113,7 @@ def test_a_patch_must_be_a_patch_and_is_never_echoed(tmp_path):
         fifo = tmp_path / fifo_case
         os.mkfifo(fifo)
         with pytest.raises(LedgerError, match="not a regular file"):
-            ledger_record(ledger=str(db), kind="candidate", experiment_id=e, proposal="x", change_kind="file",
+            record_candidate(ledger=str(db), experiment_id=e, proposal="x", change_kind="file",
                           change_path=str(fifo))
     assert recipes.SECRET_LINE.encode() not in db.read_bytes()
 
@@ -115,7 +122,7 @@ def test_an_older_ledger_holding_a_file_never_shows_it(tmp_path):
     db = tmp_path / "l.db"
     e = _experiment(db)
     files = recipes.ledger_inputs(tmp_path / "in")
-    ledger_record(ledger=str(db), kind="candidate", experiment_id=e, proposal="x", change_kind="patch",
+    record_candidate(ledger=str(db), experiment_id=e, proposal="x", change_kind="patch",
                   change_path=str(files["patch"]))
     con = sqlite3.connect(db)  # what an earlier kernelscope stored for change_path=/etc/passwd
     con.execute("UPDATE candidates SET change_text = ?", (recipes.SECRET_LINE,))
@@ -133,13 +140,13 @@ def test_patch_faces(tmp_path):
     inside = recipes.ledger_inputs(work / "in")
     db = work / "l.db"
     e = _experiment(db)
-    code, out, err = cli(["ledger", "record", "--kind", "candidate", "--experiment-id", str(e), "--proposal", "x",
+    code, out, err = cli(["ledger", "record", "candidate", "--experiment-id", str(e), "--proposal", "x",
                           "--change-kind", "patch", "--change-path", str(files["passwd"]), "--ledger", str(db)], work)
     assert code == 2 and "not a patch" in err and recipes.SECRET_LINE not in out + err and "Traceback" not in err
-    base = {"kind": "candidate", "experiment_id": e, "proposal": "x", "change_kind": "patch", "ledger": str(db)}
-    outside, notpatch, ok = mcp([("ledger_record", {**base, "change_path": str(files["patch"])}),
-                                 ("ledger_record", {**base, "change_path": str(inside["passwd"])}),
-                                 ("ledger_record", {**base, "change_path": str(inside["patch"])})], roots=work)
+    base = {"experiment_id": e, "proposal": "x", "change_kind": "patch", "ledger": str(db)}
+    outside, notpatch, ok = mcp([("record_candidate", {**base, "change_path": str(files["patch"])}),
+                                 ("record_candidate", {**base, "change_path": str(inside["passwd"])}),
+                                 ("record_candidate", {**base, "change_path": str(inside["patch"])})], roots=work)
     assert outside.is_error and "outside the directories this server may use" in text(outside)
     assert notpatch.is_error and "not a patch" in text(notpatch) and recipes.SECRET_LINE not in text(notpatch)
     assert not ok.is_error, text(ok)
@@ -148,7 +155,7 @@ def test_patch_faces(tmp_path):
         from mcp_server.core.atomic import confined_to
 
         with confined_to([work]):
-            ledger_record(ledger=str(db), kind="candidate", experiment_id=e, proposal="x", change_kind="file",
+            record_candidate(ledger=str(db), experiment_id=e, proposal="x", change_kind="file",
                           change_path=str(files["patch"]))
 
 
@@ -169,7 +176,7 @@ def test_read_calls_change_no_file_engine(tmp_path, which):
     assert _snapshot(tmp_path) == before  # no WAL switch, no schema, no -wal/-shm files
     if which == "foreign":  # a write call refuses it as it is too
         with pytest.raises(LedgerError, match="not a kernelscope ledger"):
-            ledger_record(ledger=str(files[which]), kind="experiment", target=["./x"], cwd=str(tmp_path))
+            record_experiment(ledger=str(files[which]), target=["./x"], cwd=str(tmp_path))
         assert _snapshot(tmp_path) == before
 
 
@@ -180,7 +187,7 @@ def test_over_mcp_the_default_ledger_lies_inside_the_roots(tmp_path, monkeypatch
     monkeypatch.delenv("KERNELSCOPE_LEDGER", raising=False)
     (tmp_path / "work").mkdir()
     with confined_to([tmp_path / "work"]), pytest.raises(ConfinementError, match="the ledger"):
-        ledger_record(kind="experiment", target=["./x"], cwd=str(tmp_path))
+        record_experiment(target=["./x"], cwd=str(tmp_path))
     assert not (tmp_path / ".kernelscope").exists()
 
 
@@ -212,9 +219,9 @@ def test_reading_a_real_ledger_leaves_it_as_it_is(tmp_path):
 
 def _ledger_with_token(db: Path, token_file: Path) -> int:
     e = _experiment(db)
-    c = ledger_record(ledger=str(db), kind="candidate", experiment_id=e, proposal="x", proposal_id="p").id
-    ledger_record(ledger=str(db), kind="validation", candidate_id=c, result_path=str(token_file))
-    ledger_record(ledger=str(db), kind="decision", candidate_id=c, decision="reverted", by="t",
+    c = record_candidate(ledger=str(db), experiment_id=e, proposal="x", proposal_id="p").id
+    record_validation(ledger=str(db), candidate_id=c, result_path=str(token_file))
+    record_decision(ledger=str(db), candidate_id=c, decision="reverted", by="t",
                   why=f"failed with token {recipes.TOKEN}")
     return e
 
@@ -266,13 +273,13 @@ def test_deep_results_are_typed_errors_naming_the_bound(tmp_path):
     files = recipes.ledger_inputs(tmp_path / "in")
     db = tmp_path / "l.db"
     e = _experiment(db)
-    c = ledger_record(ledger=str(db), kind="candidate", experiment_id=e, proposal="x").id
+    c = record_candidate(ledger=str(db), experiment_id=e, proposal="x").id
     deep = json.loads(files["deep"].read_text())
     for kw in ({"result_path": str(files["deep"])}, {"result": deep}):
         with pytest.raises(LimitError, match="KERNELSCOPE_MAX_NESTING"):
-            ledger_record(ledger=str(db), kind="validation", candidate_id=c, **kw)
+            record_validation(ledger=str(db), candidate_id=c, **kw)
     with pytest.raises(LimitError, match="KERNELSCOPE_MAX_NESTING"):
-        ledger_record(ledger=str(db), kind="profile", experiment_id=e, classification=deep)
+        record_profile(ledger=str(db), experiment_id=e, classification=deep)
     # one an earlier kernelscope stored: show and export answer with the bound, not a RecursionError
     con = sqlite3.connect(db)
     con.execute("INSERT INTO validations (candidate_id, created_at, verdict, accepted, result) VALUES (?,?,?,?,?)",
@@ -283,15 +290,15 @@ def test_deep_results_are_typed_errors_naming_the_bound(tmp_path):
                  lambda: ledger_export(ledger=str(db), format="json")):
         with pytest.raises(LimitError, match="KERNELSCOPE_MAX_NESTING"):
             call()
-    code, _, err = cli(["ledger", "record", "--kind", "validation", "--candidate-id", str(c), "--result-path",
+    code, _, err = cli(["ledger", "record", "validation", "--candidate-id", str(c), "--result-path",
                         str(files["deep"]), "--ledger", str(db)], tmp_path)
     assert code == 2 and "KERNELSCOPE_MAX_NESTING" in err and "Traceback" not in err
     code, _, err = cli(["ledger", "show", str(e), "--full-results", "--ledger", str(db)], tmp_path)
     assert code == 2 and "KERNELSCOPE_MAX_NESTING" in err and "Traceback" not in err
-    code, _, err = cli(["ledger", "record", "--kind", "validation", "--candidate-id", str(c), "--result",
+    code, _, err = cli(["ledger", "record", "validation", "--candidate-id", str(c), "--result",
                         "[" * 5000 + "]" * 5000, "--ledger", str(db)], tmp_path)
     assert code == 2 and "KERNELSCOPE_MAX_NESTING" in err and "Traceback" not in err
-    rec, show, export = mcp([("ledger_record", {"kind": "validation", "candidate_id": c, "ledger": str(db),
+    rec, show, export = mcp([("record_validation", {"candidate_id": c, "ledger": str(db),
                                                 "result_path": str(files["deep"])}),
                              ("ledger_show", {"id": e, "ledger": str(db), "full_results": True}),
                              ("ledger_export", {"ledger": str(db)})], roots=tmp_path)

@@ -12,7 +12,14 @@ import pytest
 
 from mcp_server.core.errors import FileMissingError, InputError, LedgerError
 from mcp_server.ledger import store
-from mcp_server.ledger.engine import ledger_export, ledger_list, ledger_record, ledger_show
+from mcp_server.ledger.engine import ledger_export, ledger_list, ledger_show
+from mcp_server.ledger.record import (
+    record_candidate,
+    record_decision,
+    record_experiment,
+    record_profile,
+    record_validation,
+)
 from mcp_server.ledger.store import SCHEMA_VERSION, Ledger, resolve_path
 
 # The shape of a validate_candidate answer (issue 10's JSON contract).
@@ -39,16 +46,16 @@ def db(tmp_path, monkeypatch):
 
 
 def _one_of_each(db):
-    e = ledger_record(ledger=db, kind="experiment", target=["python", "bench.py", "--size", "big"])
-    p = ledger_record(ledger=db, kind="profile", experiment_id=e.id, report_path="report.ncu-rep",
+    e = record_experiment(ledger=db, target=["python", "bench.py", "--size", "big"])
+    p = record_profile(ledger=db, experiment_id=e.id, report_path="report.ncu-rep",
                       classification={"kernels": [{"name": "bmm_kernel", "class": "memory_bound", "limiter": "dram",
                                                    "l2_resident": None, "confidence": 0.8, "share": 0.9}],
                                       "candidate": "bmm_kernel", "cache_control": "all"})
-    c = ledger_record(ledger=db, kind="candidate", experiment_id=e.id, profile_id=p.id, kernel="bmm_kernel",
+    c = record_candidate(ledger=db, experiment_id=e.id, profile_id=p.id, kernel="bmm_kernel",
                       diagnosis="memory_bound (dram)", proposal="INT4 weights: a quarter of the bytes",
                       proposal_id="int4", change_kind="patch", change_path="int4.diff")
-    v = ledger_record(ledger=db, kind="validation", candidate_id=c.id, result=ACCEPTED)
-    d = ledger_record(ledger=db, kind="decision", candidate_id=c.id, decision="accepted", by="agent",
+    v = record_validation(ledger=db, candidate_id=c.id, result=ACCEPTED)
+    d = record_decision(ledger=db, candidate_id=c.id, decision="accepted", by="agent",
                       why="validated 2.12x")
     return e, p, c, v, d
 
@@ -57,10 +64,10 @@ def test_records_link_and_list_counts(db):
     e, p, c, v, d = _one_of_each(db)
     assert (e.id, p.id, c.id, v.id, d.id) == (1, 1, 1, 1, 1)
     assert v.experiment_id == e.id and d.candidate_id == c.id
-    c2 = ledger_record(ledger=db, kind="candidate", experiment_id=e.id, proposal_id="fuse", proposal="fuse it")
-    ledger_record(ledger=db, kind="validation", candidate_id=c2.id, result=SLOWER)
-    ledger_record(ledger=db, kind="decision", candidate_id=c2.id, decision="reverted", by="agent", why="slower")
-    ledger_record(ledger=db, kind="candidate", experiment_id=e.id, proposal_id="pending-one", proposal="x")
+    c2 = record_candidate(ledger=db, experiment_id=e.id, proposal_id="fuse", proposal="fuse it")
+    record_validation(ledger=db, candidate_id=c2.id, result=SLOWER)
+    record_decision(ledger=db, candidate_id=c2.id, decision="reverted", by="agent", why="slower")
+    record_candidate(ledger=db, experiment_id=e.id, proposal_id="pending-one", proposal="x")
     lst = ledger_list(ledger=db)
     assert lst.schema_version == SCHEMA_VERSION and lst.total == 1
     s = lst.experiments[0]
@@ -78,46 +85,54 @@ def test_records_link_and_list_counts(db):
 
 
 def test_keys_make_retries_return_the_first_record(db):
-    e = ledger_record(ledger=db, kind="experiment", target=["python", "bench.py"], key="exp-a")
-    again = ledger_record(ledger=db, kind="experiment", target=["python", "bench.py"], key="exp-a")
+    e = record_experiment(ledger=db, target=["python", "bench.py"], key="exp-a")
+    again = record_experiment(ledger=db, target=["python", "bench.py"], key="exp-a")
     assert (again.id, again.created) == (e.id, False)
-    c = ledger_record(ledger=db, kind="candidate", experiment_id=e.id, proposal_id="p", key="cand-a")
-    c2 = ledger_record(ledger=db, kind="candidate", experiment_id=e.id, proposal_id="p", key="cand-a")
+    c = record_candidate(ledger=db, experiment_id=e.id, proposal_id="p", key="cand-a")
+    c2 = record_candidate(ledger=db, experiment_id=e.id, proposal_id="p", key="cand-a")
     assert c2.id == c.id and not c2.created
     with Ledger.open(db) as led:
         assert len(led.candidates(e.id)) == 1
 
 
 def test_guards_name_the_problem(db):
-    e = ledger_record(ledger=db, kind="experiment", target=["python", "bench.py"])
-    c = ledger_record(ledger=db, kind="candidate", experiment_id=e.id, proposal_id="p")
+    e = record_experiment(ledger=db, target=["python", "bench.py"])
+    c = record_candidate(ledger=db, experiment_id=e.id, proposal_id="p")
     with pytest.raises(LedgerError, match="no accepted validation"):
-        ledger_record(ledger=db, kind="decision", candidate_id=c.id, decision="accepted", by="a", why="fast, I think")
-    ledger_record(ledger=db, kind="validation", candidate_id=c.id, result=SLOWER)
+        record_decision(ledger=db, candidate_id=c.id, decision="accepted", by="a", why="fast, I think")
+    record_validation(ledger=db, candidate_id=c.id, result=SLOWER)
     with pytest.raises(LedgerError, match="no accepted validation"):
-        ledger_record(ledger=db, kind="decision", candidate_id=c.id, decision="accepted", by="a", why="one timing")
+        record_decision(ledger=db, candidate_id=c.id, decision="accepted", by="a", why="one timing")
     with pytest.raises(LedgerError, match="validate_candidate result"):
-        ledger_record(ledger=db, kind="validation", candidate_id=c.id, result={"speedup": 2.0})
+        record_validation(ledger=db, candidate_id=c.id, result={"speedup": 2.0})
     with pytest.raises(LedgerError, match="candidate_id=99: no such record"):
-        ledger_record(ledger=db, kind="validation", candidate_id=99, result=ACCEPTED)
-    with pytest.raises(LedgerError, match="experiment_id is required"):
-        ledger_record(ledger=db, kind="profile", report_path="report.ncu-rep")
+        record_validation(ledger=db, candidate_id=99, result=ACCEPTED)
+    with pytest.raises(InputError, match="^record_profile: invalid argument.*experiment_id: Field required$"):
+        record_profile(ledger=db, report_path="report.ncu-rep")
     with pytest.raises(FileMissingError, match="missing.ncu-rep"):
-        ledger_record(ledger=db, kind="profile", experiment_id=e.id, report_path="missing.ncu-rep")
-    with pytest.raises(LedgerError, match="by .* and why"):
-        ledger_record(ledger=db, kind="decision", candidate_id=c.id, decision="reverted")
-    with pytest.raises(LedgerError, match="target is required"):
-        ledger_record(ledger=db, kind="experiment")
+        record_profile(ledger=db, experiment_id=e.id, report_path="missing.ncu-rep")
+    with pytest.raises(LedgerError, match="a profile needs report_path or classification"):
+        record_profile(ledger=db, experiment_id=e.id)
+    with pytest.raises(InputError, match="^record_decision: invalid argument.*: by: Field required; why: Field required$"):
+        record_decision(ledger=db, candidate_id=c.id, decision="reverted")
+    with pytest.raises(InputError, match="by: String should have at least 1 character"):
+        record_decision(ledger=db, candidate_id=c.id, decision="reverted", by="", why="slower")
+    with pytest.raises(InputError, match="^record_experiment: invalid argument.*target: Field required$"):
+        record_experiment(ledger=db)
+    with pytest.raises(InputError, match="target: List should have at least 1 item"):
+        record_experiment(ledger=db, target=[])
+    with pytest.raises(InputError, match="record_candidate: unknown argument|Extra inputs are not permitted"):
+        record_candidate(ledger=db, experiment_id=e.id, proposal_id="p", decision="accepted")  # not a candidate's
 
 
 def test_validation_from_a_result_file(db, tmp_path):
-    e = ledger_record(ledger=db, kind="experiment", target=["python", "bench.py"])
-    c = ledger_record(ledger=db, kind="candidate", experiment_id=e.id, proposal_id="p")
+    e = record_experiment(ledger=db, target=["python", "bench.py"])
+    c = record_candidate(ledger=db, experiment_id=e.id, proposal_id="p")
     (tmp_path / "v.json").write_text(json.dumps(ACCEPTED))
-    v = ledger_record(ledger=db, kind="validation", candidate_id=c.id, result_path=str(tmp_path / "v.json"))
+    v = record_validation(ledger=db, candidate_id=c.id, result_path=str(tmp_path / "v.json"))
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(LedgerError, match="not JSON"):
-        ledger_record(ledger=db, kind="validation", candidate_id=c.id, result_path=str(tmp_path / "bad.json"))
+        record_validation(ledger=db, candidate_id=c.id, result_path=str(tmp_path / "bad.json"))
     assert ledger_show(id=e.id, ledger=db, full_results=True).candidates[0].validations[0].id == v.id
 
 
@@ -125,10 +140,10 @@ def test_path_choice_default_env_and_argument(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("KERNELSCOPE_LEDGER", raising=False)
     assert resolve_path(None) == store.DEFAULT_PATH
-    ledger_record(kind="experiment", target=["./run.sh"])
+    record_experiment(target=["./run.sh"])
     assert (tmp_path / ".kernelscope" / "ledger.db").is_file()
     monkeypatch.setenv("KERNELSCOPE_LEDGER", str(tmp_path / "env.db"))
-    ledger_record(kind="experiment", target=["./run.sh"])
+    record_experiment(target=["./run.sh"])
     assert ledger_list().ledger == str(tmp_path / "env.db") and ledger_list().total == 1
     assert ledger_list(ledger=str(tmp_path / ".kernelscope" / "ledger.db")).total == 1
 
@@ -217,9 +232,9 @@ def test_experiment_records_git_state_of_the_targets_repo(tmp_path, monkeypatch)
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     monkeypatch.chdir(tmp_path)  # run from outside the repo: the script's repo is the one recorded
     db = str(tmp_path / "l.db")
-    e1 = ledger_record(ledger=db, kind="experiment", target=["python", "proj/bench.py"])
+    e1 = record_experiment(ledger=db, target=["python", "proj/bench.py"])
     (repo / "bench.py").write_text("print(2)\n")
-    e2 = ledger_record(ledger=db, kind="experiment", target=["python", "proj/bench.py"])
+    e2 = record_experiment(ledger=db, target=["python", "proj/bench.py"])
     x1 = ledger_show(id=e1.id, ledger=db).experiment
     x2 = ledger_show(id=e2.id, ledger=db).experiment
     assert x1.repo == str(repo.resolve()) and x1.git_rev == head and x1.git_dirty is False
@@ -234,7 +249,7 @@ def test_tokens_in_the_target_never_reach_the_ledger(db, monkeypatch):
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_abcdefghijklmnopqrstuvwxyz0123")
     token = "ghp_abcdefghijklmnopqrstuvwxyz0123"
     argv = ["python", "bench.py", "--token=hunter2hunter2", "--gh", token]
-    e = ledger_record(ledger=db, kind="experiment", target=argv)
+    e = record_experiment(ledger=db, target=argv)
     shown = ledger_show(id=e.id, ledger=db)
     assert shown.experiment.target == ["python", "bench.py", "--token=***", "--gh", "***"]
     raw = open(db, "rb").read() + (open(db + "-wal", "rb").read() if os.path.exists(db + "-wal") else b"")
@@ -243,7 +258,7 @@ def test_tokens_in_the_target_never_reach_the_ledger(db, monkeypatch):
 
 def test_a_migration_upgrades_an_old_file_in_place(tmp_path, monkeypatch):
     path = tmp_path / "old.db"
-    e = ledger_record(ledger=str(path), kind="experiment", target=["./bench"], cwd=str(tmp_path))
+    e = record_experiment(ledger=str(path), target=["./bench"], cwd=str(tmp_path))
     monkeypatch.setattr(store, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     monkeypatch.setitem(store.MIGRATIONS, SCHEMA_VERSION + 1, ("ALTER TABLE experiments ADD COLUMN label TEXT",))
     with Ledger.open(path) as led:
@@ -271,3 +286,18 @@ def test_processes_opening_a_new_ledger_at_once_migrate_it_once(tmp_path):
     con = sqlite3.connect(path)
     assert con.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0] == 6
     con.close()
+
+
+def test_every_tool_schema_is_one_a_claude_client_accepts():
+    """MCP input schemas are objects at the top, and Claude's API refuses a top-level oneOf/anyOf/allOf (a union on
+    `kind` would have to sit under a property): the ledger has one flat tool per kind of record, each requiring
+    exactly what that record needs (docs/ledger.md, "One tool per kind of record")."""
+    from mcp_server.faces.registry import operations
+    from mcp_server.faces.server import tool_input_schema
+
+    schemas = {op.tool: tool_input_schema(op) for op in operations()}
+    assert [t for t, s in schemas.items() if s.get("type") != "object" or {"oneOf", "anyOf", "allOf"} & set(s)] == []
+    assert {t: s.get("required") for t, s in schemas.items() if t.startswith("record_")} == {
+        "record_experiment": ["target"], "record_profile": ["experiment_id"], "record_candidate": ["experiment_id"],
+        "record_validation": ["candidate_id"], "record_decision": ["candidate_id", "decision", "by", "why"]}
+    assert "kind" not in set().union(*(schemas[t]["properties"] for t in schemas if t.startswith("record_")))

@@ -9,19 +9,20 @@ import sys
 import time
 from pathlib import Path
 
-from mcp_server.ledger.engine import ledger_list, ledger_record, ledger_show
+from mcp_server.ledger.engine import ledger_list, ledger_show
+from mcp_server.ledger.record import record_candidate, record_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 
 WRITER = r"""
 import sys
-from mcp_server.ledger.engine import ledger_record
+from mcp_server.ledger.record import record_candidate, record_decision, record_validation
 db, tag, n, exp = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 res = {"accepted": False, "verdict": "not_faster", "reasons": [tag]}
 for i in range(n):
-    c = ledger_record(ledger=db, kind="candidate", experiment_id=exp, proposal_id=f"{tag}-{i}", proposal=tag)
-    ledger_record(ledger=db, kind="validation", candidate_id=c.id, result=res)
-    ledger_record(ledger=db, kind="decision", candidate_id=c.id, decision="reverted", by=tag, why="slower")
+    c = record_candidate(ledger=db, experiment_id=exp, proposal_id=f"{tag}-{i}", proposal=tag)
+    record_validation(ledger=db, candidate_id=c.id, result=res)
+    record_decision(ledger=db, candidate_id=c.id, decision="reverted", by=tag, why="slower")
     print(c.id, flush=True)
 """
 
@@ -34,7 +35,7 @@ def _spawn(*args: str) -> subprocess.Popen:
 
 def test_two_processes_write_concurrently(tmp_path):
     db = str(tmp_path / "ledger.db")
-    exp = ledger_record(ledger=db, kind="experiment", target=["./bench"], cwd=str(tmp_path)).id
+    exp = record_experiment(ledger=db, target=["./bench"], cwd=str(tmp_path)).id
     n = 60
     procs = [_spawn(db, "agent-a", str(n), str(exp)), _spawn(db, "agent-b", str(n), str(exp))]
     outs = [p.communicate(timeout=240) for p in procs]
@@ -59,7 +60,7 @@ def test_two_processes_write_concurrently(tmp_path):
 
 def test_killed_writer_loses_at_most_the_record_in_flight(tmp_path):
     db = str(tmp_path / "ledger.db")
-    exp = ledger_record(ledger=db, kind="experiment", target=["./bench"], cwd=str(tmp_path)).id
+    exp = record_experiment(ledger=db, target=["./bench"], cwd=str(tmp_path)).id
     p = _spawn(db, "victim", "100000", str(exp))
     acknowledged = []
     deadline = time.monotonic() + 60
@@ -81,5 +82,5 @@ def test_killed_writer_loses_at_most_the_record_in_flight(tmp_path):
     assert len(shown.candidates) - len(done) <= 1
     assert len(done) >= len(acknowledged)
     # and the ledger takes writes again at once (no stale lock)
-    ledger_record(ledger=db, kind="candidate", experiment_id=exp, proposal_id="after", proposal="after")
+    record_candidate(ledger=db, experiment_id=exp, proposal_id="after", proposal="after")
     assert ledger_list(ledger=db).experiments[0].candidates == len(shown.candidates) + 1

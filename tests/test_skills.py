@@ -17,7 +17,6 @@ from mcp_server.core.operation import Operation
 from mcp_server.core.vocab import WarningCode
 from mcp_server.faces import cli
 from mcp_server.faces.registry import operations
-from mcp_server.ledger.requests import REQUIRED_BY_KIND
 
 ROOT = Path(__file__).resolve().parent.parent
 SKILLS = sorted(p.parent for p in (ROOT / "skills").glob("*/SKILL.md"))
@@ -162,10 +161,6 @@ def test_tool_calls_use_real_parameters(doc: Path) -> None:
         fields = set(ops()[tool].request.model_fields)
         unknown = [p for p in params if p not in fields]
         assert not unknown, f"{doc.name}: {tool} has no parameter(s) {unknown} (it takes {sorted(fields)})"
-        kind = values.get("kind", "").strip("\"'")
-        if tool == "ledger_record" and kind:
-            missing = [f for f in REQUIRED_BY_KIND[kind] if f not in params]
-            assert not missing, f"{doc.name}: ledger_record kind={kind} lacks {missing}"
         required = [f for f, info in ops()[tool].request.model_fields.items() if info.is_required()]
         if values:  # a full example call (not a signature): every required field is there
             assert not [f for f in required if f not in params], f"{doc.name}: {tool} call lacks {required}"
@@ -238,22 +233,29 @@ def test_checker_catches_known_mistakes() -> None:
     bad_flag = "```\nkernelscope compare a b --labels X Y --colour\n```"
     assert [f for v, fl in cli_commands(bad_flag) for f in fl if f not in verb_flags()[v] | COMMON_FLAGS] \
         == ["--colour"]
-    (tool, params, values), = list(tool_calls("`ledger_record kind=decision decision=reverted by=me why=x`"))
-    assert [f for f in REQUIRED_BY_KIND[values["kind"]] if f not in params] == ["candidate_id"]
+    (tool, params, values), = list(tool_calls("`record_decision decision=reverted by=me why=x`"))
+    required = [f for f, info in ops()[tool].request.model_fields.items() if info.is_required()]
+    assert [f for f in required if f not in params] == ["candidate_id"]
     (_, params, _), = list(tool_calls("diff_modules(a=\"x\", b=\"y\", phse=\"decode\")"))
     assert "phse" not in ops()["diff_modules"].request.model_fields and "phse" in params
     with pytest.raises(AssertionError):
         list(cli_commands("`kernelscope frobnicate x`"))
 
 
-@pytest.mark.parametrize("kind", sorted(REQUIRED_BY_KIND))
-def test_required_by_kind_is_what_the_ledger_enforces(kind: str, tmp_path: Path) -> None:
-    from mcp_server.core.errors import LedgerError
-    from mcp_server.ledger.engine import ledger_record
+@pytest.mark.parametrize("tool", ["record_experiment", "record_profile", "record_candidate", "record_validation",
+                                  "record_decision"])
+def test_a_record_without_what_its_kind_needs_is_refused_before_the_ledger_opens(tool: str, tmp_path: Path) -> None:
+    """Each record tool's schema requires exactly what its kind of record needs (the skills' calls are checked
+    against it above); a call without it is refused by the request model, naming each missing field."""
+    from mcp_server.core.errors import InputError
 
-    for field in REQUIRED_BY_KIND[kind]:
-        with pytest.raises(LedgerError, match=f"{field}.* is required"):
-            ledger_record(ledger=str(tmp_path / "l.db"), kind=kind)
+    required = [f for f, info in ops()[tool].request.model_fields.items() if info.is_required()]
+    assert required == {"record_experiment": ["target"], "record_profile": ["experiment_id"],
+                        "record_candidate": ["experiment_id"], "record_validation": ["candidate_id"],
+                        "record_decision": ["candidate_id", "decision", "by", "why"]}[tool]
+    with pytest.raises(InputError) as exc:
+        ops()[tool].engine_fn()(ledger=str(tmp_path / "l.db"))
+    assert str(exc.value) == f"{tool}: invalid argument(s): " + "; ".join(f"{f}: Field required" for f in required)
     assert not (tmp_path / "l.db").exists()  # refused before the ledger is opened
 
 

@@ -14,8 +14,9 @@ settings, approvals and plugins are not touched. Steps, each reported PASS or FA
    file, and ``claude mcp list`` shows it connected on its first start, before its environment is
    installed; then (unless ``--no-wait``) the install finishes in the plugin's data directory, not in
    the cache, and the installed server lists and calls a tool through the Inspector;
-4. the Inspector with the repository's own config (``--config .mcp.json``) lists the tools and calls
-   one, from the root and from a subdirectory.
+4. the Inspector with the repository's own config (``--config .mcp.json``) lists the tools (every input
+   schema an object without a top-level oneOf/anyOf/allOf, which Claude's API refuses) and calls one, from
+   the root and from a subdirectory.
 
     .venv/bin/python tools/check_clients.py [--no-wait] [--keep]
 
@@ -85,11 +86,15 @@ def inspector(config: Path, cwd: Path, env: dict[str, str], label: str) -> None:
     base = [*INSPECTOR, "--config", os.path.relpath(config, cwd), "--server", "kernelscope"]
     rc, out, took = run([*base, "--method", "tools/list"], cwd, env, timeout=300)
     try:
-        names = [t["name"] for t in json.loads(out[out.index("{"):])["tools"]]
+        tools = json.loads(out[out.index("{"):])["tools"]
+        names = [t["name"] for t in tools]
     except (ValueError, KeyError, TypeError):
-        names = []
+        tools, names = [], []
     check(f"Inspector --config {label} from {cwd.relative_to(ROOT.parent) if cwd.is_relative_to(ROOT.parent) else cwd}:"
           " tools/list", rc == 0 and "analyze_trace" in names, f"{len(names)} tools, {took:.1f} s")
+    refused = unusable_schemas(tools)
+    check(f"Inspector --config {label}: every input schema is an object with no top-level oneOf/anyOf/allOf",
+          bool(tools) and not refused, ", ".join(refused) or f"largest {max_schema(tools)}")
     a, b = (os.path.relpath(ROOT / t, cwd) for t in (TRACE_A, TRACE_B))
     rc, out, took = run([*base, "--method", "tools/call", "--tool-name", "budget", "--tool-arg", f"a={a}",
                          "--tool-arg", f"b={b}"], cwd, env, timeout=300)
@@ -99,6 +104,24 @@ def inspector(config: Path, cwd: Path, env: dict[str, str], label: str) -> None:
     except (ValueError, KeyError, TypeError):
         ok = False
     check(f"Inspector --config {label}: tools/call budget", rc == 0 and ok, f"{took:.1f} s" if ok else out[-300:])
+
+
+def unusable_schemas(tools: list[dict]) -> list[str]:
+    """Tools whose input schema Claude's API refuses, so that Claude Code drops the tool or fails the request: not
+    ``"type": "object"`` at the top, or a ``oneOf`` / ``anyOf`` / ``allOf`` there (a union must sit under a
+    property; the ledger has one tool per kind of record instead, docs/ledger.md)."""
+    bad = []
+    for t in tools:
+        schema = t.get("inputSchema") or {}
+        if schema.get("type") != "object" or any(k in schema for k in ("oneOf", "anyOf", "allOf")):
+            bad.append(t.get("name", "?"))
+    return bad
+
+
+def max_schema(tools: list[dict]) -> str:
+    """The tool with the largest input schema, and its size in bytes (what every request carries)."""
+    size, name = max((len(json.dumps(t.get("inputSchema") or {})), t.get("name", "?")) for t in tools)
+    return f"{name} {size:,} bytes"
 
 
 def plugin(env: dict[str, str], tmp: Path, wait: bool) -> None:

@@ -145,8 +145,8 @@ def build_parser(ops: list[Operation] | None = None) -> argparse.ArgumentParser:
         for i, word in enumerate(words[:-1]):
             key = " ".join(words[: i + 1])
             if key not in groups:
-                g = parent.add_parser(word, help=f"{word} actions: " + ", ".join(
-                    o.verb.split()[i + 1] for o in ops if o.verb.split()[: i + 1] == words[: i + 1]))
+                g = parent.add_parser(word, help=f"{word} actions: " + ", ".join(dict.fromkeys(  # each once
+                    o.verb.split()[i + 1] for o in ops if o.verb.split()[: i + 1] == words[: i + 1])))
                 groups[key] = g.add_subparsers(dest=f"{word}_action", metavar="ACTION")
                 groups[key].required = True
             parent = groups[key]

@@ -1,33 +1,54 @@
 """Operations of the ledger engine, declared once (docs/ARCHITECTURE.md, "Three faces")."""
 from __future__ import annotations
 
-from mcp_server.core.operation import READ_ONLY, WRITES_FILES, Hints, Operation
+from mcp_server.core.operation import READ_ONLY, WRITES_FILES, Hints, Operation, Request
 from mcp_server.ledger.models import LedgerExportResult, LedgerListResult, LedgerRecordResult, LedgerShowResult
 from mcp_server.ledger.requests import (
     LedgerExportRequest,
     LedgerListRequest,
-    LedgerRecordRequest,
     LedgerShowRequest,
+    RecordCandidateRequest,
+    RecordDecisionRequest,
+    RecordExperimentRequest,
+    RecordProfileRequest,
+    RecordValidationRequest,
 )
 
 _R = "mcp_server.ledger.render:"
 _E = "mcp_server.ledger.engine:"
 
+
+def _record(kind: str, request: type[Request], holds: str, remainder: str | None = None) -> Operation:
+    """``record_<kind>`` / ``kernelscope ledger record <kind>``: one tool per kind of record, each taking only what
+    that record holds (docs/ledger.md says why this is not one tool switched by a ``kind`` argument)."""
+    a = "an" if kind[0] in "aeiou" else "a"
+    return Operation(
+        tool=f"record_{kind}", verb=f"ledger record {kind}", title=f"Record {a} {kind} in the experiment ledger",
+        help=f"record {a} {kind} in the experiment ledger",
+        description=(f"Write one {kind} record to the experiment ledger (SQLite, ./.kernelscope/ledger.db by "
+                     f"default): {holds}. Returns the record id; give `key` to make a retry return the same record."),
+        request=request, result=LedgerRecordResult, engine=f"mcp_server.ledger.record:record_{kind}",
+        render=_R + "render_record", hints=Hints(read_only=False, idempotent=False), outputs={"ledger": "sqlite"},
+        remainder=remainder)
+
+
 OPERATIONS = [
-    Operation(
-        tool="ledger_record", verb="ledger record", title="Record a step of the kernel-compass loop",
-        help="record an experiment, profile, candidate, validation or decision in the experiment ledger",
-        description=(
-            "Write one record of the experiment ledger (SQLite, ./.kernelscope/ledger.db by default): "
-            "experiment (target argv; git revision, dirty flag and GPU/driver/torch/triton/ncu versions are "
-            "recorded), profile (ncu report path + sha256 and its classification), candidate (kernel, diagnosis, "
-            "proposal text, the file or patch of the change and its hash), validation (the whole "
-            "validate_candidate result), decision (accepted only on an accepted validation; reverted; abandoned; "
-            "by whom and why). Returns the record id; give `key` to make a retry return the same record."),
-        request=LedgerRecordRequest, result=LedgerRecordResult,
-        engine=_E + "ledger_record", render=_R + "render_record",
-        hints=Hints(read_only=False, idempotent=False), outputs={"ledger": "sqlite"},
-    ),
+    _record("experiment", RecordExperimentRequest, (
+        "a target (its argument list); the git revision and dirty flag of its repository and the GPU, driver, "
+        "python, torch, triton and ncu versions are recorded with it. Every other record hangs off an experiment"),
+        remainder="target"),
+    _record("profile", RecordProfileRequest, (
+        "an ncu report of an experiment (path and sha256) and its classification (the classify_bottleneck or "
+        "select_candidate result)")),
+    _record("candidate", RecordCandidateRequest, (
+        "a proposed change for an experiment, recorded before it is applied: the kernel, its diagnosis, the "
+        "proposal text, the replacement file or git patch (hashed; a patch kept whole), the validate_candidate "
+        "spec")),
+    _record("validation", RecordValidationRequest, (
+        "a candidate's whole validate_candidate result (verdict, correctness, speedup interval, timing)")),
+    _record("decision", RecordDecisionRequest, (
+        "what became of a candidate: accepted (refused unless its latest validation accepted it), reverted, "
+        "abandoned or error, by whom and why")),
     Operation(
         tool="ledger_list", verb="ledger list", title="List the experiments of the ledger",
         help="list the experiments of the ledger with their accepted/reverted/pending counts",

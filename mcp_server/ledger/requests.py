@@ -12,59 +12,64 @@ _LEDGER = Field(default=None, description=(
     "Ledger file (default: $KERNELSCOPE_LEDGER, else ./.kernelscope/ledger.db)"))
 
 
-#: The fields each ``kind`` of record needs besides ``kind`` (the engine refuses a record without them;
-#: tests/test_skills.py checks every ledger_record example in the skills against it).
-REQUIRED_BY_KIND: dict[str, tuple[str, ...]] = {
-    "experiment": (),
-    "profile": ("experiment_id",),
-    "candidate": ("experiment_id",),
-    "validation": ("candidate_id",),
-    "decision": ("candidate_id", "decision"),
-}
+class _RecordRequest(WritesOutputs):
+    """What every record_* operation takes: the ledger and an idempotency key."""
 
-
-class LedgerRecordRequest(WritesOutputs):
     ledger: Optional[PathArg] = _LEDGER
-    kind: Literal["experiment", "profile", "candidate", "validation", "decision"] = Field(description=(
-        "What to record: experiment (a target), profile (an ncu report and its classification, needs "
-        "experiment_id), candidate (a proposed change, needs experiment_id), validation (a validate_candidate "
-        "result, needs candidate_id), decision (accepted / reverted / abandoned, needs candidate_id)"))
     key: Optional[NameArg] = Field(default=None, description=(
         "Idempotency key: recording again with the same key returns the first record instead of a new one"))
-    experiment_id: Optional[int] = Field(default=None, description="The experiment (profile, candidate)")
-    candidate_id: Optional[int] = Field(default=None, description="The candidate (validation, decision)")
-    profile_id: Optional[int] = Field(default=None, description="The profile the candidate was chosen from (candidate)")
-    target: Optional[PathList] = Field(default=None, description=(
-        "experiment: the target's argument list, e.g. [\"python\", \"bench.py\", \"--size\", \"big\"]"))
+
+
+class RecordExperimentRequest(_RecordRequest):
+    target: PathList = Field(min_length=1, description=(
+        "The target's argument list, e.g. [\"python\", \"bench.py\", \"--size\", \"big\"] (CLI: after --)"))
     cwd: Optional[PathArg] = Field(default=None, description=(
-        "experiment: the directory the target runs in (default the current one); its git state is recorded"))
-    note: Optional[TextArg] = Field(default=None, description="experiment / profile: a free note")
-    report_path: Optional[PathArg] = Field(default=None, description="profile: the ncu report (its sha256 is recorded)")
+        "The directory the target runs in (default the current one); its git state is recorded"))
+    note: Optional[TextArg] = Field(default=None, description="A free note")
+
+
+class RecordProfileRequest(_RecordRequest):
+    experiment_id: int = Field(description="The experiment profiled (record_experiment's id, or from ledger_list)")
+    report_path: Optional[PathArg] = Field(default=None, description=(
+        "The ncu report (its sha256 is recorded); give it, classification, or both"))
     classification: Optional[Any] = Field(default=None, description=(
-        "profile: the classify_bottleneck / select_candidate result (or its per-kernel classes)"))
-    kernel: Optional[TextArg] = Field(default=None, description="candidate: the kernel chosen")
-    diagnosis: Optional[TextArg] = Field(default=None, description=(
-        "candidate: its diagnosis (class, limiter, evidence)"))
+        "The classify_bottleneck / select_candidate result (or its per-kernel classes)"))
+    note: Optional[TextArg] = Field(default=None, description="A free note")
+
+
+class RecordCandidateRequest(_RecordRequest):
+    experiment_id: int = Field(description="The experiment (record_experiment's id, or from ledger_list)")
+    profile_id: Optional[int] = Field(default=None, description="The profile the candidate was chosen from")
+    kernel: Optional[TextArg] = Field(default=None, description="The kernel chosen")
+    diagnosis: Optional[TextArg] = Field(default=None, description="Its diagnosis (class, limiter, evidence)")
     proposal: Optional[TextArg] = Field(default=None, description=(
-        "candidate: the proposal text from the agent or person"))
-    proposal_id: Optional[NameArg] = Field(default=None, description="candidate: a short name of the proposal")
+        "The proposal text from the agent or person (give it, proposal_id, or both)"))
+    proposal_id: Optional[NameArg] = Field(default=None, description="A short name of the proposal")
     change_kind: Literal["file", "patch", "none"] = Field(default="none", description=(
-        "candidate: file (a replacement file for change_target), patch (a git patch: a unified diff, kept in the "
-        "ledger; over MCP inside the server's roots), none (the spec alone)"))
-    change_path: Optional[PathArg] = Field(default=None, description=(
-        "candidate: the replacement file or the patch file"))
+        "file (a replacement file for change_target), patch (a git patch: a unified diff, kept in the ledger; "
+        "over MCP inside the server's roots), none (the spec alone)"))
+    change_path: Optional[PathArg] = Field(default=None, description="The replacement file or the patch file")
     change_target: Optional[PathArg] = Field(default=None, description=(
-        "candidate: the file a file swap replaces, or the repository a patch applies to"))
+        "The file a file swap replaces, or the repository a patch applies to"))
     spec: Optional[Any] = Field(default=None, description=(
-        "candidate: the candidate spec given to validate_candidate (its fields, or a spec path)"))
-    result: Optional[dict[str, Any]] = Field(default=None, description="validation: the validate_candidate result JSON")
+        "The candidate spec given to validate_candidate (its fields, or a spec path)"))
+
+
+class RecordValidationRequest(_RecordRequest):
+    candidate_id: int = Field(description="The candidate validated (record_candidate's id)")
+    result: Optional[dict[str, Any]] = Field(default=None, description=(
+        "The validate_candidate result JSON (or give result_path)"))
     result_path: Optional[PathArg] = Field(default=None, description=(
-        "validation: a file holding the validate_candidate result JSON (instead of result)"))
-    decision: Optional[Literal["accepted", "reverted", "abandoned", "error"]] = Field(default=None, description=(
-        "decision: accepted (needs an accepted validation), reverted (validated and rolled back), abandoned, "
+        "A file holding the validate_candidate result JSON (instead of result)"))
+
+
+class RecordDecisionRequest(_RecordRequest):
+    candidate_id: int = Field(description="The candidate decided (record_candidate's id)")
+    decision: Literal["accepted", "reverted", "abandoned", "error"] = Field(description=(
+        "accepted (needs an accepted validation), reverted (validated and rolled back), abandoned, "
         "error (the change could not be applied or its spec was refused)"))
-    by: Optional[NameArg] = Field(default=None, description="decision: who decided (agent, person, loop)")
-    why: Optional[TextArg] = Field(default=None, description="decision: the reason in one line")
+    by: NameArg = Field(min_length=1, description="Who decided (agent, person, loop)")
+    why: TextArg = Field(min_length=1, description="The reason in one line")
 
 
 class LedgerListRequest(SizedRequest):

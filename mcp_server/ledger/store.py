@@ -266,7 +266,7 @@ class Ledger:
         """A read-only connection (``mode=ro``): refuses a missing, empty or foreign file without touching it."""
         if not path.exists():
             raise LedgerError("no ledger here", path=path,
-                              hint="run `kernelscope loop` or ledger_record first, or pass --ledger / "
+                              hint="run `kernelscope loop` or record_experiment first, or pass --ledger / "
                               "set KERNELSCOPE_LEDGER")
         _check_header(path, allow_empty=False)
         with open(path, "rb") as fh:

@@ -24,7 +24,7 @@ from mcp_server.core.models import Warning_
 from mcp_server.core.operation import engine
 from mcp_server.core.replay_dir import repro_target
 from mcp_server.core.vocab import ProgressFn, WarningCode
-from mcp_server.ledger import engine as rec
+from mcp_server.ledger import record as rec
 from mcp_server.ledger.env import sha256_file, target_key, target_repo_dir, target_repository
 from mcp_server.ledger.store import Ledger
 from mcp_server.loop.changes import AppliedChange
@@ -105,7 +105,7 @@ class _Run:
         if same and not fresh:
             self.exp_id = int(same[-1]["id"])
             return True
-        self.exp_id, created = rec.record_experiment(self.led, self.target, key=f"loop:{self.tkey}:{len(same) + 1}")
+        self.exp_id, created = rec.add_experiment(self.led, self.target, key=f"loop:{self.tkey}:{len(same) + 1}")
         return not created
 
     def finish_pending(self) -> None:
@@ -165,7 +165,7 @@ class _Run:
                        f"{avoid} (set force = true to validate it anyway)")
                 with led.write():  # candidate and decision together: never a pending one to validate
                     cid, _ = _record_candidate(led, exp_id, pid, sel, p)
-                    rec.record_decision(led, cid, "abandoned", by=self.by, why=why, key=f"c{cid}:decision")
+                    rec.add_decision(led, cid, "abandoned", by=self.by, why=why, key=f"c{cid}:decision")
                 self.skipped.append(LoopSkip(proposal_id=p.id, candidate_id=cid, reason=why))
                 continue
             if avoid:
@@ -240,7 +240,7 @@ class _Run:
                 res = self.steps.validate(_spec_arg(cand["spec"]))
                 if hasattr(res, "model_dump"):
                     res = res.model_dump(mode="json")
-                rec.record_validation(self.led, cid, res, key=f"c{cid}:validation")
+                rec.add_validation(self.led, cid, res, key=f"c{cid}:validation")
             except KernelscopeError as exc:
                 ch.revert()
                 return self.error(cand, f"validation could not run: {exc}", resumed)
@@ -251,11 +251,11 @@ class _Run:
         why = _why(result)
         if result.get("accepted") is True:
             ch.apply()
-            rec.record_decision(self.led, cid, "accepted", by=self.by, why=why, key=f"c{cid}:decision")
+            rec.add_decision(self.led, cid, "accepted", by=self.by, why=why, key=f"c{cid}:decision")
             ch.keep()
             return self._step(cand, result, "accepted", why, resumed)
         ch.revert()
-        rec.record_decision(self.led, cid, "reverted", by=self.by, why=why, key=f"c{cid}:decision")
+        rec.add_decision(self.led, cid, "reverted", by=self.by, why=why, key=f"c{cid}:decision")
         return self._step(cand, result, "reverted", why, resumed)
 
     def apply_or_fail(self, cand: dict[str, Any], ch: AppliedChange, resumed: bool) -> Optional[LoopStep]:
@@ -282,7 +282,7 @@ class _Run:
     def error(self, cand: dict[str, Any], why: str, resumed: bool) -> LoopStep:
         """Record that the candidate ended in an error (its change is not in place) and return its step."""
         cid = int(cand["id"])
-        rec.record_decision(self.led, cid, "error", by=self.by, why=why, key=f"c{cid}:decision")
+        rec.add_decision(self.led, cid, "error", by=self.by, why=why, key=f"c{cid}:decision")
         return self._step(cand, None, "error", why, resumed)
 
     def _step(self, cand: dict[str, Any], result: Optional[dict[str, Any]], decision: str, why: str,
@@ -307,7 +307,7 @@ class _Run:
             else:
                 self.tell(f"classifying {given.name}")
                 sel = self.steps.select(given, self.cache_control)
-                pid, _ = rec.record_profile(led, exp_id, report_path=str(given), classification=sel.classification,
+                pid, _ = rec.add_profile(led, exp_id, report_path=str(given), classification=sel.classification,
                                             note="given report (not profiled by the loop)",
                                             key=f"e{exp_id}:report:{sha[:24]}")
             if last_accept is not None:
@@ -334,7 +334,7 @@ class _Run:
             raise FileMissingError("the profiler wrote no report", path=report)
         self.tell(f"classifying {report.name}")
         sel = self.steps.select(report, self.cache_control)
-        pid, _ = rec.record_profile(led, exp_id, report_path=str(report), classification=sel.classification,
+        pid, _ = rec.add_profile(led, exp_id, report_path=str(report), classification=sel.classification,
                                     key=f"e{exp_id}:p{n}")
         self._selections[pid] = sel
         return pid, report, sel
@@ -428,11 +428,11 @@ def _settled_word(status: str) -> str:
 def _record_candidate(led: Ledger, exp_id: int, pid: Optional[int], sel: Selection, p: Proposal) -> tuple[int, bool]:
     ch = p.change
     if ch.problem is not None:  # refused: nothing of it is read or recorded but the proposal and the reason
-        return rec.record_candidate(
+        return rec.add_candidate(
             led, exp_id, profile_id=pid, kernel=sel.kernel, diagnosis=sel.diagnosis, proposal=p.text or None,
             proposal_id=p.id, change_kind="none", spec=p.spec_record(), fingerprint=p.fingerprint,
             key=f"e{exp_id}:{p.fingerprint}")
-    return rec.record_candidate(
+    return rec.add_candidate(
         led, exp_id, profile_id=pid, kernel=sel.kernel, diagnosis=sel.diagnosis, proposal=p.text or None,
         proposal_id=p.id, change_kind=ch.kind, change_path=str(ch.source) if ch.source else None,
         change_target=str(ch.target) if ch.target else None, spec=p.spec_record(), fingerprint=p.fingerprint,

@@ -17,7 +17,7 @@ OPERATIONS = [
             "ledger; started again, it resumes the last experiment of the same target, finishes a candidate an "
             "interrupted run left pending, and never re-tries a rejected proposal. Stops after `iters` "
             "proposals, `max_rejects` rejects in a row, or when no proposal fits the candidate. The same steps "
-            "are available one by one as run_ncu, select_candidate, validate_candidate and ledger_record."),
+            "are available one by one as run_ncu, select_candidate, validate_candidate and the record_* tools."),
         request=LoopRequest, result=LoopResult,
         engine="mcp_server.loop.engine:run_loop", render="mcp_server.loop.render:render_loop",
         hints=EXECUTES_CODE, remainder="target", progress=True, outputs={"ledger": "sqlite"},
