@@ -120,27 +120,9 @@ def validate(spec: SpecArg) -> dict[str, Any]:
     """validate_candidate on a spec file, or on a proposal's inline spec (its fields as the tool's arguments:
     one its request model refuses is an InputError with the faces' text); its result as JSON."""
     from mcp_server.validate.engine import validate_candidate
-    from mcp_server.validate.requests import ValidateRequest
 
-    if isinstance(spec, Path):
-        res = validate_candidate(spec_path=str(spec))
-    else:
-        res = validate_candidate(**_validated(ValidateRequest, "validate_candidate", spec))
+    res = validate_candidate(spec_path=str(spec)) if isinstance(spec, Path) else validate_candidate(**spec)
     return res.model_dump(mode="json")
-
-
-def _validated(model: Any, tool: str, fields: dict[str, Any]) -> dict[str, Any]:
-    """``fields`` checked by the tool's request model (as its faces check them), given back as keywords."""
-    from pydantic import ValidationError
-
-    from mcp_server.core.errors import InputError
-    from mcp_server.core.operation import invalid_arguments
-
-    try:
-        req = model.model_validate(dict(fields))
-    except ValidationError as exc:  # a spec the tool refuses (dtype="int8"): the same one-line text as its faces
-        raise InputError(invalid_arguments(tool, exc)) from None
-    return {k: getattr(req, k) for k in req.model_fields_set}
 
 
 def default_steps(gpu: Optional[str] = None, replay: Optional[ReproTarget] = None) -> LoopSteps:
