@@ -17,21 +17,21 @@ Blocks are sorted by |gap| (b - a); the first is marked for optimisation.
 """
 from __future__ import annotations
 
-import os
 from collections import Counter
-from typing import Optional, Sequence, Union
+from typing import Optional
 
 from mcp_server.compare.blocks import BlockRules, assign_blocks, load_blocks
 from mcp_server.compare.budget import side_info
 from mcp_server.compare.inputs import STEP_WEIGHT, Side, distinct_labels, load_sides, resolve_per_step
 from mcp_server.compare.matching import Item, align, dims_key, segments
 from mcp_server.compare.models import Annotation, BlockDiff, DiffResult, KernelMatch, KernelRow
+from mcp_server.compare.requests import DiffModulesRequest
 from mcp_server.core.errors import InputError
 from mcp_server.core.kernel_names import display_kernel_name
 from mcp_server.core.models import Warning_
+from mcp_server.core.operation import engine
 from mcp_server.core.vocab import WarningCode
 
-SideArg = Union[str, os.PathLike, Side]
 IMPROVE_RATIO = 1.5
 IMPROVE_MIN_SHARE = 0.01
 
@@ -178,30 +178,38 @@ def _annotate(a: list[Item], b: list[Item], pairs, la: str, lb: str) -> list[Ann
     return notes
 
 
-def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = None,
-                 categories: str | os.PathLike | None = None, blocks: str | os.PathLike | None = None,
-                 phase: Optional[str] = None, output_xlsx: str | os.PathLike | None = None,
-                 output_html: str | os.PathLike | None = None, reference_a: str | os.PathLike | None = None,
-                 reference_b: str | os.PathLike | None = None, per_step: Optional[bool] = None) -> DiffResult:
+@engine(DiffModulesRequest)
+def diff_modules(req: DiffModulesRequest) -> DiffResult:
     """Module-grouped comparison of two runs (see module doc). ``reference_a`` / ``reference_b``:
     an eager trace of the same model per side, to attribute a graph-replay (decode) trace.
     ``per_step``: see ``inputs.resolve_per_step``."""
-    rules = load_blocks(blocks)
-    sa, sb = load_sides(a, b, categories=categories, phase=phase, purpose="diff",
-                        references=(reference_a, reference_b))
-    distinct_labels(sa, sb, list(labels) if labels else None)
+    rules = load_blocks(req.blocks)
+    sa, sb = load_sides(req.a, req.b, categories=req.categories, phase=req.phase, purpose="diff",
+                        references=(req.reference_a, req.reference_b))
+    distinct_labels(sa, sb, req.labels)
     for s in (sa, sb):
         if s.kernels is None:
             raise InputError("no kernel table to group by module", path=s.path)
     warnings: list[Warning_] = sa.warnings + sb.warnings
-    stepped = resolve_per_step(sa, sb, per_step, warnings)
-    ka, kb = sa.kernels, sb.kernels
-    assert ka is not None and kb is not None  # checked above
-    if not phase:
+    stepped = resolve_per_step(sa, sb, req.per_step, warnings)
+    if not req.phase:
         for s in (sa, sb):
             if len(s.phases) > 1:
                 warnings.append(Warning_(code=WarningCode.mixed_phases, message=(
                     f"{s.label} holds both prefill and decode kernels; blocks sum both (pass phase)")))
+    blocks = _block_diffs(sa, sb, rules)
+    star = _star(blocks, sa, sb, warnings)
+    if star is not None:
+        star.optimize = True
+    if not (stepped or any(w.code == WarningCode.step_count_differs for w in warnings)):
+        warnings += _step_warning(blocks, sa, sb)
+    res = _result(sa, sb, req.phase, blocks, star, rules, warnings)
+    _write_outputs(res, req.output_xlsx, req.output_html)
+    return res
+
+
+def _block_diffs(sa: Side, sb: Side, rules: BlockRules) -> list[BlockDiff]:
+    """Per functional block, both sides' kernels aligned and annotated; sorted by |gap|."""
     ia, ma = _block_tables(sa, rules)
     ib, mb = _block_tables(sb, rules)
     # cpu op / input dims tell kernels apart only where both sides record them: else one item per name
@@ -212,49 +220,65 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
         ib = {k: _merge(v, use_op, use_dims) for k, v in ib.items()}
     out: list[BlockDiff] = []
     for blk in dict.fromkeys(list(ia) + list(ib)):
-        xa, xb = ia.get(blk, []), ib.get(blk, [])
-        pairs = align(xa, xb)
-        a_us, b_us = sum(x.us for x in xa), sum(x.us for x in xb)
         role, keys = ma.get(blk) or mb.get(blk) or ("", [])
         keys = list(dict.fromkeys(keys + (mb.get(blk, ("", []))[1])))[:8]
-        matches = [KernelMatch(
-            kind=p.kind,
-            a_name=xa[p.a].name if p.a is not None else None, b_name=xb[p.b].name if p.b is not None else None,
-            a_category=xa[p.a].category if p.a is not None else None,
-            b_category=xb[p.b].category if p.b is not None else None,
-            a_us=xa[p.a].us if p.a is not None else 0.0, b_us=xb[p.b].us if p.b is not None else 0.0,
-            a_count=_n(xa[p.a].count) if p.a is not None else 0, b_count=_n(xb[p.b].count) if p.b is not None else 0,
-            a_dims=xa[p.a].dims if p.a is not None else "", b_dims=xb[p.b].dims if p.b is not None else "",
-            segment=p.segment) for p in pairs]
-        out.append(BlockDiff(
-            block=blk, role=role, a_us=a_us, b_us=b_us, gap_us=b_us - a_us, ratio=_ratio(a_us, b_us),
-            a_count=_n(sum(x.count for x in xa)), b_count=_n(sum(x.count for x in xb)),
-            slower=("b" if b_us > a_us else "a" if a_us > b_us else None), module_types=keys,
-            a_kernels=[KernelRow(name=x.name, category=x.category, us=x.us, count=_n(x.count), cpu_op=x.cpu_op,
-                                 input_dims=x.dims) for x in xa],
-            b_kernels=[KernelRow(name=x.name, category=x.category, us=x.us, count=_n(x.count), cpu_op=x.cpu_op,
-                                 input_dims=x.dims) for x in xb],
-            matches=matches, annotations=_annotate(xa, xb, pairs, sa.label, sb.label),
-        ))
+        out.append(_block_diff(blk, role, keys, ia.get(blk, []), ib.get(blk, []), sa.label, sb.label))
     out.sort(key=lambda d: (-abs(d.gap_us), d.block))
-    star = _star(out, sa, sb, warnings)
-    if star is not None:
-        star.optimize = True
-    steps = None if (stepped or any(w.code == WarningCode.step_count_differs for w in warnings)) else _step_ratio(out)
-    if steps is not None:
-        warnings.append(Warning_(code=WarningCode.step_count_differs, message=(
-            f"{sb.label} launches {steps:.2f}x as many kernels as {sa.label} in most blocks: the runs cover "
-            f"different numbers of steps (iterations, replays or layers), so totals, gaps and FUSION notes "
-            f"compare unequal amounts of work; profile the same number of steps, or read ratios per launch")))
+    return out
+
+
+def _block_diff(blk: str, role: str, keys: list[str], xa: list[Item], xb: list[Item], la: str, lb: str) -> BlockDiff:
+    """One block: both sides' kernels aligned (``matching.align``) and annotated."""
+    pairs = align(xa, xb)
+    a_us, b_us = sum(x.us for x in xa), sum(x.us for x in xb)
+    matches = [KernelMatch(
+        kind=p.kind,
+        a_name=xa[p.a].name if p.a is not None else None, b_name=xb[p.b].name if p.b is not None else None,
+        a_category=xa[p.a].category if p.a is not None else None,
+        b_category=xb[p.b].category if p.b is not None else None,
+        a_us=xa[p.a].us if p.a is not None else 0.0, b_us=xb[p.b].us if p.b is not None else 0.0,
+        a_count=_n(xa[p.a].count) if p.a is not None else 0, b_count=_n(xb[p.b].count) if p.b is not None else 0,
+        a_dims=xa[p.a].dims if p.a is not None else "", b_dims=xb[p.b].dims if p.b is not None else "",
+        segment=p.segment) for p in pairs]
+    return BlockDiff(
+        block=blk, role=role, a_us=a_us, b_us=b_us, gap_us=b_us - a_us, ratio=_ratio(a_us, b_us),
+        a_count=_n(sum(x.count for x in xa)), b_count=_n(sum(x.count for x in xb)),
+        slower=("b" if b_us > a_us else "a" if a_us > b_us else None), module_types=keys,
+        a_kernels=[KernelRow(name=x.name, category=x.category, us=x.us, count=_n(x.count), cpu_op=x.cpu_op,
+                             input_dims=x.dims) for x in xa],
+        b_kernels=[KernelRow(name=x.name, category=x.category, us=x.us, count=_n(x.count), cpu_op=x.cpu_op,
+                             input_dims=x.dims) for x in xb],
+        matches=matches, annotations=_annotate(xa, xb, pairs, la, lb),
+    )
+
+
+def _step_warning(blocks: list[BlockDiff], sa: Side, sb: Side) -> list[Warning_]:
+    """``step_count_differs`` when most blocks launch a common multiple of the other side's kernels."""
+    steps = _step_ratio(blocks)
+    if steps is None:
+        return []
+    return [Warning_(code=WarningCode.step_count_differs, message=(
+        f"{sb.label} launches {steps:.2f}x as many kernels as {sa.label} in most blocks: the runs cover "
+        f"different numbers of steps (iterations, replays or layers), so totals, gaps and FUSION notes "
+        f"compare unequal amounts of work; profile the same number of steps, or read ratios per launch"))]
+
+
+def _result(sa: Side, sb: Side, phase: Optional[str], blocks: list[BlockDiff], star: Optional[BlockDiff],
+            rules: BlockRules, warnings: list[Warning_]) -> DiffResult:
+    ka, kb = sa.kernels, sb.kernels
+    assert ka is not None and kb is not None  # checked by diff_modules
     tot_a = float(ka["dur_us"].sum()) if len(ka) else 0.0
     tot_b = float(kb["dur_us"].sum()) if len(kb) else 0.0
-    res = DiffResult(
+    return DiffResult(
         a=side_info(sa, total_us=tot_a, count=len(ka), table="kernels", phase=phase, phases=sa.phases),
         b=side_info(sb, total_us=tot_b, count=len(kb), table="kernels", phase=phase, phases=sb.phases),
-        blocks=out, total_a_us=tot_a, total_b_us=tot_b, gap_us=tot_b - tot_a, ratio=_ratio(tot_a, tot_b),
+        blocks=blocks, total_a_us=tot_a, total_b_us=tot_b, gap_us=tot_b - tot_a, ratio=_ratio(tot_a, tot_b),
         top_block=star.block if star is not None else None, blocks_source=rules.source,
         mismatches=sa.mismatches + sb.mismatches, warnings=warnings,
     )
+
+
+def _write_outputs(res: DiffResult, output_xlsx: Optional[str], output_html: Optional[str]) -> None:
     if output_xlsx:
         from mcp_server.compare.xlsx import write_diff_xlsx
 
@@ -263,7 +287,6 @@ def diff_modules(a: SideArg, b: SideArg, *, labels: Optional[Sequence[str]] = No
         from mcp_server.compare.html import write_diff_html
 
         res.output_html = str(write_diff_html(res, output_html))
-    return res
 
 
 def _star(blocks: list[BlockDiff], sa: Side, sb: Side, warnings: list[Warning_]) -> Optional[BlockDiff]:

@@ -14,8 +14,10 @@ from typing import Optional
 
 from pydantic import Field
 
+from mcp_server.compare.requests import RecategorizeRequest
 from mcp_server.core.errors import FileMissingError, ReportFormatError, WriteError
 from mcp_server.core.models import Model, Warning_
+from mcp_server.core.operation import engine
 
 
 class CategoryChange(Model):
@@ -53,17 +55,15 @@ def _out_path(path: Path, output_dir: Optional[str]) -> Path:
     return d / path.name
 
 
-def recategorize(paths: list[str], *, categories: Optional[str] = None,
-                 output_dir: Optional[str] = None) -> RecategorizeResult:
+@engine(RecategorizeRequest)
+def recategorize(req: RecategorizeRequest) -> RecategorizeResult:
     """Re-apply the category rules (``categories`` CSV or the shared default) to each report."""
     from mcp_server.core.categories import load_categories
     from mcp_server.reports import plan_recategorize, write_plan
 
-    if not paths:
-        raise FileMissingError("no report given", hint="pass one or more .xlsx paths")
-    rules = load_categories(categories)
+    rules = load_categories(req.categories)
     files = []
-    for raw in paths:
+    for raw in req.paths:
         p = Path(raw)
         if not p.exists():
             raise FileMissingError("report not found", path=p)
@@ -73,7 +73,7 @@ def recategorize(paths: list[str], *, categories: Optional[str] = None,
             raise ReportFormatError("not an .xlsx report (recategorize edits report workbooks; "
                                     "analyze a trace with -o report.xlsx first)", path=p)
         plan, source = plan_recategorize(p, rules)
-        out = _out_path(p, output_dir)
+        out = _out_path(p, req.output_dir)
         write_plan(plan, out)
         changes = [CategoryChange(kernel=k, old=o, new=n) for (k, o, n) in plan.changes]
         files.append(RecategorizedFile(

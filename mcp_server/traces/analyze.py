@@ -32,6 +32,7 @@ from mcp_server.core.errors import KernelscopeError, WriteError
 from mcp_server.core.models import Warning_
 from mcp_server.core.vocab import COMMUNICATION, PHASE_CODES, ProgressFn, WarningCode, module_type
 from mcp_server.traces import graph as G
+from mcp_server.traces._reader import BlockReader
 from mcp_server.traces.attribution import Linked, link, phase_of_frame
 from mcp_server.traces.loader import KIND_NAMES, RawTrace, launch_kind, load_trace
 from mcp_server.traces.models import (
@@ -43,6 +44,7 @@ from mcp_server.traces.models import (
     PhaseTotal,
     TraceAnalysis,
 )
+from mcp_server.traces.requests import AnalyzeTraceRequest
 
 
 class PathTable:
@@ -251,31 +253,26 @@ def _capture_warning(rt: RawTrace, lk: Linked) -> list[Warning_]:
         "(reference_trace) of the trace that profiles the graph's replays, to attribute them to modules"))]
 
 
-def analyze_trace(
-    trace_path: str | os.PathLike,
-    *,
-    output_xlsx: str | os.PathLike | None = None,
-    categories: str | os.PathLike | None = None,
-    reference_trace: str | os.PathLike | None = None,
-    progress: Optional[ProgressFn] = None,
-    blocks=None,
-) -> TraceAnalysis:
-    """Attribute every GPU kernel of a Kineto trace to module, category and phase.
+def analyze(req: AnalyzeTraceRequest, progress: Optional[ProgressFn] = None,
+            blocks: Optional[BlockReader] = None) -> TraceAnalysis:
+    """Attribute every GPU kernel of a Kineto trace to module, category and phase (the engine is
+    ``mcp_server.traces.analyze_trace``, which reads the trace ahead).
 
-    ``blocks``: a started ``_reader.blocks`` iterator over ``trace_path`` (read-ahead).
+    ``blocks``: a started ``_reader.blocks`` iterator over ``req.trace_path`` (read-ahead).
     """
+    output_xlsx, reference_trace = req.output_xlsx, req.reference_trace
     total_steps = 6.0 + (1 if output_xlsx else 0) + (1 if reference_trace else 0)
 
     def report(done: float, msg: str) -> None:
         if progress:
             progress(done, total_steps, msg)
 
-    rules = load_categories(categories)
+    rules = load_categories(req.categories)
     report(0, "reading trace")
     def reading(done: int, total: int) -> None:
         report(min(done / max(total, 1), 0.99), "reading trace")
 
-    rt = load_trace(trace_path, progress=reading if progress else None, blocks=blocks)
+    rt = load_trace(req.trace_path, progress=reading if progress else None, blocks=blocks)
     report(1, "linking kernels to launches and modules")
     lk = link(rt)
     warnings: list[Warning_] = rules.reserved_warnings() + _load_warnings(rt)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Optional
 
 from mcp_server.core.atomic import check_replace
 from mcp_server.core.errors import InputError, TraceSetError
 from mcp_server.core.models import Warning_
+from mcp_server.core.operation import engine
 from mcp_server.core.vocab import ProgressFn, WarningCode
 from mcp_server.tracesets import combine
 from mcp_server.tracesets.discover import resolve_ranks
@@ -35,9 +36,8 @@ from mcp_server.tracesets.models import (
     TraceSetAnalysis,
     TraceSetComparison,
 )
+from mcp_server.tracesets.requests import AnalyzeTraceSetRequest, CompareTraceSetsRequest
 from mcp_server.tracesets.worker import RankTask
-
-Executor = Literal["process", "ray", "inline"]
 
 
 def rank_report_path(output_xlsx: str | os.PathLike, rank: int) -> str:
@@ -65,10 +65,10 @@ def check_rank_reports(output_xlsx: str, ranks: list[int], overwrite: bool) -> N
 class _Run:
     """One executor run over the ranks of one or more sets, with progress per finished rank."""
 
-    def __init__(self, executor: Executor, workers: Optional[int], memory: Optional[str], ray_address: Optional[str],
-                 progress: Optional[ProgressFn]):
-        self.executor, self.workers, self.ray_address, self.progress = executor, workers, ray_address, progress
-        self.memory = worker_memory(memory)
+    def __init__(self, req: AnalyzeTraceSetRequest | CompareTraceSetsRequest, progress: Optional[ProgressFn]):
+        self.executor, self.workers, self.ray_address = req.executor, req.workers, req.ray_address
+        self.progress = progress
+        self.memory = worker_memory(req.worker_memory)
         self.used_workers = 1
 
     def __call__(self, tasks: list[RankTask], labels: dict[str, str]) -> dict[str, tuple[dict | None, str | None]]:
@@ -126,8 +126,7 @@ def _merge_warnings(summaries: list[RankSummary]) -> list[Warning_]:
 
 
 def _assemble(refs: list[RankRef], world: Optional[int], found_warnings: list[Warning_],
-              got: dict[str, tuple[dict | None, str | None]], run: _Run, executor: str,
-              threshold: float) -> TraceSetAnalysis:
+              got: dict[str, tuple[dict | None, str | None]], run: _Run, threshold: float) -> TraceSetAnalysis:
     summaries, failed = [], []
     for r in refs:
         summary, error = got.get(r.path, (None, "not run"))
@@ -152,7 +151,7 @@ def _assemble(refs: list[RankRef], world: Optional[int], found_warnings: list[Wa
     comm, comm_warnings = analyze_collectives(summaries, {x.index: x.name for x in layer_rows}, world=world)
     warnings += comm_warnings
     return TraceSetAnalysis(
-        world_size=world, rank_count=len(summaries), executor=executor, workers=run.used_workers,
+        world_size=world, rank_count=len(summaries), executor=run.executor, workers=run.used_workers,
         imbalance_threshold=threshold, total_kernel_us=sum(s.total_kernel_us for s in summaries), ranks=totals,
         straggler=combine.straggler(layer_rows, totals, threshold),
         layers=sorted(layer_rows, key=lambda x: (-x.excess_us, x.index)), layer_source=layer_source,
@@ -160,30 +159,17 @@ def _assemble(refs: list[RankRef], world: Optional[int], found_warnings: list[Wa
         collectives=comm, gpu_time=combine.gpu_time(summaries, totals), warnings=warnings)
 
 
-def analyze_trace_set(
-    paths: list[str],
-    *,
-    categories: Optional[str] = None,
-    reference_trace: Optional[str] = None,
-    executor: Executor = "process",
-    workers: Optional[int] = None,
-    worker_memory: Optional[str] = None,
-    ray_address: Optional[str] = None,
-    imbalance_threshold: float = 1.05,
-    output_xlsx: Optional[str] = None,
-    output_html: Optional[str] = None,
-    overwrite: bool = False,
-    progress: Optional[ProgressFn] = None,
-) -> TraceSetAnalysis:
+@engine(AnalyzeTraceSetRequest)
+def analyze_trace_set(req: AnalyzeTraceSetRequest, progress: Optional[ProgressFn] = None) -> TraceSetAnalysis:
     """Analyse every rank's trace of one run and read them across ranks."""
-    check_workers(executor, workers, ray_address)  # before any trace is read
-    refs, world, warnings = resolve_ranks(paths)
-    if output_xlsx:
-        check_rank_reports(output_xlsx, [r.rank for r in refs], overwrite)
-    run = _Run(executor, workers, worker_memory, ray_address, progress)
-    got = run(_tasks(refs, categories, reference_trace, output_xlsx, overwrite), {})
-    res = _assemble(refs, world, warnings, got, run, executor, imbalance_threshold)
-    _write_outputs(res, output_xlsx, output_html)
+    check_workers(req.executor, req.workers, req.ray_address)  # before any trace is read
+    refs, world, warnings = resolve_ranks(req.paths)
+    if req.output_xlsx:
+        check_rank_reports(req.output_xlsx, [r.rank for r in refs], req.overwrite)
+    run = _Run(req, progress)
+    got = run(_tasks(refs, req.categories, req.reference_trace, req.output_xlsx, req.overwrite), {})
+    res = _assemble(refs, world, warnings, got, run, req.imbalance_threshold)
+    _write_outputs(res, req.output_xlsx, req.output_html)
     return res
 
 
@@ -232,32 +218,23 @@ def _module_deltas(a: TraceSetAnalysis, b: TraceSetAnalysis) -> list[ModuleDelta
     return rows
 
 
-def compare_trace_sets(
-    a: str,
-    b: str,
-    *,
-    labels: Optional[list[str]] = None,
-    categories: Optional[str] = None,
-    executor: Executor = "process",
-    workers: Optional[int] = None,
-    worker_memory: Optional[str] = None,
-    ray_address: Optional[str] = None,
-    imbalance_threshold: float = 1.05,
-    progress: Optional[ProgressFn] = None,
-) -> TraceSetComparison:
+@engine(CompareTraceSetsRequest)
+def compare_trace_sets(req: CompareTraceSetsRequest, progress: Optional[ProgressFn] = None) -> TraceSetComparison:
     """Two multi-rank runs, rank by rank and aggregated over ranks (mean and slowest rank)."""
-    check_workers(executor, workers, ray_address)  # before any trace is read
-    la, lb = labels or [Path(a.rstrip("/")).name or a, Path(b.rstrip("/")).name or b]
+    a, b = req.a, req.b
+    check_workers(req.executor, req.workers, req.ray_address)  # before any trace is read
+    la, lb = req.labels or [Path(a.rstrip("/")).name or a, Path(b.rstrip("/")).name or b]
     refs_a, world_a, warn_a = resolve_ranks([a])
     refs_b, world_b, warn_b = resolve_ranks([b])
     shared = {r.path for r in refs_a} & {r.path for r in refs_b}
     if shared:
         raise TraceSetError(f"the two runs share trace files ({sorted(shared)[0]})", hint="give two different runs")
-    run = _Run(executor, workers, worker_memory, ray_address, progress)
+    run = _Run(req, progress)
     tags = {r.path: f"{la} " for r in refs_a} | {r.path: f"{lb} " for r in refs_b}
-    got = run(_tasks(refs_a, categories, None, None, False) + _tasks(refs_b, categories, None, None, False), tags)
-    sa = _assemble(refs_a, world_a, warn_a, got, run, executor, imbalance_threshold)
-    sb = _assemble(refs_b, world_b, warn_b, got, run, executor, imbalance_threshold)
+    got = run(_tasks(refs_a, req.categories, None, None, False) + _tasks(refs_b, req.categories, None, None, False),
+              tags)
+    sa = _assemble(refs_a, world_a, warn_a, got, run, req.imbalance_threshold)
+    sb = _assemble(refs_b, world_b, warn_b, got, run, req.imbalance_threshold)
     ranks, only_one = _rank_deltas(sa, sb)
     warnings: list[Warning_] = []
     if only_one:

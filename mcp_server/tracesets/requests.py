@@ -5,7 +5,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from mcp_server.core.argbounds import LIST_ITEMS, NAME_CHARS, PATH_CHARS, item_bounds
+from mcp_server.core.argbounds import NameList, PathArg, PathList
 from mcp_server.core.operation import SizedRequest, WritesOutputs
 
 CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"
@@ -21,33 +21,29 @@ THRESHOLD_HELP = "A layer counts as imbalanced when its slowest rank takes at le
 
 
 class _SetOptions(SizedRequest):
-    categories: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=CATEGORIES_HELP)
+    categories: Optional[PathArg] = Field(default=None, description=CATEGORIES_HELP)
     executor: Literal["process", "ray", "inline"] = Field(default="process", description=EXECUTOR_HELP)
     workers: Optional[int] = Field(default=None, ge=1, le=1024, description=WORKERS_HELP)
     worker_memory: Optional[str] = Field(default=None, max_length=16, description=MEMORY_HELP)
-    ray_address: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=RAY_HELP)
+    ray_address: Optional[PathArg] = Field(default=None, description=RAY_HELP)
     imbalance_threshold: float = Field(default=1.05, ge=1.0, le=10.0, description=THRESHOLD_HELP)
 
 
 class AnalyzeTraceSetRequest(_SetOptions, WritesOutputs):
-    paths: list[str] = Field(min_length=1, max_length=LIST_ITEMS, description=(
+    paths: PathList = Field(min_length=1, description=(
         "The run's per-rank traces: files, directories (their *.json, *.json.gz, *.json.zst) or glob patterns"))
-    reference_trace: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
+    reference_trace: Optional[PathArg] = Field(default=None, description=(
         "Trace to attribute CUDA-graph replays to modules from (every rank): an eager step of the same model, "
         "or the trace profiled while the graph was captured"))
-    output_xlsx: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
+    output_xlsx: Optional[PathArg] = Field(default=None, description=(
         "Write the summary workbook here (Ranks, Straggler, Layers, Modules, Categories) and each rank's own "
         "report beside it as <stem>.rank<N>.xlsx"))
-    output_html: Optional[str] = Field(default=None, max_length=PATH_CHARS, description=(
+    output_html: Optional[PathArg] = Field(default=None, description=(
         "Write a self-contained HTML page with the rank x module heat map here"))
-
-    check_items = item_bounds("paths", chars=PATH_CHARS)  # type: ignore[pydantic-field]
 
 
 class CompareTraceSetsRequest(_SetOptions):
-    a: str = Field(max_length=PATH_CHARS, description="Run A: a directory of per-rank traces or a glob pattern")
-    b: str = Field(max_length=PATH_CHARS, description="Run B: a directory of per-rank traces or a glob pattern")
-    labels: Optional[list[str]] = Field(default=None, min_length=2, max_length=2, description=(
+    a: PathArg = Field(description="Run A: a directory of per-rank traces or a glob pattern")
+    b: PathArg = Field(description="Run B: a directory of per-rank traces or a glob pattern")
+    labels: Optional[NameList] = Field(default=None, min_length=2, max_length=2, description=(
         "Two labels for A and B (default: the directory names)"))
-
-    check_items = item_bounds("labels", chars=NAME_CHARS)  # type: ignore[pydantic-field]
