@@ -152,14 +152,6 @@ def test_zstd_of_zeros_stops_at_the_ratio_guard(tmp_path):
 # --- the split decode (a helper process decodes the text after a split point; issue 15) -----------------
 
 
-def _without_read_ahead(p, **fields):
-    """The analysis reading its own blocks (of ``loader._BLOCK``), not the engine's read-ahead."""
-    from mcp_server.traces.analyze import analyze
-    from mcp_server.traces.requests import AnalyzeTraceRequest
-
-    return analyze(AnalyzeTraceRequest(trace_path=str(p), **fields))
-
-
 def _force_split(monkeypatch) -> list:
     """Split every streamable trace (small blocks, so a fixture spans several); returns the helper outcomes."""
     from mcp_server.traces import loader
@@ -185,13 +177,16 @@ def test_split_decode_matches_the_analysis_made_before(name, plain, tmp_path, mo
     if plain:
         p = tmp_path / f"{name}.json"
         p.write_bytes(gzip.decompress((TRACES / f"{name}.json.gz").read_bytes()))
+    from mcp_server.traces.analyze import analyze_trace as engine  # reads blocks of loader._BLOCK
+
     outcomes = _force_split(monkeypatch)
-    assert digest(_without_read_ahead(p, categories=CATEGORIES)) == BEFORE[name]
+    assert digest(engine(p, categories=CATEGORIES)) == BEFORE[name]
     assert outcomes == [True]  # the helper decoded its part and it was used
 
 
 def test_split_decode_errors_are_the_same_and_leave_no_helper(tmp_path, monkeypatch):
     from mcp_server.traces import loader
+    from mcp_server.traces.analyze import analyze_trace as engine
 
     raw = (TRACES / "llama_prefill_sdpa.json.gz").read_bytes()
     cut = tmp_path / "cut.json.gz"
@@ -209,7 +204,7 @@ def test_split_decode_errors_are_the_same_and_leave_no_helper(tmp_path, monkeypa
 
     monkeypatch.setattr(loader._Split, "start", classmethod(start))
     with pytest.raises(TraceFormatError) as split_err:
-        _without_read_ahead(cut)
+        engine(cut)
     assert str(split_err.value) == str(plain_err.value)
     assert helpers and outcomes in ([], [False])  # (the cut file's size trailer is garbage: any split point)
     assert all(h.proc.poll() is not None for h in helpers)  # reaped

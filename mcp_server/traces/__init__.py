@@ -1,7 +1,8 @@
 """Trace analyzer: Kineto trace loading, kernel attribution, module tree, CUDA-graph decode.
 
-``analyze_trace`` is the engine behind the ``analyze_trace`` MCP tool and the
-``kernelscope analyze`` verb; it starts reading the trace before the heavy imports.
+``analyze_trace`` here is the entry for Python callers (the trace-set ranks, compare's
+trace sides, tests): it starts reading the trace before the heavy imports. The faces call
+``mcp_server.traces.analyze.analyze_trace`` (the same request, the same analysis).
 """
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ import numpy as np
 from mcp_server.core.categories import load_categories
 from mcp_server.core.errors import KernelscopeError, WriteError
 from mcp_server.core.models import Warning_
+from mcp_server.core.operation import engine
 from mcp_server.core.vocab import COMMUNICATION, PHASE_CODES, ProgressFn, WarningCode, module_type
 from mcp_server.traces import graph as G
 from mcp_server.traces._reader import BlockReader
@@ -253,13 +254,18 @@ def _capture_warning(rt: RawTrace, lk: Linked) -> list[Warning_]:
         "(reference_trace) of the trace that profiles the graph's replays, to attribute them to modules"))]
 
 
+@engine(AnalyzeTraceRequest)
+def analyze_trace(req: AnalyzeTraceRequest, progress: Optional[ProgressFn] = None) -> TraceAnalysis:
+    """Attribute every GPU kernel of a Kineto trace to module, category and phase.
+
+    The faces call this one: the CLI imports it (numpy, msgspec) before it applies its memory limit.
+    Python callers use ``mcp_server.traces.analyze_trace``, which starts reading the trace first."""
+    return analyze(req, progress)
+
+
 def analyze(req: AnalyzeTraceRequest, progress: Optional[ProgressFn] = None,
             blocks: Optional[BlockReader] = None) -> TraceAnalysis:
-    """Attribute every GPU kernel of a Kineto trace to module, category and phase (the engine is
-    ``mcp_server.traces.analyze_trace``, which reads the trace ahead).
-
-    ``blocks``: a started ``_reader.blocks`` iterator over ``req.trace_path`` (read-ahead).
-    """
+    """The analysis; ``blocks``: a started ``_reader.blocks`` iterator over ``req.trace_path`` (read-ahead)."""
     output_xlsx, reference_trace = req.output_xlsx, req.reference_trace
     total_steps = 6.0 + (1 if output_xlsx else 0) + (1 if reference_trace else 0)
 

@@ -15,7 +15,9 @@ OPERATIONS = [
             "Optionally write the report workbook (upstream trace_module_analyzer layout plus full kernel table). "
             "For one trace per rank of a multi-rank run use analyze_trace_set (the CLI's `analyze DIR|GLOB` does)."),
         request=AnalyzeTraceRequest, result=TraceAnalysis,
-        engine="mcp_server.traces:analyze_trace", render="mcp_server.traces.render:render_analysis",
+        # not the read-ahead entry (mcp_server.traces): the CLI imports this module's native libraries before
+        # it applies its memory limit (OpenBLAS cannot start under a small one: tests/test_faces.py)
+        engine="mcp_server.traces.analyze:analyze_trace", render="mcp_server.traces.render:render_analysis",
         hints=WRITES_FILES, positional=("trace_path",), aliases={"output_xlsx": ("-o", "--output")},
         progress=True, outputs={"output_xlsx": "xlsx"},
     ),
