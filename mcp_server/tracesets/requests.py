@@ -6,7 +6,7 @@ from typing import Literal, Optional
 from pydantic import Field
 
 from mcp_server.core.argbounds import NameList, PathArg, PathList
-from mcp_server.core.operation import SizedRequest, WritesOutputs
+from mcp_server.core.operation import Request, SizedRequest, WritesOutputs
 
 CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"
 EXECUTOR_HELP = ("Where each rank is analysed: process (a local pool of worker processes), ray (one Ray task per "
@@ -29,9 +29,20 @@ class _SetOptions(SizedRequest):
     imbalance_threshold: float = Field(default=1.05, ge=1.0, le=10.0, description=THRESHOLD_HELP)
 
 
-class AnalyzeTraceSetRequest(_SetOptions, WritesOutputs):
+# The traces come first among a request's fields (the engines' positional arguments: ``analyze_trace_set(paths)``,
+# ``compare_trace_sets(a, b)``), so they are declared in a base class after ``_SetOptions``: pydantic orders the
+# fields of the last base first.
+class _OneRun(Request):
     paths: PathList = Field(min_length=1, description=(
         "The run's per-rank traces: files, directories (their *.json, *.json.gz, *.json.zst) or glob patterns"))
+
+
+class _TwoRuns(Request):
+    a: PathArg = Field(description="Run A: a directory of per-rank traces or a glob pattern")
+    b: PathArg = Field(description="Run B: a directory of per-rank traces or a glob pattern")
+
+
+class AnalyzeTraceSetRequest(_SetOptions, _OneRun, WritesOutputs):
     reference_trace: Optional[PathArg] = Field(default=None, description=(
         "Trace to attribute CUDA-graph replays to modules from (every rank): an eager step of the same model, "
         "or the trace profiled while the graph was captured"))
@@ -42,8 +53,6 @@ class AnalyzeTraceSetRequest(_SetOptions, WritesOutputs):
         "Write a self-contained HTML page with the rank x module heat map here"))
 
 
-class CompareTraceSetsRequest(_SetOptions):
-    a: PathArg = Field(description="Run A: a directory of per-rank traces or a glob pattern")
-    b: PathArg = Field(description="Run B: a directory of per-rank traces or a glob pattern")
+class CompareTraceSetsRequest(_SetOptions, _TwoRuns):
     labels: Optional[NameList] = Field(default=None, min_length=2, max_length=2, description=(
         "Two labels for A and B (default: the directory names)"))
