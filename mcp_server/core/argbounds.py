@@ -19,7 +19,7 @@ import types
 import typing
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, StringConstraints, field_validator
+from pydantic import Field, StringConstraints
 
 PATH_CHARS = 4096
 NAME_CHARS = 200
@@ -53,15 +53,3 @@ def plain_type(tp: Any) -> Any:
         return Union[plain]  # noqa: UP007
     return origin[plain if len(plain) > 1 else plain[0]]
 
-
-def item_bounds(*fields: str, chars: int) -> Any:
-    """A pydantic field validator: every string item of the named list fields has at most ``chars`` characters."""
-
-    def check(cls: Any, value: Any) -> Any:
-        if isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                if isinstance(item, str) and len(item) > chars:
-                    raise ValueError(f"item {i} has {len(item):,} characters; at most {chars} are accepted")
-        return value
-
-    return field_validator(*fields)(check)
