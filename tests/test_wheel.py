@@ -141,7 +141,7 @@ def test_installed_package_is_the_wheel_and_finds_its_data(installed):
     names = sorted(p.name for p in (PKG / "data").iterdir() if p.is_file() and not p.name.startswith("."))
     probe = (
         "import json, sys, mcp_server, mcp_server.faces.demo as d\n"
-        "from mcp_server import shared_path\n"
+        "from mcp_server.core.paths import shared_path\n"
         "from mcp_server.compare.blocks import load_blocks\n"
         "from mcp_server.refs.registry import load_registry\n"
         "load_blocks(); load_registry()\n"
