@@ -253,3 +253,29 @@ def test_console_runs_get_the_workers_limits(tmp_path):
                          str(TRACES / "llama_prefill_sdpa.json.gz"), "--json", "--max-memory", "4G",
                          "--time-limit", "120"], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
+
+
+def _unbounded(schema: dict, defs: dict) -> list[str]:
+    """The string and array places of a JSON schema without a length bound (an enum bounds itself)."""
+    if "$ref" in schema:
+        return _unbounded(defs[schema["$ref"].split("/")[-1]], defs)
+    out = []
+    for alt in schema.get("anyOf", []) + schema.get("oneOf", []):
+        out += _unbounded(alt, defs)
+    t = schema.get("type")
+    if t == "string" and "maxLength" not in schema and "enum" not in schema and "const" not in schema:
+        out.append("string without maxLength")
+    if t == "array":
+        if "maxItems" not in schema:
+            out.append("array without maxItems")
+        out += [f"items: {x}" for x in _unbounded(schema.get("items", {}), defs)]
+    for name, sub in schema.get("properties", {}).items():
+        out += [f"{name}: {x}" for x in _unbounded(sub, defs)]
+    return out
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_every_string_and_list_field_is_bounded(op):
+    """core/argbounds.py: every str and list field of every request takes a bounded type."""
+    schema = op.request.model_json_schema()
+    assert _unbounded(schema, schema.get("$defs", {})) == []
