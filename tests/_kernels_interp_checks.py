@@ -49,6 +49,9 @@ def main() -> None:
             gv = {"variant": "gemv", "BLOCK_N": 16, "SPLIT": K // 128, "SUB": 1}
             out[f"int4_gemvsk_g{grp}{'_zp' if zp else ''}_{tag}"] = rel(
                 w4a16_bmm(x1, qw, config=gv), x1.float() @ quant.dequantize_int4(qw))
+            # the M = 1 rows kernel: whole K per program, no split (K = 256 pads KWP 32 -> 32, 512 -> 64)
+            out[f"int4_rows_g{grp}{'_zp' if zp else ''}_{tag}"] = rel(
+                w4a16_bmm(x1, qw, config={"variant": "rows", "BLOCK_N": 4}), x1.float() @ quant.dequantize_int4(qw))
         for grp in (0, 64, 128):
             fw = quant.quantize_fp8(w, group=grp)
             ref = x.float() @ quant.dequantize_fp8(fw)
@@ -58,6 +61,8 @@ def main() -> None:
             x1 = x[:, :1].contiguous()
             out[f"fp8_gemvsk_g{grp}_{tag}"] = rel(w8a16_bmm(x1, fw, config={
                 "variant": "gemv", "BLOCK_N": 16, "SUB": 1, "SPLIT": K // 64}), x1.float() @ quant.dequantize_fp8(fw))
+            out[f"fp8_rows_g{grp}_{tag}"] = rel(w8a16_bmm(x1, fw, config={"variant": "rows", "BLOCK_N": 2}),
+                                                x1.float() @ quant.dequantize_fp8(fw))
             nat = quant.quantize_fp8(w, group=grp, layout="natural")
             out[f"fp8_natural_g{grp}_{tag}"] = rel(
                 w8a16_bmm(x, nat, config={"BLOCK_N": 32, "BLOCK_K": 64 if not grp or grp % 64 == 0 else 32}), ref)
@@ -75,6 +80,14 @@ def main() -> None:
         out[f"w8a8_{tag}"] = rel(w8a8_launch(x8, xs, nat, config={"BLOCK_N": 32, "BLOCK_K": 64})[1], ref)
         k8, ks = act_quant_fp8(x)
         out[f"act_scale_{tag}"] = float((ks - xs).abs().max() / xs.abs().max())
+    # K = 384: the rows kernels' word tile pads 48 words to 64 and masks the rest (as 7168 on the H200)
+    w = (torch.randn(1, 384, 16, generator=g) * 0.05).to(torch.bfloat16)
+    x1 = torch.randn(1, 1, 384, generator=g).to(torch.bfloat16)
+    qw, fw = quant.quantize_int4(w, group=128, zero_point=True), quant.quantize_fp8(w)
+    out["int4_rows_g128_zp_H1_M1_K384_N16"] = rel(w4a16_bmm(x1, qw, config={"variant": "rows", "BLOCK_N": 2}),
+                                                  x1.float() @ quant.dequantize_int4(qw))
+    out["fp8_rows_g0_H1_M1_K384_N16"] = rel(w8a16_bmm(x1, fw, config={"variant": "rows", "BLOCK_N": 4}),
+                                            x1.float() @ quant.dequantize_fp8(fw))
     out["persistent"] = ("skip: the persistent kernels loop over range(pid, tiles, nprog) with run-time bounds, "
                          "which triton 3.6's interpreter cannot run under numpy 2.x")
     print(json.dumps(out))

@@ -472,6 +472,92 @@ def _w4a16_gemv_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, ws_ptr, cnt_ptr, N,
     splitk_store(res, out_ptr, ws_ptr, cnt_ptr, b, pid_k, tile, tl.arange(0, 1), offs_n, 1, N, SPLIT)
 
 
+@triton.jit
+def _w4a16_rows_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, N, K: tl.constexpr, GROUP: tl.constexpr,
+                       HAS_ZERO: tl.constexpr, UNPACK: tl.constexpr, BLOCK_N: tl.constexpr, KWP: tl.constexpr):
+    """M = 1 on the CUDA cores with no split of K: program (BLOCK_N rows, head) loads its rows'
+    whole packed K at once as a [BLOCK_N, KWP] word tile (KWP = K / 8 rounded up to a power of two,
+    masked; 16-byte loads, every byte of the program in flight together), multiplies nibble j of
+    word w by x[128 (w // 16) + 16 j + w % 16] in fp32, scales per group, reduces across the words
+    and stores: one launch, no partials, no fix-up."""
+    pid_n = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    KW: tl.constexpr = K // 8
+    NG: tl.constexpr = K // GROUP
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_w = tl.arange(0, KWP)
+    wmask = offs_w < KW
+    p = tl.load(qw_ptr + b * N * KW + offs_n[:, None] * KW + offs_w[None, :], mask=wmask[None, :], other=0)
+    xk = x_ptr + b * K + (offs_w // 16) * 128 + (offs_w % 16)                       # k of nibble 0
+    ws = _unpack8(p, UNPACK)
+    sz = b * NG * N + offs_n[:, None]
+    acc = tl.zeros([BLOCK_N, KWP], dtype=tl.float32)
+    xsum = tl.zeros([KWP], dtype=tl.float32)
+    for j in tl.static_range(8):
+        xj = tl.load(xk + 16 * j, mask=wmask, other=0.0).to(tl.float32)
+        t = ws[j].to(tl.float32) * xj[None, :]
+        if GROUP < 128:
+            grp = ((offs_w // 16) * 128 + 16 * j) // GROUP
+            sj = tl.load(s_ptr + sz + grp[None, :] * N, mask=wmask[None, :], other=0.0).to(tl.float32)
+            if HAS_ZERO:      # (q - 8) - (z - 8)
+                zj = tl.load(z_ptr + sz + grp[None, :] * N, mask=wmask[None, :], other=0.0).to(tl.float32)
+                t = t - (zj - 8.0) * xj[None, :]
+            acc += t * sj
+        else:
+            acc += t
+            if HAS_ZERO:
+                xsum += xj
+    if GROUP >= 128:
+        grp = (offs_w // 16) * 128 // GROUP
+        s = tl.load(s_ptr + sz + grp[None, :] * N, mask=wmask[None, :], other=0.0).to(tl.float32)
+        if HAS_ZERO:
+            z = tl.load(z_ptr + sz + grp[None, :] * N, mask=wmask[None, :], other=0.0).to(tl.float32)
+            acc = acc - (z - 8.0) * xsum[None, :]
+        acc = acc * s
+    res = tl.sum(acc, axis=1)
+    tl.store(out_ptr + b * N + offs_n, res.to(tl.bfloat16))
+
+
+@triton.jit
+def _w4a16_tma_kernel(x_ptr, w_desc, s_ptr, z_ptr, out_ptr, M, N, H, K: tl.constexpr,
+                      GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, UNPACK: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, NS: tl.constexpr):
+    """Persistent, TMA-fed form of ``_w4a16_dot_kernel``: the packed weights are read through a
+    tensor descriptor (``[H * N, K / 8]`` int32, box [BLOCK_N, 16]: one bulk copy per 128-k block
+    into shared memory, off the register file), and the tile loop is software-pipelined NS deep
+    (``tl.range(num_stages=NS)``), so NS - 1 tiles' weights stream in while one is unpacked."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    n_nb = N // BLOCK_N
+    n_mb = tl.cdiv(M, BLOCK_M)
+    per_head = n_nb * n_mb
+    tiles = H * per_head
+    offs_i = tl.arange(0, 16)
+    NG: tl.constexpr = K // GROUP
+    for t in tl.range(pid, tiles, nprog, num_stages=NS):
+        b = t // per_head
+        r = t % per_head
+        pid_n = r % n_nb
+        pid_m = r // n_nb
+        bl = b.to(tl.int64)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        x_cols = x_ptr + bl * M * K + offs_m[None, :] * K + offs_i[:, None]
+        m_mask = offs_m[None, :] < M
+        s_row = s_ptr + bl * NG * N + offs_n
+        z_row = z_ptr + bl * NG * N + offs_n
+        row0 = b * N + pid_n * BLOCK_N
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        for kb in tl.static_range(K // 128):
+            p = w_desc.load([row0, kb * 16])
+            xs = _load_x8(x_cols + kb * 128, m_mask)
+            s_blk, z_blk = _blk_scales(s_row, z_row, kb * 128, N, GROUP, HAS_ZERO)
+            acc = _mma_block(acc, _unpack8(p, UNPACK), xs, s_blk, z_blk, kb * 128, s_row, z_row, N, GROUP,
+                             HAS_ZERO, UNPACK, BLOCK_N, BLOCK_M)
+        out = out_ptr + bl * M * N + offs_m[None, :] * N + offs_n[:, None]
+        tl.store(out, acc.to(tl.bfloat16), mask=m_mask)
+
+
 _SM_COUNT: dict = {}
 
 
@@ -546,8 +632,30 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
             x, w.qweight, w.scales, zeros, out, ws, cnt, N, K, GROUP=w.group, HAS_ZERO=w.zeros is not None,
             UNPACK=unpack, BLOCK_N=bn, SPLIT=split, SUB=sub,
             num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2)), out
+    if variant == "rows":
+        if M != 1:
+            raise ValueError("the rows variant handles M = 1 only")
+        bn = cfg.get("BLOCK_N", 4)
+        if N % bn:
+            raise ValueError(f"N={N} is not a multiple of BLOCK_N={bn}")
+        k = _w4a16_rows_kernel[(N // bn, H)](
+            x, w.qweight, w.scales, zeros, out, N, K, GROUP=w.group, HAS_ZERO=w.zeros is not None, UNPACK=unpack,
+            BLOCK_N=bn, KWP=triton.next_power_of_2(K // 8),
+            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1))
+        return k, out
     bn = cfg.get("BLOCK_N", 128)
     bm = cfg.get("BLOCK_M") or min(64, max(16, triton.next_power_of_2(M)))
+    if variant == "tma":
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        tiles = H * (N // bn) * triton.cdiv(M, bm)
+        grid = (min(tiles, _sm_count(x.device) * cfg.get("CTAS_PER_SM", 2)),)
+        desc = TensorDescriptor(w.qweight.view(H * N, K // 8), [H * N, K // 8], [K // 8, 1], [bn, 16])
+        k = _w4a16_tma_kernel[grid](
+            x, desc, w.scales, zeros, out, M, N, H, K, GROUP=w.group, HAS_ZERO=w.zeros is not None, UNPACK=unpack,
+            BLOCK_N=bn, BLOCK_M=bm, NS=cfg.get("NS", 3),
+            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1))
+        return k, out
     if N % bn:
         raise ValueError(f"N={N} is not a multiple of BLOCK_N={bn}")
     if variant == "splitk":

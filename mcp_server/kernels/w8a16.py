@@ -218,6 +218,70 @@ def _w8a16_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, ws_ptr, cnt_ptr, N, K: tl.c
 
 
 @triton.jit
+def _w8a16_rows_kernel(x_ptr, w_ptr, s_ptr, out_ptr, N, K: tl.constexpr, GROUP: tl.constexpr,
+                       UNPACK: tl.constexpr, BLOCK_N: tl.constexpr, KWP: tl.constexpr):
+    """FP8 at M = 1 with no split of K (as ``w4a16._w4a16_rows_kernel``): program (BLOCK_N rows,
+    head) loads its rows' whole K as a [BLOCK_N, KWP] word tile (16-byte loads, all in flight at
+    once), byte j of word w times x[64 (w // 16) + 16 j + w % 16] in fp32, reduced and stored."""
+    pid_n = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    KW: tl.constexpr = K // 4
+    NG: tl.constexpr = K // GROUP if GROUP > 0 else 1
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_w = tl.arange(0, KWP)
+    wmask = offs_w < KW
+    p = tl.load(w_ptr + b * N * KW + offs_n[:, None] * KW + offs_w[None, :], mask=wmask[None, :], other=0)
+    xk = x_ptr + b * K + (offs_w // 16) * 64 + (offs_w % 16)
+    ws = _unpack4_fp8(p, UNPACK)
+    acc = ws[0].to(tl.float32) * tl.load(xk, mask=wmask, other=0.0).to(tl.float32)[None, :]
+    for j in tl.static_range(1, 4):
+        acc += ws[j].to(tl.float32) * tl.load(xk + 16 * j, mask=wmask, other=0.0).to(tl.float32)[None, :]
+    if GROUP > 0:
+        grp = (offs_w // 16) * 64 // GROUP
+        acc = acc * tl.load(s_ptr + b * NG * N + grp[None, :] * N + offs_n[:, None], mask=wmask[None, :], other=0.0)
+    res = tl.sum(acc, axis=1)
+    if GROUP == 0:
+        res = res * tl.load(s_ptr + b * N + offs_n)
+    tl.store(out_ptr + b * N + offs_n, res.to(tl.bfloat16))
+
+
+@triton.jit
+def _w8a16_tma_kernel(x_ptr, w_desc, s_ptr, out_ptr, M, N, H, K: tl.constexpr, GROUP: tl.constexpr,
+                      UNPACK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, NS: tl.constexpr):
+    """Persistent, TMA-fed form of ``_w8a16_shuf_kernel`` (as ``w4a16._w4a16_tma_kernel``): the
+    weight words arrive through a tensor descriptor (``[H * N, K / 4]`` int32, box [BLOCK_N, 16],
+    one bulk copy per 64-k block), the tile loop is software-pipelined NS deep."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    n_nb = N // BLOCK_N
+    n_mb = tl.cdiv(M, BLOCK_M)
+    per_head = n_nb * n_mb
+    tiles = H * per_head
+    offs_i = tl.arange(0, 16)
+    NG: tl.constexpr = K // GROUP if GROUP > 0 else 1
+    for t in tl.range(pid, tiles, nprog, num_stages=NS):
+        b = t // per_head
+        r = t % per_head
+        pid_n = r % n_nb
+        bl = b.to(tl.int64)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_m = (r // n_nb) * BLOCK_M + tl.arange(0, BLOCK_M)
+        x_cols = x_ptr + bl * M * K + offs_m[None, :] * K + offs_i[:, None]
+        m_mask = offs_m[None, :] < M
+        s_row = s_ptr + bl * NG * N + offs_n
+        row0 = b * N + pid_n * BLOCK_N
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        for kb in tl.static_range(K // 64):
+            p = w_desc.load([row0, kb * 16])
+            xs = _load_x4(x_cols + kb * 64, m_mask)
+            acc = _fp8_block(acc, p, xs, s_row, kb * 64, N, GROUP, UNPACK, BLOCK_N, BLOCK_M)
+        if GROUP == 0:
+            acc = acc * tl.load(s_ptr + bl * N + offs_n)[:, None]
+        out = out_ptr + bl * M * N + offs_m[None, :] * N + offs_n[:, None]
+        tl.store(out, acc.to(tl.bfloat16), mask=m_mask)
+
+
+@triton.jit
 def _w8a16_persistent_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, H, K: tl.constexpr,
                              GROUP: tl.constexpr, UNPACK: tl.constexpr,
                              BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
@@ -350,6 +414,17 @@ def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
         bm = cfg.get("BLOCK_M") or min(64, max(16, triton.next_power_of_2(M)))
         interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
         unpack = 2 if interp else (1 if cfg.get("variant") == "plain" else 0)
+        if cfg.get("variant") == "rows":
+            if M != 1:
+                raise ValueError("the fp8 rows variant handles M = 1 only")
+            bn = cfg.get("BLOCK_N", 2)
+            if w.N % bn:
+                raise ValueError(f"N={w.N} is not a multiple of BLOCK_N={bn}")
+            k = _w8a16_rows_kernel[(w.N // bn, H)](
+                x, w.weight.view(torch.int32), w.scales, out, w.N, K, GROUP=w.group, UNPACK=unpack, BLOCK_N=bn,
+                KWP=triton.next_power_of_2(K // 4), num_warps=cfg.get("num_warps", 4),
+                num_stages=cfg.get("num_stages", 1))
+            return k, out
         if cfg.get("variant") == "gemv":
             if M != 1:
                 raise ValueError("the fp8 gemv variant handles M = 1 only")
@@ -361,6 +436,19 @@ def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
                 x, w.weight.view(torch.int32), w.scales, out, ws, cnt, w.N, K, GROUP=w.group, UNPACK=unpack,
                 BLOCK_N=bn, SPLIT=split, SUB=sub,
                 num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1))
+            return k, out
+        if cfg.get("variant") == "tma":
+            from triton.tools.tensor_descriptor import TensorDescriptor
+
+            from mcp_server.kernels.w4a16 import _sm_count
+
+            tiles = H * (w.N // bn) * triton.cdiv(M, bm)
+            grid = (min(tiles, _sm_count(x.device) * cfg.get("CTAS_PER_SM", 2)),)
+            desc = TensorDescriptor(w.weight.view(torch.int32).view(H * w.N, K // 4), [H * w.N, K // 4], [K // 4, 1],
+                                    [bn, 16])
+            k = _w8a16_tma_kernel[grid](
+                x, desc, w.scales, out, M, w.N, H, K, GROUP=w.group, UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
+                NS=cfg.get("NS", 3), num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1))
             return k, out
         if cfg.get("persistent"):
             from mcp_server.kernels.w4a16 import _sm_count
