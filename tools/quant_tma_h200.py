@@ -36,7 +36,7 @@ def _p2(v: int) -> int:
     return 1 << (v - 1).bit_length()
 
 
-def rows_candidates(kind: str, K: int, N: int) -> list[dict]:
+def _rows_candidates(kind: str, K: int, N: int) -> list[dict]:
     """(BLOCK_N, warps) with 8..64 words of the row tile per thread."""
     kwp = _p2(K // (8 if kind == "int4" else 4))
     out = []
@@ -48,6 +48,8 @@ def rows_candidates(kind: str, K: int, N: int) -> list[dict]:
 
 
 def fp8_gemv_candidates(K: int, N: int) -> list[dict]:
+    if ROUND == 2:
+        return []
     out = []
     for bn, sub in ((128, 1), (64, 1), (128, 2)):
         blocks = K // (64 * sub)
@@ -61,6 +63,8 @@ def fp8_gemv_candidates(K: int, N: int) -> list[dict]:
 
 
 def tma_candidates(kind: str, M: int, K: int, N: int) -> list[dict]:
+    if ROUND == 2:
+        return round2(kind, M, K, N)
     if kind == "int4":
         if M > 16:
             sets = ((128, 4, 2, 2), (128, 4, 3, 2), (256, 8, 2, 1), (256, 8, 2, 2))
@@ -77,6 +81,62 @@ def tma_candidates(kind: str, M: int, K: int, N: int) -> list[dict]:
             sets = ((64, 4, 3, 4), (64, 4, 4, 6), (128, 4, 3, 2), (128, 4, 2, 3))
     return [{"variant": "tma", "BLOCK_N": bn, "num_warps": nw, "NS": ns, "CTAS_PER_SM": c, "num_stages": 1}
             for bn, nw, ns, c in sets if N % bn == 0]
+
+
+ROUND = 1
+
+
+def round2(kind: str, M: int, K: int, N: int) -> list[dict]:
+    """Round 2 (after bench/results/quant_sweep_h200_r1.json): register caps (``maxnreg``: more
+    programs per SM) on the MLA one-block kernels and the rows kernels, more rows shapes, the FP8
+    TMA winner again beside its tuned config."""
+    out: list[dict] = []
+    if K >= 2048:           # decode GEMMs at M = 1
+        if kind == "int4":
+            for bn, nw, mr in ((4, 4, None), (4, 4, 64), (4, 1, None), (8, 2, None), (8, 4, 96), (8, 8, None),
+                               (8, 8, 64), (2, 4, None), (4, 2, None), (4, 2, 64), (16, 8, None), (2, 1, None)):
+                if N % bn == 0:
+                    out.append({"variant": "rows", "BLOCK_N": bn, "num_warps": nw, "num_stages": 1, "maxnreg": mr})
+        else:
+            for bn, nw, mr in ((8, 8, None), (2, 4, None), (2, 1, None), (4, 4, 64), (4, 2, None), (8, 4, 96)):
+                out.append({"variant": "rows", "BLOCK_N": bn, "num_warps": nw, "num_stages": 1, "maxnreg": mr})
+            out.append({"variant": "gemv", "BLOCK_N": 128, "SUB": 2, "SPLIT": 56 if K == 7168 else 16,
+                        "num_warps": 4, "num_stages": 1})
+        return out
+    if kind == "int4":
+        if M > 16 and K == 128:
+            return [{"variant": "dot", "BLOCK_N": 256, "num_warps": 8, "num_stages": 2, "maxnreg": 96},
+                    {"variant": "dot", "BLOCK_N": 128, "num_warps": 4, "num_stages": 2},
+                    {"variant": "dot", "BLOCK_N": 128, "num_warps": 8, "num_stages": 2}]
+        if M > 16:
+            return [{"variant": "dot", "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "PF": True},
+                    {"variant": "dot", "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "PF": True}]
+        if K == 128:
+            return [{"variant": "dot", "BLOCK_N": 256, "num_warps": 4, "num_stages": 2, "DEP": True, "maxnreg": mr}
+                    for mr in (88, 80, 72)] + [
+                    {"variant": "dot", "BLOCK_N": 256, "num_warps": 8, "num_stages": 2, "DEP": True},
+                    {"variant": "dot", "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "DEP": True}]
+        return [{"variant": "dot", "BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "PF": True, "maxnreg": mr}
+                for mr in (104, 96, 80)] + [
+                {"variant": "dot", "BLOCK_N": 64, "num_warps": 2, "num_stages": 3, "PF": True},
+                {"variant": "dot", "BLOCK_N": 64, "num_warps": 2, "num_stages": 4, "PF": True},
+                {"variant": "dot", "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "PF": True}]
+    if M <= 16 and K == 128:
+        return [{"variant": "tma", "BLOCK_N": 128, "num_warps": 4, "NS": 3, "CTAS_PER_SM": 4, "num_stages": 1},
+                {"variant": "tma", "BLOCK_N": 128, "num_warps": 4, "NS": 4, "CTAS_PER_SM": 4, "num_stages": 1},
+                {"variant": "tma", "BLOCK_N": 128, "num_warps": 4, "NS": 3, "CTAS_PER_SM": 5, "num_stages": 1},
+                {"variant": "asm", "BLOCK_N": 128, "SUB": 2, "num_warps": 4, "num_stages": 3, "maxnreg": 64}]
+    if M <= 16:
+        return [{"variant": "asm", "BLOCK_N": 32, "SUB": 2, "num_warps": 1, "num_stages": 4},
+                {"variant": "asm", "BLOCK_N": 64, "SUB": 2, "num_warps": 2, "num_stages": 3}]
+    return [{"variant": "asm", "BLOCK_N": 128, "SUB": 1, "num_warps": 4, "num_stages": 3},
+            {"variant": "asm", "BLOCK_N": 64, "SUB": 2, "num_warps": 4, "num_stages": 3}]
+
+
+def rows_candidates(kind: str, K: int, N: int) -> list[dict]:  # noqa: F811
+    if ROUND == 2:
+        return round2(kind, 1, K, N)
+    return _rows_candidates(kind, K, N)
 
 
 def jobs():
@@ -259,7 +319,10 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--budget-s", type=float, default=480)
     ap.add_argument("--skip-ncu", action="store_true")
+    ap.add_argument("--round", type=int, default=1, help="candidate set: 1 (first sweep) or 2 (register caps)")
     a = ap.parse_args()
+    global ROUND
+    ROUND = a.round
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     res: dict = {"errors": [], "step_s": {}}

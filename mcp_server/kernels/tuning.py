@@ -97,6 +97,29 @@ DECODE_TABLE: dict[tuple[str, int, int, int], dict] = {
 }
 TABLE.update(DECODE_TABLE)
 
+
+def _rows(bn: int, nw: int, maxnreg: int | None = None) -> dict:
+    cfg = {"variant": "rows", "BLOCK_N": bn, "num_warps": nw, "num_stages": 1}
+    if maxnreg:
+        cfg["maxnreg"] = maxnreg
+    return cfg
+
+
+def _f8gemv(bn: int, split: int, sub: int = 1) -> dict:
+    return {"variant": "gemv", "BLOCK_N": bn, "SUB": sub, "SPLIT": split, "num_warps": 4, "num_stages": 1}
+
+
+#: Issue 26, round 4 (tools/quant_tma_h200.py, bench/results/quant_sweep_h200_r1.json): at M = 1 the
+#: ``rows`` kernels (whole K per program, no split-K fix-up) for INT4 on 4096x4096 (7.36 vs 7.58 us),
+#: 2048x7168 (6.26 vs 6.98 us) and for FP8 on three shapes (4096x4096 7.18 vs 11.04 us), the FP8
+#: CUDA-core split-K GEMV on 7168x2048 (7.95 vs 11.56 us). INT4 7168x2048 (rows 7.44, GEMV 7.45) and
+#: 8192x8192 (split-K 18.9, rows 21.8) keep theirs.
+TABLE.update({
+    ("int4", 1, 4096, 4096): _rows(4, 4), ("int4", 1, 2048, 7168): _rows(4, 2),
+    ("fp8", 1, 4096, 4096): _rows(8, 8), ("fp8", 1, 8192, 8192): _rows(2, 4),
+    ("fp8", 1, 7168, 2048): _f8gemv(128, 56, 2), ("fp8", 1, 2048, 7168): _rows(2, 1),
+})
+
 # Source of the values: H200 sweeps 2026-12-01 (bench/results/mla_sweep_h200.json; decode GEMMs and FP8 W_UV:
 # bench/results/decode_sweep_h200_r*.json)
 
@@ -130,13 +153,16 @@ def _widest(N: int, widths=(128, 64, 32, 16)) -> int:
 
 
 def heuristic(kind: str, M: int, K: int, N: int, H: int = 1, sms: int = DEFAULT_SMS) -> dict:
-    """A config from the shape alone, following what the sweeps measured best: M = 1 INT4 runs the
-    CUDA-core GEMV split into programs of one 128-k block until ~7 programs per SM; other INT4
-    shapes the split-K tensor-core kernel (K = 128: the one-block ``dot`` kernel) at ~4 programs
-    per SM; FP8 the split-K word-tile kernel at ~3.5 programs per SM."""
+    """A config from the shape alone, following what the sweeps measured best: M = 1 runs the
+    CUDA-core GEMV split along K until ~7 programs per SM (INT4: 128-k blocks, FP8: 64-k blocks);
+    other INT4 shapes the split-K tensor-core kernel (K = 128: the one-block ``dot`` kernel) at ~4
+    programs per SM; other FP8 shapes the split-K word-tile kernel at ~3.5 programs per SM."""
     if kind == "fp8":
         if K % 64:
             raise ValueError(f"K={K} must be a multiple of 64")
+        if M == 1:      # the CUDA-core GEMV beat the tensor-core split-K on 4 of 4 decode shapes (r1 sweep)
+            bn = _widest(N, (64, 32, 16))
+            return _f8gemv(bn, _split(K // 64, H * (N // bn), 7 * sms))
         bn = _widest(N)
         sub = 2 if (K // 64) % 2 == 0 else 1
         bm = 16 if M <= 16 else 64

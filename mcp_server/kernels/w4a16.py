@@ -558,6 +558,12 @@ def _w4a16_tma_kernel(x_ptr, w_desc, s_ptr, z_ptr, out_ptr, M, N, H, K: tl.const
         tl.store(out, acc.to(tl.bfloat16), mask=m_mask)
 
 
+def _reg_cap(cfg: dict) -> dict:
+    """The launch option ``maxnreg`` (a per-thread register cap, so more programs fit an SM) when the
+    config names one."""
+    return {"maxnreg": int(cfg["maxnreg"])} if cfg.get("maxnreg") else {}
+
+
 _SM_COUNT: dict = {}
 
 
@@ -631,7 +637,7 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
         return _w4a16_gemv_kernel[(N // bn, split, H)](
             x, w.qweight, w.scales, zeros, out, ws, cnt, N, K, GROUP=w.group, HAS_ZERO=w.zeros is not None,
             UNPACK=unpack, BLOCK_N=bn, SPLIT=split, SUB=sub,
-            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2)), out
+            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2), **_reg_cap(cfg)), out
     if variant == "rows":
         if M != 1:
             raise ValueError("the rows variant handles M = 1 only")
@@ -641,7 +647,7 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
         k = _w4a16_rows_kernel[(N // bn, H)](
             x, w.qweight, w.scales, zeros, out, N, K, GROUP=w.group, HAS_ZERO=w.zeros is not None, UNPACK=unpack,
             BLOCK_N=bn, KWP=triton.next_power_of_2(K // 8),
-            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1))
+            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1), **_reg_cap(cfg))
         return k, out
     bn = cfg.get("BLOCK_N", 128)
     bm = cfg.get("BLOCK_M") or min(64, max(16, triton.next_power_of_2(M)))
@@ -654,7 +660,7 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
         k = _w4a16_tma_kernel[grid](
             x, desc, w.scales, zeros, out, M, N, H, K, GROUP=w.group, HAS_ZERO=w.zeros is not None, UNPACK=unpack,
             BLOCK_N=bn, BLOCK_M=bm, NS=cfg.get("NS", 3),
-            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1))
+            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1), **_reg_cap(cfg))
         return k, out
     if N % bn:
         raise ValueError(f"N={N} is not a multiple of BLOCK_N={bn}")
@@ -667,7 +673,7 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
         k = _w4a16_splitk_kernel[(grid0, split, H)](
             x, w.qweight, w.scales, zeros, out, ws, cnt, M, N, K, GROUP=w.group,
             HAS_ZERO=w.zeros is not None, UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm, SPLIT=split, SUB=sub,
-            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2))
+            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2), **_reg_cap(cfg))
         return k, out
     if variant == "persistent":
         tiles = H * (N // bn) * triton.cdiv(M, bm)
@@ -675,10 +681,10 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
         k = _w4a16_persistent_kernel[grid](
             x, w.qweight, w.scales, zeros, out, M, N, H, K, GROUP=w.group,
             HAS_ZERO=w.zeros is not None, UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
-            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3))
+            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3), **_reg_cap(cfg))
         return k, out
     k = _w4a16_dot_kernel[(triton.cdiv(M, bm), N // bn, H)](
         x, w.qweight, w.scales, zeros, out, M, N, K, GROUP=w.group, HAS_ZERO=w.zeros is not None,
         UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm, DEP=bool(cfg.get("DEP", False)), PF=bool(cfg.get("PF", False)),
-        num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2))
+        num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2), **_reg_cap(cfg))
     return k, out

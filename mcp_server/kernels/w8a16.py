@@ -18,6 +18,7 @@ import triton.language as tl
 
 from mcp_server.kernels.quant import FP8_MAX, Fp8Weights
 from mcp_server.kernels.splitk import splitk_store, workspace
+from mcp_server.kernels.w4a16 import _reg_cap
 
 _FP8_MAX = tl.constexpr(FP8_MAX)
 
@@ -435,7 +436,7 @@ def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
             k = _w8a16_gemv_kernel[(w.N // bn, split, H)](
                 x, w.weight.view(torch.int32), w.scales, out, ws, cnt, w.N, K, GROUP=w.group, UNPACK=unpack,
                 BLOCK_N=bn, SPLIT=split, SUB=sub,
-                num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1))
+                num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1), **_reg_cap(cfg))
             return k, out
         if cfg.get("variant") == "tma":
             from triton.tools.tensor_descriptor import TensorDescriptor
@@ -448,7 +449,8 @@ def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
                                     [bn, 16])
             k = _w8a16_tma_kernel[grid](
                 x, desc, w.scales, out, M, w.N, H, K, GROUP=w.group, UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
-                NS=cfg.get("NS", 3), num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1))
+                NS=cfg.get("NS", 3), num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1),
+                **_reg_cap(cfg))
             return k, out
         if cfg.get("persistent"):
             from mcp_server.kernels.w4a16 import _sm_count
@@ -458,7 +460,7 @@ def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
             k = _w8a16_persistent_kernel[grid](
                 x, w.weight.view(torch.int32), w.scales, out, M, w.N, H, K, GROUP=w.group,
                 UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
-                num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3))
+                num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3), **_reg_cap(cfg))
             return k, out
         split = int(cfg.get("SPLIT", 1))
         if K % (split * 64 * sub):
@@ -468,7 +470,7 @@ def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
         k = _w8a16_shuf_kernel[(grid0, split, H)](
             x, w.weight.view(torch.int32), w.scales, out, ws, cnt, M, w.N, K, GROUP=w.group, UNPACK=unpack,
             SUB=sub, BLOCK_N=bn, BLOCK_M=bm, SPLIT=split,
-            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2))
+            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2), **_reg_cap(cfg))
         return k, out
     H, M, K, bn, bk = _check(x, w, cfg)
     x = x.contiguous()
@@ -478,7 +480,7 @@ def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
     k = _w8a16_dot_kernel[(triton.cdiv(M, bm), w.N // bn, H)](
         x, w.weight, w.scales, out, M, w.N, K, GROUP=w.group, CVT=_cvt_dtype(cfg),
         BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk,
-        num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3))
+        num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3), **_reg_cap(cfg))
     return k, out
 
 
@@ -515,7 +517,7 @@ def w8a8_launch(x8, xs, w: Fp8Weights, out=None, config: dict | None = None):
     bm = cfg.get("BLOCK_M") or min(64, max(16, triton.next_power_of_2(M)))
     k = _w8a8_dot_kernel[(triton.cdiv(M, bm), w.N // bn, H)](
         x8, xs, w.weight, w.scales, out, M, w.N, K, BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk,
-        num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3))
+        num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3), **_reg_cap(cfg))
     return k, out
 
 
