@@ -34,9 +34,14 @@ def test_kernels_match_the_dequantized_reference(K, N, M):
             out = torch.full((128, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
             w4 = w4a16_bmm(x, qw, out=out, config=cfg, variant=variant)
             assert not w4.isnan().any() and _rel(w4, ref) < 1e-2, (variant, zp)
+        if M <= 64:       # the TMA-fed persistent kernel (tensor descriptor, pipelined tile loop)
+            out = torch.full((128, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+            w4 = w4a16_bmm(x, qw, out=out, config={"variant": "tma", "BLOCK_N": 64, "NS": 2, "CTAS_PER_SM": 2})
+            assert not w4.isnan().any() and _rel(w4, ref) < 1e-2, ("tma", zp)
     fw = quant.quantize_fp8(w)
     ref = x.float() @ quant.dequantize_fp8(fw)
-    for cfg in ({"BLOCK_N": 128, "SUB": 2}, {"BLOCK_N": 64, "persistent": True, "CTAS_PER_SM": 1, "num_stages": 2}):
+    for cfg in ({"BLOCK_N": 128, "SUB": 2}, {"BLOCK_N": 64, "persistent": True, "CTAS_PER_SM": 1, "num_stages": 2},
+                {"variant": "tma", "BLOCK_N": 128, "NS": 3, "CTAS_PER_SM": 4}):
         out = torch.full((128, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
         f8 = w8a16_bmm(x, fw, out=out, config=cfg)
         assert not f8.isnan().any() and _rel(f8, ref) < 1e-2, cfg
@@ -96,7 +101,34 @@ def test_split_k_variants_on_every_group_layout():
             out = torch.full((2, M, 384), float("nan"), device="cuda", dtype=torch.bfloat16)
             o = w8a16_bmm(x, fw, out=out, config={"BLOCK_N": 128, "SUB": 2, "SPLIT": 16, "num_stages": 1})
             assert not o.isnan().any() and _rel(o, x.float() @ quant.dequantize_fp8(fw)) < 1e-2, (M, grp)
-            if M == 1:      # the FP8 CUDA-core GEMV (not yet in the tuned table)
+            if M == 1:      # the FP8 CUDA-core GEMV (the M = 1 heuristic's)
                 out = torch.full((2, 1, 384), float("nan"), device="cuda", dtype=torch.bfloat16)
                 o = w8a16_bmm(x, fw, out=out, config={"variant": "gemv", "BLOCK_N": 128, "SUB": 1, "SPLIT": 32})
                 assert not o.isnan().any() and _rel(o, x.float() @ quant.dequantize_fp8(fw)) < 1e-2, grp
+
+
+@pytest.mark.parametrize("K", [1792, 2048])
+def test_rows_kernels_on_every_group_layout(K):
+    """The M = 1 rows kernels (whole K per program): K / 8 = 224 words as 128 + 64 + 32 and as one
+    padded tile, and 256 words in one; zero points, small groups, the register cap."""
+    from mcp_server.kernels import quant
+    from mcp_server.kernels.w4a16 import w4a16_bmm
+    from mcp_server.kernels.w8a16 import w8a16_bmm
+
+    g = torch.Generator(device="cuda").manual_seed(K)
+    w = (torch.randn(2, K, 384, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+    x = torch.randn(2, 1, K, device="cuda", generator=g).to(torch.bfloat16)
+    for zp, grp in ((False, 128), (True, 128), (True, 32), (False, 256)):
+        qw = quant.quantize_int4(w, group=grp, zero_point=zp)
+        ref = x.float() @ quant.dequantize_int4(qw)
+        for cfg in ({"variant": "rows", "BLOCK_N": 4}, {"variant": "rows", "BLOCK_N": 8, "num_warps": 8, "PARTS": False},
+                    {"variant": "rows", "BLOCK_N": 4, "num_warps": 4, "maxnreg": 64}):
+            out = torch.full((2, 1, 384), float("nan"), device="cuda", dtype=torch.bfloat16)
+            o = w4a16_bmm(x, qw, out=out, config=cfg)
+            assert not o.isnan().any() and _rel(o, ref) < 1e-2, (zp, grp, cfg)
+    for grp in (0, 128):
+        fw = quant.quantize_fp8(w, group=grp)
+        for cfg in ({"variant": "rows", "BLOCK_N": 2, "num_warps": 1}, {"variant": "rows", "BLOCK_N": 8, "num_warps": 8}):
+            out = torch.full((2, 1, 384), float("nan"), device="cuda", dtype=torch.bfloat16)
+            o = w8a16_bmm(x, fw, out=out, config=cfg)
+            assert not o.isnan().any() and _rel(o, x.float() @ quant.dequantize_fp8(fw)) < 1e-2, (grp, cfg)

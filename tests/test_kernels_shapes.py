@@ -132,9 +132,11 @@ def test_decode_gemm_families_are_tuned_and_other_shapes_get_a_valid_plan():
         for K, N in decode.DECODE_SHAPES:
             for M in decode.DECODE_BATCHES:
                 assert tuning.is_tuned(kind, M, K, N), (kind, M, K, N)
-    # measured at M = 1: the CUDA-core GEMV split to one 128-k block per program
-    assert tuning.config_for("int4", 1, 4096, 4096) == {
-        "variant": "gemv", "BLOCK_N": 128, "SPLIT": 32, "SUB": 1, "num_warps": 4, "num_stages": 1}
+    # measured at M = 1: the rows kernel (whole K per program, no split-K) where it won, else the
+    # CUDA-core GEMV split to one 128-k block per program
+    assert tuning.config_for("int4", 1, 4096, 4096)["variant"] == "rows"
+    assert tuning.config_for("int4", 1, 7168, 2048) == {
+        "variant": "gemv", "BLOCK_N": 128, "SPLIT": 56, "SUB": 1, "num_warps": 4, "num_stages": 1}
     assert tuning.config_for("int4", 8, 7168, 2048)["SPLIT"] == 14
     # untuned shapes: K divisible by SPLIT x 128 x SUB (64 for fp8), N by BLOCK_N, a few programs per SM
     for K, N in ((4096, 11008), (11008, 4096), (5120, 640), (1024, 1024), (14336, 4096), (256, 48)):
@@ -144,6 +146,7 @@ def test_decode_gemm_families_are_tuned_and_other_shapes_get_a_valid_plan():
             assert N % c["BLOCK_N"] == 0 and K % (c.get("SPLIT", 1) * 128 * c.get("SUB", 1)) == 0, (K, N, M, c)
             assert c["variant"] == ("gemv" if M == 1 else "splitk")
             f = tuning.config_for("fp8", M, K, N)
+            assert f["variant"] == ("gemv" if M == 1 else "asm")      # FP8 at M = 1: the CUDA-core GEMV
             assert N % f["BLOCK_N"] == 0 and K % (f["SPLIT"] * 64 * f["SUB"]) == 0, (K, N, M, f)
             if M == 1:
                 progs = (N // c["BLOCK_N"]) * c["SPLIT"]

@@ -38,7 +38,7 @@ def main():
         sb = bench.ShapeBuffers(1024, M, K, N, "warm")
         for fmt in kinds:
             fn = sb.int4_fns if fmt == "int4" else sb.fp8_fns
-            runs.append((f"{fmt}_tuned mla8L {K}x{N} M={M}", sb, fn(tuning.config_for(fmt, M, K, N))[0]))
+            runs.append((f"{fmt}_tuned mla8L {K}x{N} M={M}", sb, fn(tuning.config_for(fmt, M, K, N, 1024))[0]))
             cfg = win.get(f"{fmt}|{M}|{K}|{N}")
             if cfg:
                 runs.append((f"{fmt}_winner mla8L {K}x{N} M={M}", sb, fn(cfg)[0]))

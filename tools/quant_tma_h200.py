@@ -48,7 +48,7 @@ def _rows_candidates(kind: str, K: int, N: int) -> list[dict]:
 
 
 def fp8_gemv_candidates(K: int, N: int) -> list[dict]:
-    if ROUND == 2:
+    if ROUND >= 2:
         return []
     out = []
     for bn, sub in ((128, 1), (64, 1), (128, 2)):
@@ -133,9 +133,22 @@ def round2(kind: str, M: int, K: int, N: int) -> list[dict]:
             {"variant": "asm", "BLOCK_N": 64, "SUB": 2, "num_warps": 4, "num_stages": 3}]
 
 
-def rows_candidates(kind: str, K: int, N: int) -> list[dict]:  # noqa: F811
+def round3(kind: str, K: int, N: int) -> list[dict]:
+    """Round 3: the rows kernels with K / 8 (K / 4) words as a sum of power-of-two tiles instead of
+    one padded tile (7168: 512 + 256 + 128 words, no masked lanes), where the padding had cost
+    registers (254 -> 64 at BLOCK_N 4)."""
+    if (K, N) != (7168, 2048):
+        return []
+    sets = ((8, 8), (4, 4), (4, 8), (2, 2), (2, 4), (8, 4), (16, 8)) if kind == "int4" else \
+        ((2, 1), (2, 2), (4, 4), (8, 8), (4, 2), (2, 4))
+    return [{"variant": "rows", "BLOCK_N": bn, "num_warps": nw, "num_stages": 1} for bn, nw in sets]
+
+
+def rows_candidates(kind: str, K: int, N: int) -> list[dict]:
     if ROUND == 2:
         return round2(kind, 1, K, N)
+    if ROUND == 3:
+        return round3(kind, K, N)
     return _rows_candidates(kind, K, N)
 
 
@@ -144,14 +157,16 @@ def jobs():
 
     js = []
     for K, N in DECODE:
+        if ROUND == 3 and not round3("int4", K, N):
+            continue
         for kind in ("int4", "fp8"):
             js.append((kind, 1, 1, K, N, tuning.config_for(kind, 1, K, N)))
             js += [(kind, 1, 1, K, N, c) for c in rows_candidates(kind, K, N)]
         js += [("fp8", 1, 1, K, N, c) for c in fp8_gemv_candidates(K, N)]
-    for K, N in MLA:
+    for K, N in MLA if ROUND < 3 else ():
         for M in (1, 8, 64):
             for kind in ("int4", "fp8"):
-                js.append((kind, 1024, M, K, N, tuning.config_for(kind, M, K, N)))
+                js.append((kind, 1024, M, K, N, tuning.config_for(kind, M, K, N, 1024)))
                 js += [(kind, 1024, M, K, N, c) for c in tma_candidates(kind, M, K, N)]
     return js
 
@@ -250,6 +265,8 @@ def sweep(res, budget):
                 win[f"{kind}|{M}|{K}|{N}"] = best[1]
 
     for K, N in DECODE:
+        if ROUND == 3 and not round3("int4", K, N):
+            continue
         buf = decode.DecodeBuffers(1, K, N)
         cands = {"int4": [tuning.config_for("int4", 1, K, N)] + rows_candidates("int4", K, N),
                  "fp8": [tuning.config_for("fp8", 1, K, N)] + rows_candidates("fp8", K, N) + fp8_gemv_candidates(K, N)}
@@ -257,10 +274,12 @@ def sweep(res, budget):
                [("tinygemm", buf.fns("tinygemm"))] if buf.tiny else [], lambda k, c, b=buf: b.fns(k, c))
         del buf
         torch.cuda.empty_cache()
+    if ROUND == 3:
+        return
     for K, N in MLA:
         for M in (1, 8, 64):
             buf = bench.ShapeBuffers(1024, M, K, N, "cold")
-            cands = {k: [tuning.config_for(k, M, K, N)] + tma_candidates(k, M, K, N) for k in ("int4", "fp8")}
+            cands = {k: [tuning.config_for(k, M, K, N, 1024)] + tma_candidates(k, M, K, N) for k in ("int4", "fp8")}
             family(f"mla8L_{K}x{N}", 1024, M, K, N, cands, buf.bf16_fns(), [],
                    lambda k, c, b=buf: b.int4_fns(c) if k == "int4" else b.fp8_fns(c))
             del buf
@@ -303,7 +322,9 @@ def final(res, out, budget):
     for r in d["rows"]:
         print("DEC", decode.fmt_row(r), flush=True)
     print("DECCHECK", json.dumps(d["checks"]), flush=True)
-    m = bench.run_mla_bench("deepseek-v3", (1, 8, 64), (1, 8, 16, 32), caches=("warm", "cold"), configs=pick,
+    # round 3: the MLA bench through the product's dispatch (tuning.config_for with H, STACKED first)
+    m = bench.run_mla_bench("deepseek-v3", (1, 8, 64), (1, 8, 16, 32), caches=("warm", "cold"),
+                            configs=pick if ROUND < 3 else None,
                             cupti=True, deadline=_t.monotonic() + max(20.0, budget - (time.time() - T0) - 70))
     m["configs"] = res.get("winners", {})
     (out / "mla_h200_full.json").write_text(json.dumps(m, indent=1))

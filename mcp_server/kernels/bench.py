@@ -198,12 +198,13 @@ ROW_KEYS = ("model", "H", "M", "K", "N", "weight_mb", "cache", "bf16_us", "int4_
 def bench_row(shape, cache: str, group: int = 128, configs=None, cupti: bool = False) -> dict:
     """One row of the MLA table (the keys of bench/results/mla_h200.json, plus extras).
 
-    ``configs``: optional ``fn(kind, M, K, N) -> config`` (default ``tuning.config_for``);
+    ``configs``: optional ``fn(kind, M, K, N) -> config`` (default ``tuning.config_for`` with H);
     ``cupti``: also the CUPTI kernel time of each format (``decode.cupti_us``), ``*_cupti_us``.
     """
     from mcp_server.kernels import tuning
 
-    pick = configs or tuning.config_for
+    def pick(kind, M, K, N):
+        return configs(kind, M, K, N) if configs else tuning.config_for(kind, M, K, N, shape.H)
     buf = ShapeBuffers(shape.H, shape.M, shape.K, shape.N, cache, group=group)
     fns = {"bf16": buf.bf16_fns(), "int4": buf.int4_fns(pick("int4", shape.M, shape.K, shape.N)),
            "fp8": buf.fp8_fns(pick("fp8", shape.M, shape.K, shape.N))}

@@ -24,13 +24,14 @@ def run_l2_sweep(heads=DEFAULT_HEADS, M: int = 1, configs=None, progress=None,
 
     from mcp_server.kernels import bench, tuning
 
-    pick = configs or tuning.config_for
     pts = []
     timed_out = False
     for i, H in enumerate(heads):
         if deadline is not None and time.monotonic() > deadline:
             timed_out = True
             break
+        def pick(kind, M, K, N, H=H):
+            return configs(kind, M, K, N) if configs else tuning.config_for(kind, M, K, N, H)
         warm = bench.ShapeBuffers(H, M, K, N, "warm")
         bf = bench.time_launches(warm.bf16_fns())
         i4 = bench.time_launches(warm.int4_fns(pick("int4", M, K, N)))

@@ -115,10 +115,29 @@ def _f8gemv(bn: int, split: int, sub: int = 1) -> dict:
 #: CUDA-core split-K GEMV on 7168x2048 (7.95 vs 11.56 us). INT4 7168x2048 (rows 7.44, GEMV 7.45) and
 #: 8192x8192 (split-K 18.9, rows 21.8) keep theirs.
 TABLE.update({
-    ("int4", 1, 4096, 4096): _rows(4, 4), ("int4", 1, 2048, 7168): _rows(4, 2),
+    ("int4", 1, 4096, 4096): _rows(4, 4, 64), ("int4", 1, 2048, 7168): _rows(4, 2),
     ("fp8", 1, 4096, 4096): _rows(8, 8), ("fp8", 1, 8192, 8192): _rows(2, 4),
     ("fp8", 1, 7168, 2048): _f8gemv(128, 56, 2), ("fp8", 1, 2048, 7168): _rows(2, 1),
 })
+#: Round 5 (quant_sweep_h200_r2.json): FP8 W_UV at M = 8..16 in 64-wide tiles of two warps (8 layers:
+#: 24.58 vs 25.67 us; one layer warm 4.20 vs 4.30 us). The register cap on the INT4 rows kernel at
+#: 4096x4096 (65 -> 64 registers: 8 programs per SM, one wave of 1024) took it from 7.42 to 6.87 us.
+_F8UV8 = {"variant": "asm", "BLOCK_N": 64, "SUB": 2, "num_warps": 2, "num_stages": 3}
+TABLE.update({("fp8", 8, 512, 128): dict(_F8UV8), ("fp8", 16, 512, 128): dict(_F8UV8)})
+
+#: BF16 weight bytes from which a family reads ``STACKED`` first: the weights of several stacked
+#: layers stream from HBM and the grid holds many tiles (MLA: 4+ layers of 128 heads).
+STACKED_BYTES = 64 * 2**20
+#: Winners at 8 stacked layers that lose at one layer (r1 and r2 sweeps, same run each): FP8 W_UK at
+#: M <= 16 through the TMA-fed persistent kernel (8 layers M = 1: 23.57 vs 24.97 us; one layer warm:
+#: 5.03 vs 4.29 us, too few tiles for the persistent grid), and at M = 64 a 3-stage pipeline (55.80
+#: vs 59.20 us; one layer cold 9.73 vs 8.94 us).
+_F8TMA = {"variant": "tma", "BLOCK_N": 128, "num_warps": 4, "NS": 3, "CTAS_PER_SM": 4, "num_stages": 1}
+STACKED: dict[tuple[str, int, int, int], dict] = {
+    ("fp8", 1, 128, 512): dict(_F8TMA), ("fp8", 8, 128, 512): dict(_F8TMA), ("fp8", 16, 128, 512): dict(_F8TMA),
+    ("fp8", 64, 128, 512): {"variant": "asm", "BLOCK_N": 128, "SUB": 1, "num_warps": 4, "num_stages": 3},
+    ("fp8", 256, 128, 512): {"variant": "asm", "BLOCK_N": 128, "SUB": 1, "num_warps": 4, "num_stages": 3},
+}
 
 # Source of the values: H200 sweeps 2026-12-01 (bench/results/mla_sweep_h200.json; decode GEMMs and FP8 W_UV:
 # bench/results/decode_sweep_h200_r*.json)
@@ -194,8 +213,11 @@ _WARNED: set = set()
 
 
 def config_for(kind: str, M: int, K: int, N: int, H: int = 1, sms: int = DEFAULT_SMS) -> dict:
-    """The recorded config of this family (a copy), else ``heuristic`` for the shape."""
-    hit = TABLE.get((kind, bucket(M), K, N))
+    """The recorded config of this family (a copy; ``STACKED`` first when the H weight matrices
+    hold >= ``STACKED_BYTES`` of BF16), else ``heuristic`` for the shape."""
+    key = (kind, bucket(M), K, N)
+    hit = STACKED.get(key) if 2 * H * K * N >= STACKED_BYTES else None
+    hit = hit or TABLE.get(key)
     cfg = dict(hit) if hit is not None else heuristic(kind, M, K, N, H, sms)
     if kind in ("int4", "fp8", "w8a8") and M > 16:
         cfg.setdefault("BLOCK_M", None)
