@@ -40,8 +40,10 @@ def test_kernels_match_the_dequantized_reference(K, N, M):
             assert not w4.isnan().any() and _rel(w4, ref) < 1e-2, ("tma", zp)
     fw = quant.quantize_fp8(w)
     ref = x.float() @ quant.dequantize_fp8(fw)
-    for cfg in ({"BLOCK_N": 128, "SUB": 2}, {"BLOCK_N": 64, "persistent": True, "CTAS_PER_SM": 1, "num_stages": 2},
-                {"variant": "tma", "BLOCK_N": 128, "NS": 3, "CTAS_PER_SM": 4}):
+    cfgs = [{"BLOCK_N": 128, "SUB": 2}, {"BLOCK_N": 64, "persistent": True, "CTAS_PER_SM": 1, "num_stages": 2}]
+    if M <= 16:     # the TMA-fed FP8 kernel as STACKED runs it (at M = 64, K = 512 its 3 stages exceed shared memory)
+        cfgs.append({"variant": "tma", "BLOCK_N": 128, "NS": 3, "CTAS_PER_SM": 4})
+    for cfg in cfgs:
         out = torch.full((128, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
         f8 = w8a16_bmm(x, fw, out=out, config=cfg)
         assert not f8.isnan().any() and _rel(f8, ref) < 1e-2, cfg
@@ -109,8 +111,8 @@ def test_split_k_variants_on_every_group_layout():
 
 @pytest.mark.parametrize("K", [1792, 2048])
 def test_rows_kernels_on_every_group_layout(K):
-    """The M = 1 rows kernels (whole K per program): K / 8 = 224 words as 128 + 64 + 32 and as one
-    padded tile, and 256 words in one; zero points, small groups, the register cap."""
+    """The M = 1 rows kernels (whole K per program): K / 8 = 224 words in a padded, masked tile of 256,
+    and 256 words; zero points, small groups, the register cap."""
     from mcp_server.kernels import quant
     from mcp_server.kernels.w4a16 import w4a16_bmm
     from mcp_server.kernels.w8a16 import w8a16_bmm
@@ -121,7 +123,7 @@ def test_rows_kernels_on_every_group_layout(K):
     for zp, grp in ((False, 128), (True, 128), (True, 32), (False, 256)):
         qw = quant.quantize_int4(w, group=grp, zero_point=zp)
         ref = x.float() @ quant.dequantize_int4(qw)
-        for cfg in ({"variant": "rows", "BLOCK_N": 4}, {"variant": "rows", "BLOCK_N": 8, "num_warps": 8, "PARTS": False},
+        for cfg in ({"variant": "rows", "BLOCK_N": 4}, {"variant": "rows", "BLOCK_N": 8, "num_warps": 8},
                     {"variant": "rows", "BLOCK_N": 4, "num_warps": 4, "maxnreg": 64}):
             out = torch.full((2, 1, 384), float("nan"), device="cuda", dtype=torch.bfloat16)
             o = w4a16_bmm(x, qw, out=out, config=cfg)

@@ -134,9 +134,12 @@ def round2(kind: str, M: int, K: int, N: int) -> list[dict]:
 
 
 def round3(kind: str, K: int, N: int) -> list[dict]:
-    """Round 3: the rows kernels with K / 8 (K / 4) words as a sum of power-of-two tiles instead of
-    one padded tile (7168: 512 + 256 + 128 words, no masked lanes), where the padding had cost
-    registers (254 -> 64 at BLOCK_N 4)."""
+    """Round 3 (quant_sweep_h200_r3.json) timed the rows kernels at 7168x2048 with K / 8 (K / 4)
+    words split into power-of-two tiles (512 + 256 + 128, no masked lanes; 64 instead of 254
+    registers at BLOCK_N 4): slower everywhere (INT4 BLOCK_N 8: 10.53 vs 7.53 us padded; FP8
+    BLOCK_N 2: 7.99 vs 7.60), so the kernels keep one padded tile; the round now re-times those
+    shapes of the padded kernel, and its final step runs the MLA bench through the product's
+    dispatch (tuning.config_for with H)."""
     if (K, N) != (7168, 2048):
         return []
     sets = ((8, 8), (4, 4), (4, 8), (2, 2), (2, 4), (8, 4), (16, 8)) if kind == "int4" else \

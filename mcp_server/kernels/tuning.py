@@ -109,19 +109,22 @@ def _f8gemv(bn: int, split: int, sub: int = 1) -> dict:
     return {"variant": "gemv", "BLOCK_N": bn, "SUB": sub, "SPLIT": split, "num_warps": 4, "num_stages": 1}
 
 
-#: Issue 26, round 4 (tools/quant_tma_h200.py, bench/results/quant_sweep_h200_r1.json): at M = 1 the
-#: ``rows`` kernels (whole K per program, no split-K fix-up) for INT4 on 4096x4096 (7.36 vs 7.58 us),
-#: 2048x7168 (6.26 vs 6.98 us) and for FP8 on three shapes (4096x4096 7.18 vs 11.04 us), the FP8
-#: CUDA-core split-K GEMV on 7168x2048 (7.95 vs 11.56 us). INT4 7168x2048 (rows 7.44, GEMV 7.45) and
-#: 8192x8192 (split-K 18.9, rows 21.8) keep theirs.
+#: Issue 26, second round (tools/quant_tma_h200.py, bench/results/quant_sweep_h200_r1.json .. _r3.json):
+#: at M = 1 the ``rows`` kernels (whole K per program, no split-K fix-up) for INT4 on 4096x4096
+#: (register-capped to 64: 8 programs per SM, the 1024 in one wave; 6.87 vs 7.58 us for the GEMV) and
+#: 2048x7168 (6.14 vs 6.98 us), and for FP8 on three shapes (4096x4096: 7.22 vs 11.04 us for the
+#: split-K word tiles); the FP8 CUDA-core split-K GEMV on 7168x2048 (7.95-8.07 vs 11.56 us). INT4
+#: 7168x2048 keeps the GEMV (7.48-7.53 us; rows 7.44-10.5) and 8192x8192 the split-K tile (18.9 vs
+#: rows 21.8 us).
 TABLE.update({
     ("int4", 1, 4096, 4096): _rows(4, 4, 64), ("int4", 1, 2048, 7168): _rows(4, 2),
     ("fp8", 1, 4096, 4096): _rows(8, 8), ("fp8", 1, 8192, 8192): _rows(2, 4),
     ("fp8", 1, 7168, 2048): _f8gemv(128, 56, 2), ("fp8", 1, 2048, 7168): _rows(2, 1),
 })
-#: Round 5 (quant_sweep_h200_r2.json): FP8 W_UV at M = 8..16 in 64-wide tiles of two warps (8 layers:
-#: 24.58 vs 25.67 us; one layer warm 4.20 vs 4.30 us). The register cap on the INT4 rows kernel at
-#: 4096x4096 (65 -> 64 registers: 8 programs per SM, one wave of 1024) took it from 7.42 to 6.87 us.
+#: quant_sweep_h200_r2.json: FP8 W_UV at M = 8..16 in 64-wide tiles of two warps (8 layers: 24.58 vs
+#: 25.67 us; one layer warm 4.20 vs 4.30 us). INT4 W_UV at M = 1 keeps its issue-11 config although
+#: a 2-warp 64-wide tile measured 2.7 % faster (14.97 vs 15.38 us; one layer warm 3.78 vs 3.92): the
+#: kernel-compass worked example's one-layer revert decision sits near its 3 % gate.
 _F8UV8 = {"variant": "asm", "BLOCK_N": 64, "SUB": 2, "num_warps": 2, "num_stages": 3}
 TABLE.update({("fp8", 8, 512, 128): dict(_F8UV8), ("fp8", 16, 512, 128): dict(_F8UV8)})
 
@@ -131,7 +134,7 @@ STACKED_BYTES = 64 * 2**20
 #: Winners at 8 stacked layers that lose at one layer (r1 and r2 sweeps, same run each): FP8 W_UK at
 #: M <= 16 through the TMA-fed persistent kernel (8 layers M = 1: 23.57 vs 24.97 us; one layer warm:
 #: 5.03 vs 4.29 us, too few tiles for the persistent grid), and at M = 64 a 3-stage pipeline (55.80
-#: vs 59.20 us; one layer cold 9.73 vs 8.94 us).
+#: vs 59.20 us; one layer cold: 9.73 us in the r2 bench, 8.94 us for the 2-stage config in the earlier run).
 _F8TMA = {"variant": "tma", "BLOCK_N": 128, "num_warps": 4, "NS": 3, "CTAS_PER_SM": 4, "num_stages": 1}
 STACKED: dict[tuple[str, int, int, int], dict] = {
     ("fp8", 1, 128, 512): dict(_F8TMA), ("fp8", 8, 128, 512): dict(_F8TMA), ("fp8", 16, 128, 512): dict(_F8TMA),

@@ -473,20 +473,26 @@ def _w4a16_gemv_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, ws_ptr, cnt_ptr, N,
 
 
 @triton.jit
-def _rows_part(x_ptr, qw_ptr, s_ptr, z_ptr, b, N, offs_n, K: tl.constexpr, W0: tl.constexpr, W: tl.constexpr,
-               GROUP: tl.constexpr, HAS_ZERO: tl.constexpr, UNPACK: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Words [W0, W0 + W) of the program's rows (W a power of two; words past K / 8 masked): the
-    [BLOCK_N] partial sums, fp32."""
+def _w4a16_rows_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, N, K: tl.constexpr, GROUP: tl.constexpr,
+                       HAS_ZERO: tl.constexpr, UNPACK: tl.constexpr, BLOCK_N: tl.constexpr, KWP: tl.constexpr):
+    """M = 1 on the CUDA cores with no split of K: program (BLOCK_N rows, head) loads its rows'
+    whole packed K at once as a [BLOCK_N, KWP] word tile (KWP = K / 8 rounded up to a power of two,
+    masked; 16-byte loads, every byte of the program in flight together), multiplies nibble j of
+    word w by x[128 (w // 16) + 16 j + w % 16] in fp32, scales per group, reduces across the words
+    and stores: one launch, no partials, no fix-up."""
+    pid_n = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
     KW: tl.constexpr = K // 8
     NG: tl.constexpr = K // GROUP
-    offs_w = W0 + tl.arange(0, W)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_w = tl.arange(0, KWP)
     wmask = offs_w < KW
     p = tl.load(qw_ptr + b * N * KW + offs_n[:, None] * KW + offs_w[None, :], mask=wmask[None, :], other=0)
     xk = x_ptr + b * K + (offs_w // 16) * 128 + (offs_w % 16)                       # k of nibble 0
     ws = _unpack8(p, UNPACK)
     sz = b * NG * N + offs_n[:, None]
-    acc = tl.zeros([BLOCK_N, W], dtype=tl.float32)
-    xsum = tl.zeros([W], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_N, KWP], dtype=tl.float32)
+    xsum = tl.zeros([KWP], dtype=tl.float32)
     for j in tl.static_range(8):
         xj = tl.load(xk + 16 * j, mask=wmask, other=0.0).to(tl.float32)
         t = ws[j].to(tl.float32) * xj[None, :]
@@ -508,40 +514,8 @@ def _rows_part(x_ptr, qw_ptr, s_ptr, z_ptr, b, N, offs_n, K: tl.constexpr, W0: t
             z = tl.load(z_ptr + sz + grp[None, :] * N, mask=wmask[None, :], other=0.0).to(tl.float32)
             acc = acc - (z - 8.0) * xsum[None, :]
         acc = acc * s
-    return tl.sum(acc, axis=1)
-
-
-@triton.jit
-def _w4a16_rows_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, N, K: tl.constexpr, GROUP: tl.constexpr,
-                       HAS_ZERO: tl.constexpr, UNPACK: tl.constexpr, BLOCK_N: tl.constexpr, P0: tl.constexpr,
-                       P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr):
-    """M = 1 on the CUDA cores with no split of K: program (BLOCK_N rows, head) loads its rows'
-    whole packed K at once as [BLOCK_N, P] word tiles (P0 + P1 + P2 + P3 words, powers of two: K / 8
-    written as a sum of up to four, or one padded and masked tile; 16-byte loads, every byte of the
-    program in flight together), multiplies nibble j of word w by x[128 (w // 16) + 16 j + w % 16]
-    in fp32, scales per group, reduces across the words and stores: one launch, no partials, no
-    fix-up."""
-    pid_n = tl.program_id(0)
-    b = tl.program_id(1).to(tl.int64)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    res = _rows_part(x_ptr, qw_ptr, s_ptr, z_ptr, b, N, offs_n, K, 0, P0, GROUP, HAS_ZERO, UNPACK, BLOCK_N)
-    if P1 > 0:
-        res += _rows_part(x_ptr, qw_ptr, s_ptr, z_ptr, b, N, offs_n, K, P0, P1, GROUP, HAS_ZERO, UNPACK, BLOCK_N)
-    if P2 > 0:
-        res += _rows_part(x_ptr, qw_ptr, s_ptr, z_ptr, b, N, offs_n, K, P0 + P1, P2, GROUP, HAS_ZERO, UNPACK,
-                          BLOCK_N)
-    if P3 > 0:
-        res += _rows_part(x_ptr, qw_ptr, s_ptr, z_ptr, b, N, offs_n, K, P0 + P1 + P2, P3, GROUP, HAS_ZERO, UNPACK,
-                          BLOCK_N)
+    res = tl.sum(acc, axis=1)
     tl.store(out_ptr + b * N + offs_n, res.to(tl.bfloat16))
-
-
-def rows_parts(words: int, split: bool = True) -> tuple[int, int, int, int]:
-    """``words`` as up to four powers of two, largest first (``split``), else one padded tile."""
-    parts = [1 << i for i in range(words.bit_length() - 1, -1, -1) if words >> i & 1]
-    if not split or len(parts) > 4:
-        parts = [triton.next_power_of_2(words)]
-    return tuple(parts + [0] * (4 - len(parts)))  # type: ignore[return-value]
 
 
 @triton.jit
@@ -672,7 +646,7 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
             raise ValueError(f"N={N} is not a multiple of BLOCK_N={bn}")
         k = _w4a16_rows_kernel[(N // bn, H)](
             x, w.qweight, w.scales, zeros, out, N, K, GROUP=w.group, HAS_ZERO=w.zeros is not None, UNPACK=unpack,
-            BLOCK_N=bn, **dict(zip(("P0", "P1", "P2", "P3"), rows_parts(K // 8, bool(cfg.get("PARTS", True))))),
+            BLOCK_N=bn, KWP=triton.next_power_of_2(K // 8),
             num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1), **_reg_cap(cfg))
         return k, out
     bn = cfg.get("BLOCK_N", 128)

@@ -18,7 +18,7 @@ import triton.language as tl
 
 from mcp_server.kernels.quant import FP8_MAX, Fp8Weights
 from mcp_server.kernels.splitk import splitk_store, workspace
-from mcp_server.kernels.w4a16 import _reg_cap, rows_parts
+from mcp_server.kernels.w4a16 import _reg_cap
 
 _FP8_MAX = tl.constexpr(FP8_MAX)
 
@@ -219,12 +219,17 @@ def _w8a16_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, ws_ptr, cnt_ptr, N, K: tl.c
 
 
 @triton.jit
-def _f8_rows_part(x_ptr, w_ptr, s_ptr, b, N, offs_n, K: tl.constexpr, W0: tl.constexpr, W: tl.constexpr,
-                  GROUP: tl.constexpr, UNPACK: tl.constexpr):
-    """Words [W0, W0 + W) of the program's rows (words past K / 4 masked): [BLOCK_N] fp32 partials."""
+def _w8a16_rows_kernel(x_ptr, w_ptr, s_ptr, out_ptr, N, K: tl.constexpr, GROUP: tl.constexpr,
+                       UNPACK: tl.constexpr, BLOCK_N: tl.constexpr, KWP: tl.constexpr):
+    """FP8 at M = 1 with no split of K (as ``w4a16._w4a16_rows_kernel``): program (BLOCK_N rows,
+    head) loads its rows' whole K as a [BLOCK_N, KWP] word tile (16-byte loads, all in flight at
+    once), byte j of word w times x[64 (w // 16) + 16 j + w % 16] in fp32, reduced and stored."""
+    pid_n = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
     KW: tl.constexpr = K // 4
     NG: tl.constexpr = K // GROUP if GROUP > 0 else 1
-    offs_w = W0 + tl.arange(0, W)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_w = tl.arange(0, KWP)
     wmask = offs_w < KW
     p = tl.load(w_ptr + b * N * KW + offs_n[:, None] * KW + offs_w[None, :], mask=wmask[None, :], other=0)
     xk = x_ptr + b * K + (offs_w // 16) * 64 + (offs_w % 16)
@@ -235,26 +240,7 @@ def _f8_rows_part(x_ptr, w_ptr, s_ptr, b, N, offs_n, K: tl.constexpr, W0: tl.con
     if GROUP > 0:
         grp = (offs_w // 16) * 64 // GROUP
         acc = acc * tl.load(s_ptr + b * NG * N + grp[None, :] * N + offs_n[:, None], mask=wmask[None, :], other=0.0)
-    return tl.sum(acc, axis=1)
-
-
-@triton.jit
-def _w8a16_rows_kernel(x_ptr, w_ptr, s_ptr, out_ptr, N, K: tl.constexpr, GROUP: tl.constexpr,
-                       UNPACK: tl.constexpr, BLOCK_N: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr,
-                       P2: tl.constexpr, P3: tl.constexpr):
-    """FP8 at M = 1 with no split of K (as ``w4a16._w4a16_rows_kernel``): program (BLOCK_N rows,
-    head) loads its rows' whole K as [BLOCK_N, P] word tiles (16-byte loads, all in flight at once),
-    byte j of word w times x[64 (w // 16) + 16 j + w % 16] in fp32, reduced and stored."""
-    pid_n = tl.program_id(0)
-    b = tl.program_id(1).to(tl.int64)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    res = _f8_rows_part(x_ptr, w_ptr, s_ptr, b, N, offs_n, K, 0, P0, GROUP, UNPACK)
-    if P1 > 0:
-        res += _f8_rows_part(x_ptr, w_ptr, s_ptr, b, N, offs_n, K, P0, P1, GROUP, UNPACK)
-    if P2 > 0:
-        res += _f8_rows_part(x_ptr, w_ptr, s_ptr, b, N, offs_n, K, P0 + P1, P2, GROUP, UNPACK)
-    if P3 > 0:
-        res += _f8_rows_part(x_ptr, w_ptr, s_ptr, b, N, offs_n, K, P0 + P1 + P2, P3, GROUP, UNPACK)
+    res = tl.sum(acc, axis=1)
     if GROUP == 0:
         res = res * tl.load(s_ptr + b * N + offs_n)
     tl.store(out_ptr + b * N + offs_n, res.to(tl.bfloat16))
@@ -437,9 +423,8 @@ def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
                 raise ValueError(f"N={w.N} is not a multiple of BLOCK_N={bn}")
             k = _w8a16_rows_kernel[(w.N // bn, H)](
                 x, w.weight.view(torch.int32), w.scales, out, w.N, K, GROUP=w.group, UNPACK=unpack, BLOCK_N=bn,
-                **dict(zip(("P0", "P1", "P2", "P3"), rows_parts(K // 4, bool(cfg.get("PARTS", True))))),
-                num_warps=cfg.get("num_warps", 4),
-                num_stages=cfg.get("num_stages", 1))
+                KWP=triton.next_power_of_2(K // 4), num_warps=cfg.get("num_warps", 4),
+                num_stages=cfg.get("num_stages", 1), **_reg_cap(cfg))
             return k, out
         if cfg.get("variant") == "gemv":
             if M != 1:
