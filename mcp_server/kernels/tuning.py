@@ -182,7 +182,7 @@ def heuristic(kind: str, M: int, K: int, N: int, H: int = 1, sms: int = DEFAULT_
     if kind == "fp8":
         if K % 64:
             raise ValueError(f"K={K} must be a multiple of 64")
-        if M == 1:      # the CUDA-core GEMV beat the tensor-core split-K on 4 of 4 decode shapes (r1 sweep)
+        if M == 1:      # the CUDA-core GEMV beat the tensor-core split-K on 3 of 4 decode shapes (r1 sweep)
             bn = _widest(N, (64, 32, 16))
             return _f8gemv(bn, _split(K // 64, H * (N // bn), 7 * sms))
         bn = _widest(N)
