@@ -48,7 +48,7 @@ def _regular_file(value: str, field: str, what: str, *, confined: bool = True) -
 
 
 def add_experiment(led: Ledger, target: list[str], *, cwd: Optional[str] = None, note: Optional[str] = None,
-                      key: Optional[str] = None, environment: Optional[dict[str, Any]] = None) -> tuple[int, bool]:
+                   key: Optional[str] = None, environment: Optional[dict[str, Any]] = None) -> tuple[int, bool]:
     if not target:
         raise LedgerError("target is required for an experiment (the target's argument list)", path=led.path)
     if key is not None:
@@ -66,9 +66,9 @@ def add_experiment(led: Ledger, target: list[str], *, cwd: Optional[str] = None,
     })
 
 
-def add_profile(led: Ledger, experiment_id: Optional[int], *, report_path: Optional[str] = None,
-                   classification: Any = None, note: Optional[str] = None,
-                   key: Optional[str] = None) -> tuple[int, bool]:
+def add_profile(led: Ledger, experiment_id: int, *, report_path: Optional[str] = None,
+                classification: Any = None, note: Optional[str] = None,
+                key: Optional[str] = None) -> tuple[int, bool]:
     led.require("experiments", experiment_id, "experiment_id")
     sha = None
     if report_path:
@@ -81,12 +81,12 @@ def add_profile(led: Ledger, experiment_id: Optional[int], *, report_path: Optio
                                    "report_sha256": sha, "classification": classification, "note": note})
 
 
-def add_candidate(led: Ledger, experiment_id: Optional[int], *, profile_id: Optional[int] = None,
-                     kernel: Optional[str] = None, diagnosis: Optional[str] = None, proposal: Optional[str] = None,
-                     proposal_id: Optional[str] = None, change_kind: str = "none",
-                     change_path: Optional[str] = None, change_target: Optional[str] = None,
-                     spec: Any = None, fingerprint: Optional[str] = None, base_sha256: Optional[str] = None,
-                     key: Optional[str] = None) -> tuple[int, bool]:
+def add_candidate(led: Ledger, experiment_id: int, *, profile_id: Optional[int] = None,
+                  kernel: Optional[str] = None, diagnosis: Optional[str] = None, proposal: Optional[str] = None,
+                  proposal_id: Optional[str] = None, change_kind: str = "none",
+                  change_path: Optional[str] = None, change_target: Optional[str] = None,
+                  spec: Any = None, fingerprint: Optional[str] = None, base_sha256: Optional[str] = None,
+                  key: Optional[str] = None) -> tuple[int, bool]:
     led.require("experiments", experiment_id, "experiment_id")
     if profile_id is not None:
         prof = led.require("profiles", profile_id, "profile_id")
@@ -127,8 +127,8 @@ def _patch_text(p: Path) -> Optional[str]:
     return head if size <= MAX_CHANGE_TEXT else None
 
 
-def add_validation(led: Ledger, candidate_id: Optional[int], result: Any,
-                      *, key: Optional[str] = None) -> tuple[int, bool]:
+def add_validation(led: Ledger, candidate_id: int, result: Any,
+                   *, key: Optional[str] = None) -> tuple[int, bool]:
     led.require("candidates", candidate_id, "candidate_id")
     if hasattr(result, "model_dump"):
         result = result.model_dump(mode="json")
@@ -141,8 +141,8 @@ def add_validation(led: Ledger, candidate_id: Optional[int], result: Any,
                                       "accepted": int(result["accepted"]), "result": result})
 
 
-def add_decision(led: Ledger, candidate_id: Optional[int], decision: Optional[str], *, by: Optional[str],
-                    why: Optional[str], key: Optional[str] = None) -> tuple[int, bool]:
+def add_decision(led: Ledger, candidate_id: int, decision: str, *, by: str,
+                 why: str, key: Optional[str] = None) -> tuple[int, bool]:
     led.require("candidates", candidate_id, "candidate_id")
     if decision not in DECISIONS:
         raise LedgerError("decision must be accepted, reverted, abandoned or error", path=led.path)
@@ -152,7 +152,7 @@ def add_decision(led: Ledger, candidate_id: Optional[int], decision: Optional[st
     if hit is not None:
         return int(hit["id"]), False
     if decision == "accepted":
-        vals = led.validations(int(candidate_id))  # type: ignore[arg-type]
+        vals = led.validations(candidate_id)
         if not vals or not vals[-1]["accepted"]:
             raise LedgerError(f"candidate {candidate_id} has no accepted validation: a change is accepted only "
                               "on a validate_candidate result that accepts it", path=led.path,
