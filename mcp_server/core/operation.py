@@ -8,10 +8,9 @@ whose input schema *is* the request model's JSON schema; ``cli.py`` builds the
 verb's argparse options from the same model. Unknown arguments are refused by
 name on both faces. See docs/ARCHITECTURE.md, "Three faces".
 
-The engine is called as ``engine(**fields)`` where ``fields`` are the request's
-fields minus the face-level ones (``top_n``, ``detail``), plus ``progress=`` when
-the operation reports progress. tests/test_faces.py proves for every operation
-that the engine's signature takes exactly those names with the same defaults.
+The engine takes the request itself (``engine(XRequest)``: ``fn(req)``, plus
+``progress=`` when the operation reports progress), so the request model is the
+only place a parameter is written; tests/test_faces.py proves it for every operation.
 """
 from __future__ import annotations
 
@@ -27,8 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from mcp_server.core.errors import InputError
 from mcp_server.core.vocab import ProgressFn
 
-#: Request fields handled by the faces (result sizing, overwrite permission); passed to the
-#: engine only when its signature takes them.
+#: Request fields handled by the faces (result sizing, overwrite permission): not filled by the positional
+#: arguments of an engine's keyword form.
 FACE_FIELDS = frozenset({"top_n", "detail", "overwrite"})
 
 
@@ -150,13 +149,7 @@ class Operation:
         fn = self.engine_fn()
         # the call may replace read-only outputs (overwrite=true); over MCP it stays inside the roots
         with forced_writes(bool(getattr(req, "overwrite", False))), confined_to(roots):
-            if getattr(fn, "request", None) is self.request:
-                return fn(req, progress=progress) if self.progress else fn(req)
-            takes = inspect.signature(fn).parameters
-            kwargs = {k: getattr(req, k) for k in self.field_names if k not in FACE_FIELDS or k in takes}
-            if self.progress:
-                kwargs["progress"] = progress
-            return fn(**kwargs)
+            return fn(req, progress=progress) if self.progress else fn(req)
 
 
 Result = TypeVar("Result")

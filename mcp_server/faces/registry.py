@@ -2,7 +2,6 @@
 shape of the answer both faces give (docs/ARCHITECTURE.md, "Three faces", "Result size")."""
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from pydantic import BaseModel
@@ -78,8 +77,3 @@ def operations() -> list[Operation]:
     if dup:
         raise RuntimeError(f"operations declared twice: {sorted(dup)}")
     return ops
-
-
-def engine_parameters(op: Operation) -> dict[str, inspect.Parameter]:
-    """The engine's parameters (for the signature test)."""
-    return dict(inspect.signature(op.engine_fn()).parameters)
