@@ -11,7 +11,8 @@ import pytest
 
 from mcp_server.core.errors import FileMissingError, KernelscopeError
 from mcp_server.ncu import catalogue as cat
-from mcp_server.ncu.parse import NcuFormatError, convert, parse_ncu, parse_number
+from mcp_server.ncu.parse import parse_ncu
+from mcp_server.ncu.raw import NcuFormatError, convert, parse_number
 
 NCU = Path(__file__).resolve().parent / "fixtures" / "ncu"
 TARGETS = ["gemm_bf16", "fma_chain", "elementwise", "bmm_hbm", "bmm_l2", "tiny_add"]
@@ -255,7 +256,7 @@ def test_report_without_the_package(monkeypatch, tmp_path):
         return real(name, *a, **k)
 
     monkeypatch.setattr(builtins, "__import__", fake)
-    monkeypatch.setattr("mcp_server.ncu.parse.ncu_python_dirs", lambda: [])  # and no ncu install to fall back on
+    monkeypatch.setattr("mcp_server.ncu.repfile.ncu_python_dirs", lambda: [])  # and no ncu install to fall back on
     f = tmp_path / "r.ncu-rep"
     shutil.copy(NCU / "targets_all.ncu-rep.xz", tmp_path / "r.ncu-rep.xz")
     f.write_bytes(lzma.decompress((tmp_path / "r.ncu-rep.xz").read_bytes()))
@@ -326,7 +327,7 @@ def test_ncu_rep_read_through_the_installed_ncus_own_module(tmp_path):
     rep = tmp_path / "targets_all.ncu-rep"
     rep.write_bytes(lzma.decompress((NCU / "targets_all.ncu-rep.xz").read_bytes()))
     code = ("import sys, json; sys.modules['ncu_report'] = None\n"
-            "from mcp_server.ncu.parse import parse_ncu, ncu_python_dirs\n"
+            "from mcp_server.ncu.parse import parse_ncu\nfrom mcp_server.ncu.repfile import ncu_python_dirs\n"
             "p = parse_ncu(sys.argv[1])\n"
             "print(json.dumps([[str(d) for d in ncu_python_dirs()], p.source.format,"
             " [(k.nvtx, k.launches, k.duration_ns.total, k.flops) for k in p.kernels]]))")

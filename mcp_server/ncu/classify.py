@@ -39,7 +39,8 @@ from mcp_server.ncu.models import (
     RooflinePoint,
     SpecValue,
 )
-from mcp_server.ncu.parse import _warn, parse_ncu
+from mcp_server.ncu.parse import parse_ncu
+from mcp_server.ncu.raw import warn
 from mcp_server.ncu.requests import ClassifyRequest
 
 ROOF = 80.0          # ncu: "at the roofline" at 80 % of a peak
@@ -335,7 +336,7 @@ def resolve_gpu(gpu: Optional[str], device: Optional[str],
             from mcp_server.core.gpu_specs import gpu_spec
 
             gpu_spec(gpu)  # raises the typed error naming the known GPUs
-        warnings.append(_warn("gpu_unknown", f"device {device!r} is not in gpu_specs.toml: no roofline ceilings"
+        warnings.append(warn("gpu_unknown", f"device {device!r} is not in gpu_specs.toml: no roofline ceilings"
                               if device else "no GPU named and none recorded in the profile: no roofline ceilings"))
         return None, None
     return spec.key, spec
@@ -346,7 +347,7 @@ def classify_profile(profile: NcuProfile, gpu: Optional[str] = None) -> Classifi
     key, spec = resolve_gpu(gpu, profile.source.device, warnings)
     cc = profile.source.cache_control
     if cc != "none":
-        warnings.append(_warn("residency_unknown", (
+        warnings.append(warn("residency_unknown", (
             "profile collected with --cache-control all (caches flushed before every pass): "
             "L2 residency cannot be judged and L2-resident kernels look DRAM-bound; profile with "
             "--cache-control none" if cc == "all" else
@@ -361,7 +362,7 @@ def classify_profile(profile: NcuProfile, gpu: Optional[str] = None) -> Classifi
                                     time_share=(k.duration_ns.total / total) if total else 0.0))
     n_unknown = sum(1 for k in out if k.bottleneck.class_ == "unknown")
     if n_unknown:
-        warnings.append(_warn("metric_missing", f"{n_unknown} kernel(s) classed unknown: speed-of-light "
+        warnings.append(warn("metric_missing", f"{n_unknown} kernel(s) classed unknown: speed-of-light "
                               "metrics absent or n/a", n_unknown))
     return Classification(source=profile.source, gpu=key, gpu_spec=_spec_summary(spec),
                           total_duration_ns=total, kernels=out, unrecognized_metrics=profile.unrecognized_metrics,

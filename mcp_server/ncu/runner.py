@@ -28,7 +28,7 @@ from mcp_server.core.replay_dir import ReproTarget, repro_target
 from mcp_server.core.vocab import ProgressFn
 from mcp_server.ncu import catalogue as cat
 from mcp_server.ncu.models import NcuProfile, NcuRun
-from mcp_server.ncu.parse import _warn
+from mcp_server.ncu.raw import warn
 from mcp_server.ncu.requests import RunNcuRequest
 
 
@@ -256,7 +256,7 @@ def run_ncu(req: RunNcuRequest, progress: Optional[ProgressFn] = None) -> NcuRun
         raise err
     warnings: list[Warning_] = []
     if res.rc not in (0, None):
-        warnings.append(_warn("target_failed", f"the target exited with code {res.rc} after {count} profiled "
+        warnings.append(warn("target_failed", f"the target exited with code {res.rc} after {count} profiled "
                               f"kernel(s); the report holds what was profiled. Log tail: {_tail(log_text, 5)}"))
     if not rep.is_file():
         raise NcuNoKernelsError(f"ncu wrote no report ({count} kernels counted); log tail: {_tail(log_text, 5)}",
@@ -321,5 +321,5 @@ def _parsed(rep: Path, warnings: list[Warning_]) -> Optional[NcuProfile]:
     try:
         return parse_ncu(str(rep))
     except ToolMissingError as exc:
-        warnings.append(_warn("report_not_parsed", str(exc)))
+        warnings.append(warn("report_not_parsed", str(exc)))
         return None

@@ -15,7 +15,7 @@ from typing import Any, Optional
 from mcp_server.core.operation import engine
 from mcp_server.ncu.classify import classify_bottleneck
 from mcp_server.ncu.models import Classification, ClassifiedKernel, Ranked, Selection
-from mcp_server.ncu.parse import _warn
+from mcp_server.ncu.raw import warn
 from mcp_server.ncu.requests import SelectRequest
 
 QUANT = "weight quantization (fewer bytes per weight)"
@@ -113,7 +113,7 @@ def select_candidate(req: SelectRequest) -> Selection:
     fits: list[str] = []
     nope: list[str] = []
     if best is None:
-        warnings.append(_warn("no_candidate", f"no kernel reaches {min_share:.0%} of kernel time with a known class"))
+        warnings.append(warn("no_candidate", f"no kernel reaches {min_share:.0%} of kernel time with a known class"))
     else:
         fits, nope = change_kinds(best)
     sel = Selection(source=c.source, gpu=c.gpu, candidate=best, fits=fits, does_not_fit=nope, ranking=rows,
