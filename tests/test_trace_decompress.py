@@ -154,19 +154,19 @@ def test_zstd_of_zeros_stops_at_the_ratio_guard(tmp_path):
 
 def _force_split(monkeypatch) -> list:
     """Split every streamable trace (small blocks, so a fixture spans several); returns the helper outcomes."""
-    from mcp_server.traces import loader
+    from mcp_server.traces import split, stream
 
     monkeypatch.setenv("KERNELSCOPE_TRACE_SPLIT", "force")
-    monkeypatch.setattr(loader, "_BLOCK", 64 << 10)
+    monkeypatch.setattr(stream, "BLOCK", 64 << 10)
     outcomes: list = []
-    orig = loader._Split.result
+    orig = split.Split.result
 
     def result(self, cut):
         got = orig(self, cut)
         outcomes.append(got is not None)
         return got
 
-    monkeypatch.setattr(loader._Split, "result", result)
+    monkeypatch.setattr(split.Split, "result", result)
     return outcomes
 
 
@@ -177,7 +177,7 @@ def test_split_decode_matches_the_analysis_made_before(name, plain, tmp_path, mo
     if plain:
         p = tmp_path / f"{name}.json"
         p.write_bytes(gzip.decompress((TRACES / f"{name}.json.gz").read_bytes()))
-    from mcp_server.traces.analyze import analyze_trace as engine  # reads blocks of loader._BLOCK
+    from mcp_server.traces.analyze import analyze_trace as engine  # reads blocks of stream.BLOCK
 
     outcomes = _force_split(monkeypatch)
     assert digest(engine(p, categories=CATEGORIES)) == BEFORE[name]
@@ -185,7 +185,7 @@ def test_split_decode_matches_the_analysis_made_before(name, plain, tmp_path, mo
 
 
 def test_split_decode_errors_are_the_same_and_leave_no_helper(tmp_path, monkeypatch):
-    from mcp_server.traces import loader
+    from mcp_server.traces import split
     from mcp_server.traces.analyze import analyze_trace as engine
 
     raw = (TRACES / "llama_prefill_sdpa.json.gz").read_bytes()
@@ -195,14 +195,14 @@ def test_split_decode_errors_are_the_same_and_leave_no_helper(tmp_path, monkeypa
         analyze_trace(cut)
     outcomes = _force_split(monkeypatch)
     helpers: list = []
-    orig = loader._Split.start.__func__
+    orig = split.Split.start.__func__
 
     def start(cls, *a):
         s = orig(cls, *a)
         helpers.append(s)
         return s
 
-    monkeypatch.setattr(loader._Split, "start", classmethod(start))
+    monkeypatch.setattr(split.Split, "start", classmethod(start))
     with pytest.raises(TraceFormatError) as split_err:
         engine(cut)
     assert str(split_err.value) == str(plain_err.value)
@@ -211,14 +211,14 @@ def test_split_decode_errors_are_the_same_and_leave_no_helper(tmp_path, monkeypa
 
 
 def test_no_split_on_one_core_or_when_turned_off(monkeypatch, tmp_path):
-    from mcp_server.traces import loader
+    from mcp_server.traces import split
 
     p = tmp_path / "t.json"
-    p.write_bytes(b" " * (loader._SPLIT_MIN + 10))
+    p.write_bytes(b" " * (split.SPLIT_MIN + 10))
     monkeypatch.delenv("KERNELSCOPE_TRACE_SPLIT", raising=False)
-    assert loader._split_point(p, 100) is not None
-    monkeypatch.setattr(loader.os, "sched_getaffinity", lambda _pid: {0}, raising=False)
-    assert loader._split_point(p, 100) is None
+    assert split.split_point(p, 100) is not None
+    monkeypatch.setattr(split.os, "sched_getaffinity", lambda _pid: {0}, raising=False)
+    assert split.split_point(p, 100) is None
     monkeypatch.undo()
     monkeypatch.setenv("KERNELSCOPE_TRACE_SPLIT", "off")
-    assert loader._split_point(p, 100) is None
+    assert split.split_point(p, 100) is None

@@ -152,10 +152,10 @@ def test_plain_json_and_bare_array(tmp_path):
 
 def test_chunked_stream_matches_whole(tmp_path, monkeypatch):
     """Tiny blocks force many streaming cuts; the result must equal the one-shot decode."""
-    import mcp_server.traces.loader as L
+    from mcp_server.traces import stream
 
     ref = load_trace(TRACES / "dsv3_prefill.json.gz")
-    monkeypatch.setattr(L, "_BLOCK", 4096)
+    monkeypatch.setattr(stream, "BLOCK", 4096)
     small = load_trace(TRACES / "dsv3_prefill.json.gz")
     assert small.event_count == ref.event_count and small.skipped == 0
     assert (small.k_ts == ref.k_ts).all() and (small.p_ts == ref.p_ts).all()

@@ -88,9 +88,6 @@ VARS: tuple[EnvVar, ...] = (
     # kernelscope's own
     EnvVar("KERNELSCOPE_SCRIPT_REEXEC", "flag", None, "unset",
            "set when a scripts/ entry re-executes itself under the checkout's venv (once at most)", internal=True),
-    EnvVar("KERNELSCOPE_SPLIT_SYSPATH", "paths", None, "unset",
-           "the import path handed to the helper process that decodes the second part of a split trace",
-           internal=True),
 )
 
 BY_NAME: dict[str, EnvVar] = {v.name: v for v in VARS}

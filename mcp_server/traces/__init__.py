@@ -1,35 +1,21 @@
 """Trace analyzer: Kineto trace loading, kernel attribution, module tree, CUDA-graph decode.
 
-``analyze_trace`` here is the entry for Python callers (the trace-set ranks, compare's
+``analyze_trace`` (``entry.py``) is the entry for Python callers (the trace-set ranks, compare's
 trace sides, tests): it starts reading the trace before the heavy imports. The faces call
 ``mcp_server.traces.analyze.analyze_trace`` (the same request, the same analysis).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING
 
-from mcp_server.core.operation import engine
-from mcp_server.core.vocab import ProgressFn
-from mcp_server.traces.models import KERNEL_COLUMNS, TraceAnalysis
-from mcp_server.traces.requests import AnalyzeTraceRequest
+from mcp_server.core.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from mcp_server.traces.entry import analyze_trace
+    from mcp_server.traces.models import KERNEL_COLUMNS, TraceAnalysis
 
 __all__ = ["analyze_trace", "TraceAnalysis", "KERNEL_COLUMNS"]
-
-
-@engine(AnalyzeTraceRequest)
-def analyze_trace(req: AnalyzeTraceRequest, progress: Optional[ProgressFn] = None) -> TraceAnalysis:
-    """Attribute every GPU kernel of a Kineto trace (.json/.json.gz) to its nn.Module, category and phase.
-
-    Returns a ``TraceAnalysis`` with the per-kernel DataFrame on ``.kernels``
-    (columns ``KERNEL_COLUMNS``). ``progress(done, total, message)`` is called at
-    stage boundaries. Raises ``FileMissingError`` / ``TraceFormatError`` naming the file.
-    """
-    from mcp_server.traces._reader import blocks, check_path
-
-    reader = blocks(check_path(req.trace_path))  # decompression starts now, overlapping the heavy imports below
-    try:
-        from mcp_server.traces.analyze import analyze
-
-        return analyze(req, progress, reader)
-    finally:
-        reader.close()
+# loaded on first use, so importing the package stays cheap: the split decode's helper process imports it and
+# only the loader's modules (``split_child``)
+__getattr__ = lazy_names(__name__, {"analyze_trace": "entry", "TraceAnalysis": "models", "KERNEL_COLUMNS": "models"},
+                         globals())
