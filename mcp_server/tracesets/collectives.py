@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from mcp_server.core.models import Warning_
@@ -52,6 +52,8 @@ _C10D = re.compile(r"^c10d::_?([a-z_]+?)_?$")
 LATE_SHARE = 0.25
 
 Event = tuple[str, float, Optional[float], int]  # (kind, arrival us, end us or None, layer index or -1)
+#: per rank: match key -> (event, meta, group id or None) (``_keyed``)
+Keyed = dict[int, dict[tuple, tuple]]
 
 
 def _kind(name: str) -> str:
@@ -245,7 +247,7 @@ def _ranges(ranks: Any) -> str:
 
 
 def _keyed(summaries: list[RankSummary], world: Optional[int],
-           ) -> tuple[dict[int, dict[tuple, tuple]], dict[str, _Group]]:
+           ) -> tuple[Keyed, dict[str, _Group]]:
     """Per rank: match key -> (event, meta, group id or None). Keys: (group id, 'seq', seq) where every event of the
     group carries a sequence number, else (group id, kind, order within the group and kind)."""
     groups: dict[str, _Group] = {}
@@ -281,6 +283,33 @@ def _keyed(summaries: list[RankSummary], world: Optional[int],
     return keyed, groups
 
 
+@dataclass
+class _Skipped:
+    """The collectives not computed, by reason: each reason is one warning (``_warnings``)."""
+
+    incomplete: Counter = field(default_factory=Counter)  # group id -> collectives skipped for ranks outside the set
+    missing_of: dict[str, set[int]] = field(default_factory=dict)
+    held_of: dict[str, int] = field(default_factory=dict)  # groups whose rank list the trace cut short: ranks held
+    unverified: int = 0
+    no_overlap: list[str] = field(default_factory=list)
+    mismatch: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Tally:
+    """Per rank and per layer sums over the computed collectives."""
+
+    ranks: list[int]
+    has_end: bool
+    used: Counter = field(default_factory=Counter)
+    wait: dict[int, float] = field(default_factory=dict)
+    transfer: dict[int, float] = field(default_factory=dict)
+    last_count: Counter = field(default_factory=Counter)
+    layer_wait: dict[int, dict[int, float]] = field(default_factory=dict)
+    layer_last: dict[int, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    instances: list[CollectiveInstance] = field(default_factory=list)
+
+
 def analyze_collectives(summaries: list[RankSummary], layer_names: dict[int, str], world: Optional[int] = None,
                         top_n_instances: int = 200) -> tuple[Optional[CollectiveAnalysis], list[Warning_]]:
     """Match the ranks' collectives and read waits, transfers, last arrivals per rank and per layer, with a warning
@@ -292,135 +321,157 @@ def analyze_collectives(summaries: list[RankSummary], layer_names: dict[int, str
     whole_run = world is not None and set(range(world)) <= set_ranks
     sources = sorted({s.collective_source for s in with_events})
     keyed, groups = _keyed(with_events, world)
+    computed, skipped = _match(keyed, groups, set_ranks, whole_run)
+    warnings = _warnings(skipped, groups, world, set_ranks)
+    if not computed:
+        return None, warnings
+    t = _tally(computed, keyed)
+    starts = [c.start_us for c in t.instances]  # in order of first arrival
+    gaps = sorted(b - a for a, b in zip(starts, starts[1:]))
+    interval = gaps[len(gaps) // 2] if gaps else 0.0
+    per_rank = [CollectiveRank(rank=r, wait_us=t.wait[r], transfer_us=t.transfer[r] if t.has_end else None,
+                               last_count=t.last_count[r], overlap=next(
+                                   (s.collective_overlap for s in with_events if s.rank == r), None))
+                for r in t.ranks if t.used[r]]
+    per_rank.sort(key=lambda x: (-x.last_count, x.wait_us, x.rank))
+    layers = _layers(t, layer_names, interval)
+    straggler, evidence = _verdict(layers, t.instances, interval)
+    instances = sorted(t.instances, key=lambda c: (-c.lateness_us, c.kind, c.index))
+    layers.sort(key=lambda x: (-x.lateness_us, x.index))
+    return CollectiveAnalysis(
+        source=", ".join(sources), ranks=sum(1 for r in t.ranks if t.used[r]), matched=len(computed),
+        unmatched=sum(len(d) for d in keyed.values()) - sum(t.used.values()), median_interval_us=interval,
+        straggler_rank=straggler, evidence=evidence, per_rank=per_rank, layers=layers,
+        instances=instances[:top_n_instances]), warnings
+
+
+def _match(keyed: Keyed, groups: dict[str, _Group], set_ranks: set[int], whole_run: bool,
+           ) -> tuple[list[tuple[tuple, list[int]]], _Skipped]:
+    """The collectives to compute, each with the ranks taking part, in order of first arrival; and the skipped."""
     ranks = sorted(keyed)
     all_keys = sorted({k for d in keyed.values() for k in d}, key=lambda k: min(
         d[k][0][1] for d in keyed.values() if k in d))
-    incomplete: Counter = Counter()  # group id (or '') -> collectives skipped for ranks outside the set
-    missing_of: dict[str, set[int]] = {}
-    held_of: dict[str, int] = {}  # groups whose rank list the trace cut short: how many of their ranks the set holds
-    unverified = 0
-    no_overlap: list[str] = []
-    mismatch: list[str] = []
+    skipped = _Skipped()
     computed: list[tuple[tuple, list[int]]] = []
     for key in all_keys:
-        gid = key[0]
-        if gid is None:
-            if not whole_run:
-                unverified += 1
-                continue
-            members = ranks
-        else:
-            g = groups[gid]
-            if g.members is not None:
-                out = g.members - set_ranks
-                if out:
-                    incomplete[gid] += 1
-                    missing_of[gid] = set(out)
-                    continue
-                members = sorted(g.members)
-            else:
-                present = [r for r in ranks if any(v[2] == gid for v in keyed[r].values())]
-                if g.size is None or len(present) < g.size:
-                    incomplete[gid] += 1
-                    held_of[gid] = len(present)
-                    continue
-                members = present
-        if len(members) < 2 or any(key not in keyed[r] for r in members):
-            continue  # not on every rank of the group: counted as unmatched below
-        metas = [keyed[r][key][1] for r in members]
-        names = {m.name.lower() for m in metas if m is not None}
-        sizes = {m.nelems for m in metas if m is not None and m.nelems is not None}
-        p2p = bool(names & _P2P)
-        if (len(names) > 1 and not p2p) or (len(sizes) > 1 and names <= _SAME_SIZE):
-            mismatch.append(f"{key[1] if key[1] != 'seq' else key[3]} #{key[2]} of {gid}: "
-                            f"{', '.join(sorted(names))} / {', '.join(str(x) for x in sorted(sizes))} elements")
+        members = _members(key, keyed, groups, ranks, set_ranks, whole_run, skipped)
+        if members is None:
             continue
-        evs = [keyed[r][key][0] for r in members]
-        ends = [e[2] for e in evs]
-        if all(e is not None for e in ends):
-            first_end = min(e for e in ends if e is not None)
-            last_start = max(e[1] for e in evs)
-            if last_start > first_end:
-                r_end = members[[e[2] for e in evs].index(first_end)]
-                r_start = members[[e[1] for e in evs].index(last_start)]
-                no_overlap.append(f"{evs[0][0]} #{key[-1] if key[1] != 'seq' else key[2]}"
-                                  f"{' of ' + gid if gid else ''}: rank {r_end} ended {last_start - first_end:,.1f} us "
-                                  f"before rank {r_start} started")
-                continue
+        if len(members) < 2 or any(key not in keyed[r] for r in members):
+            continue  # not on every rank of the group: counted as unmatched
+        if not _consistent(key, members, keyed, skipped):
+            continue
         computed.append((key, members))
-    warnings = _warnings(incomplete, missing_of, held_of, groups, unverified, no_overlap, mismatch, world, set_ranks)
-    if not computed:
-        return None, warnings
-    used: dict[int, int] = Counter()
-    wait = dict.fromkeys(ranks, 0.0)
-    transfer: dict[int, float] = dict.fromkeys(ranks, 0.0)
-    has_end = all(keyed[r][key][0][2] is not None for key, members in computed for r in members)
-    last_count: Counter = Counter()
-    layer_wait: dict[int, dict[int, float]] = defaultdict(lambda: dict.fromkeys(ranks, 0.0))
-    layer_last: dict[int, Counter] = defaultdict(Counter)
-    instances = []
+    return computed, skipped
+
+
+def _members(key: tuple, keyed: Keyed, groups: dict[str, _Group], ranks: list[int],
+             set_ranks: set[int], whole_run: bool, skipped: _Skipped) -> Optional[list[int]]:
+    """The ranks of the collective's group; None (and counted in ``skipped``) when the set cannot hold them all."""
+    gid = key[0]
+    if gid is None:
+        if not whole_run:
+            skipped.unverified += 1
+            return None
+        return ranks
+    g = groups[gid]
+    if g.members is not None:
+        out = g.members - set_ranks
+        if out:
+            skipped.incomplete[gid] += 1
+            skipped.missing_of[gid] = set(out)
+            return None
+        return sorted(g.members)
+    present = [r for r in ranks if any(v[2] == gid for v in keyed[r].values())]
+    if g.size is None or len(present) < g.size:
+        skipped.incomplete[gid] += 1
+        skipped.held_of[gid] = len(present)
+        return None
+    return present
+
+
+def _consistent(key: tuple, members: list[int], keyed: Keyed, skipped: _Skipped) -> bool:
+    """Whether the ranks agree on the collective (name, size) and their kernels overlap in time; else it is
+    counted in ``skipped`` (``mismatch`` / ``no_overlap``)."""
+    gid = key[0]
+    metas = [keyed[r][key][1] for r in members]
+    names = {m.name.lower() for m in metas if m is not None}
+    sizes = {m.nelems for m in metas if m is not None and m.nelems is not None}
+    p2p = bool(names & _P2P)
+    if (len(names) > 1 and not p2p) or (len(sizes) > 1 and names <= _SAME_SIZE):
+        skipped.mismatch.append(f"{key[1] if key[1] != 'seq' else key[3]} #{key[2]} of {gid}: "
+                                f"{', '.join(sorted(names))} / {', '.join(str(x) for x in sorted(sizes))} elements")
+        return False
+    evs = [keyed[r][key][0] for r in members]
+    ends = [e[2] for e in evs]
+    if all(e is not None for e in ends):
+        first_end = min(e for e in ends if e is not None)
+        last_start = max(e[1] for e in evs)
+        if last_start > first_end:
+            r_end = members[[e[2] for e in evs].index(first_end)]
+            r_start = members[[e[1] for e in evs].index(last_start)]
+            skipped.no_overlap.append(f"{evs[0][0]} #{key[-1] if key[1] != 'seq' else key[2]}"
+                                      f"{' of ' + gid if gid else ''}: rank {r_end} ended "
+                                      f"{last_start - first_end:,.1f} us before rank {r_start} started")
+            return False
+    return True
+
+
+def _tally(computed: list[tuple[tuple, list[int]]], keyed: Keyed) -> _Tally:
+    """Per collective its last arrival (the start), each rank's wait and transfer; summed per rank and layer."""
+    ranks = sorted(keyed)
+    t = _Tally(ranks=ranks, has_end=all(keyed[r][key][0][2] is not None for key, members in computed for r in members),
+               wait=dict.fromkeys(ranks, 0.0), transfer=dict.fromkeys(ranks, 0.0),
+               layer_wait=defaultdict(lambda: dict.fromkeys(ranks, 0.0)))
     for key, members in computed:
         ev = {r: keyed[r][key][0] for r in members}
         arrivals = {r: ev[r][1] for r in members}
         last = max(members, key=lambda r: (arrivals[r], -r))
         start = arrivals[last]
         layer = ev[last][3]
-        last_count[last] += 1
+        t.last_count[last] += 1
         waits = {r: start - arrivals[r] for r in members}
         lateness = min((w for r, w in waits.items() if r != last), default=0.0)
         for r in members:
-            used[r] += 1
-            wait[r] += waits[r]
-            if has_end:
+            t.used[r] += 1
+            t.wait[r] += waits[r]
+            if t.has_end:
                 end = ev[r][2]
-                transfer[r] += max(0.0, (end if end is not None else start) - start)
+                t.transfer[r] += max(0.0, (end if end is not None else start) - start)
             if layer >= 0:
-                layer_wait[layer][r] += waits[r]
+                t.layer_wait[layer][r] += waits[r]
         if layer >= 0:
-            layer_last[layer][last] += 1
+            t.layer_last[layer][last] += 1
         kind = key[3] if key[1] == "seq" else key[1]
-        index = key[2]
-        instances.append(CollectiveInstance(kind=kind, index=index, layer=layer, last_rank=last, start_us=start,
-                                            lateness_us=lateness, max_wait_us=max(waits.values()),
-                                            per_rank_wait_us=waits))
-    n = len(computed)
-    unmatched = sum(len(d) for d in keyed.values()) - sum(used.values())
-    starts = [c.start_us for c in instances]  # in order of first arrival
-    gaps = sorted(b - a for a, b in zip(starts, starts[1:]))
-    interval = gaps[len(gaps) // 2] if gaps else 0.0
-    per_rank = [CollectiveRank(rank=r, wait_us=wait[r], transfer_us=transfer[r] if has_end else None,
-                               last_count=last_count[r], overlap=next(
-                                   (s.collective_overlap for s in with_events if s.rank == r), None))
-                for r in ranks if used[r]]
-    per_rank.sort(key=lambda x: (-x.last_count, x.wait_us, x.rank))
+        t.instances.append(CollectiveInstance(kind=kind, index=key[2], layer=layer, last_rank=last, start_us=start,
+                                              lateness_us=lateness, max_wait_us=max(waits.values()),
+                                              per_rank_wait_us=waits))
+    return t
+
+
+def _layers(t: _Tally, layer_names: dict[int, str], interval: float) -> list[CollectiveLayer]:
+    """Per layer with collectives: each rank's wait, and the rank late at the layer's latest collective."""
     layers = []
-    for idx in sorted(layer_wait):
-        worst = max((c for c in instances if c.layer == idx), key=lambda c: (c.lateness_us, -c.index))
+    for idx in sorted(t.layer_wait):
+        worst = max((c for c in t.instances if c.layer == idx), key=lambda c: (c.lateness_us, -c.index))
         late = worst.last_rank if interval > 0 and worst.lateness_us >= LATE_SHARE * interval else None
         layers.append(CollectiveLayer(index=idx, name=layer_names.get(idx, f"layer {idx}"),
-                                      per_rank_wait_us={r: w for r, w in layer_wait[idx].items() if used[r]},
+                                      per_rank_wait_us={r: w for r, w in t.layer_wait[idx].items() if t.used[r]},
                                       late_rank=late, lateness_us=worst.lateness_us,
-                                      last_counts=dict(layer_last[idx])))
-    straggler, evidence = _verdict(layers, instances, interval)
-    instances.sort(key=lambda c: (-c.lateness_us, c.kind, c.index))
-    layers.sort(key=lambda x: (-x.lateness_us, x.index))
-    return CollectiveAnalysis(
-        source=", ".join(sources), ranks=sum(1 for r in ranks if used[r]), matched=n, unmatched=unmatched,
-        median_interval_us=interval, straggler_rank=straggler,
-        evidence=evidence, per_rank=per_rank, layers=layers, instances=instances[:top_n_instances]), warnings
+                                      last_counts=dict(t.layer_last[idx])))
+    return layers
 
 
-def _warnings(incomplete: Counter, missing_of: dict[str, set[int]], held_of: dict[str, int],
-              groups: dict[str, _Group], unverified: int, no_overlap: list[str], mismatch: list[str],
-              world: Optional[int], set_ranks: set[int]) -> list[Warning_]:
+def _warnings(sk: _Skipped, groups: dict[str, _Group], world: Optional[int], set_ranks: set[int]) -> list[Warning_]:
     out = []
+    incomplete, no_overlap, mismatch = sk.incomplete, sk.no_overlap, sk.mismatch
     if incomplete:
         parts = []
         for gid, n in incomplete.most_common(3):
             g = groups[gid]
-            miss = missing_of.get(gid)
+            miss = sk.missing_of.get(gid)
             why = (f"its ranks {_ranges(miss)} are not in the set" if miss else
-                   f"the set holds {held_of.get(gid, 0)} of its ranks" if g.size is not None else
+                   f"the set holds {sk.held_of.get(gid, 0)} of its ranks" if g.size is not None else
                    "its size is not recorded")
             parts.append(f"{n} of {gid}: {why}")
         more = f" and {len(incomplete) - 3} more group(s)" if len(incomplete) > 3 else ""
@@ -428,7 +479,8 @@ def _warnings(incomplete: Counter, missing_of: dict[str, set[int]], held_of: dic
             f"collectives whose process group is not all in the set were not matched, no wait is computed for them: "
             f"{'; '.join(parts)}{more}; the set holds ranks {_ranges(set_ranks)}. Pass every rank of the group "
             f"(a collective's waits need all its participants)")))
-    if unverified:
+    if sk.unverified:
+        unverified = sk.unverified
         why = ("no trace carries distributedInfo's world size" if world is None else
                f"ranks {_ranges(set(range(world)) - set_ranks)} of the {world}-rank run are not in the set")
         out.append(Warning_(code=WarningCode.collective_set_unverified, count=unverified, message=(
