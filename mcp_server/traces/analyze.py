@@ -784,15 +784,14 @@ def _nodes_adapter():
     return TypeAdapter(list[ModuleNode])
 
 
-def _type_stats(rt, lk, table, arrays, path_code, span_pc, total) -> list[ModuleTypeStats]:
-    """Per-type call statistics. A call is a module span (eager) or a (replay, module path) pair."""
-    parent_pc, depth_pc, inst, types, _ = arrays
-    P = len(table.paths)
-    dur = rt.k_dur
+def _calls(lk: Linked, P: int, parent_pc: np.ndarray, path_code: np.ndarray, span_pc: np.ndarray, n: int,
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The calls: every module span, then every (replay, module path) pair with its parents' pairs. Per call its
+    path code and parent call (-1 for none); per kernel its call (-1 for none)."""
     S = len(span_pc)
     call_pc = [span_pc]
     call_parent = [lk.modules.parent.astype(np.int64)]
-    call_of_kernel = np.full(len(dur), -1, dtype=np.int64)
+    call_of_kernel = np.full(n, -1, dtype=np.int64)
     m = lk.module_span >= 0
     call_of_kernel[m] = lk.module_span[m]
     gm = lk.graph & (path_code > 1)
@@ -813,8 +812,45 @@ def _type_stats(rt, lk, table, arrays, path_code, span_pc, total) -> list[Module
         call_pc.append(p_)
         call_parent.append(cpar)
         call_of_kernel[gi] = S + np.searchsorted(keys, grp * P + path_code[gi])
-    cpc = np.concatenate(call_pc)
-    cparent = np.concatenate(call_parent)
+    return np.concatenate(call_pc), np.concatenate(call_parent), call_of_kernel
+
+
+def _top_kernels(rt: RawTrace, parent_pc: np.ndarray, types: list, path_code: np.ndarray, P: int,
+                 ) -> dict[str, dict[int, float]]:
+    """Per module type, kernel name code -> its time under that type: kernels grouped by the chain of types on
+    their path (few distinct chains)."""
+    dur = rt.k_dur
+    att = np.flatnonzero(path_code > 1)
+    top: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    if len(att):
+        chain_code = np.zeros(P, dtype=np.int64)
+        chain_of: dict[tuple[int, str], int] = {}
+        chains: list[frozenset] = [frozenset()]
+        for c in range(2, P):  # parents are added to the table before their children
+            pc_ = int(parent_pc[c])
+            base = int(chain_code[pc_]) if pc_ >= 0 else 0
+            key = (base, types[c])
+            cc = chain_of.get(key)
+            if cc is None:
+                cc = chain_of[key] = len(chains)
+                chains.append(chains[base] | {types[c]})
+            chain_code[c] = cc
+        N = len(rt.names) + 1
+        key = chain_code[path_code[att]] * N + rt.k_name[att]
+        uk, inv = np.unique(key, return_inverse=True)
+        sums = np.bincount(inv, weights=dur[att])
+        for k_, us in zip(uk.tolist(), sums.tolist()):
+            cc, nm = divmod(k_, N)
+            for t in chains[cc]:
+                top[t][nm] += us
+    return top
+
+
+def _type_stats(rt, lk, table, arrays, path_code, span_pc, total) -> list[ModuleTypeStats]:
+    """Per-type call statistics. A call is a module span (eager) or a (replay, module path) pair."""
+    parent_pc, depth_pc, inst, types, _ = arrays
+    dur = rt.k_dur
+    cpc, cparent, call_of_kernel = _calls(lk, len(table.paths), parent_pc, path_code, span_pc, len(dur))
     nc = len(cpc)
     if nc == 0:
         return []
@@ -845,30 +881,7 @@ def _type_stats(rt, lk, table, arrays, path_code, span_pc, total) -> list[Module
     pair = np.unique(tc.astype(np.int64) * (nc + 1) + (lp.astype(np.int64) + 1))
     pt, pp = np.divmod(pair, nc + 1)
     ptot = np.bincount(pt, weights=np.where(pp > 0, tot[np.maximum(pp - 1, 0)], total), minlength=T)
-    # top kernel per type: kernels grouped by the chain of types on their path (few distinct chains)
-    att = np.flatnonzero(path_code > 1)
-    top: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
-    if len(att):
-        chain_code = np.zeros(P, dtype=np.int64)
-        chain_of: dict[tuple[int, str], int] = {}
-        chains: list[frozenset] = [frozenset()]
-        for c in range(2, P):  # parents are added to the table before their children
-            pc_ = int(parent_pc[c])
-            base = int(chain_code[pc_]) if pc_ >= 0 else 0
-            key = (base, types[c])
-            cc = chain_of.get(key)
-            if cc is None:
-                cc = chain_of[key] = len(chains)
-                chains.append(chains[base] | {types[c]})
-            chain_code[c] = cc
-        N = len(rt.names) + 1
-        key = chain_code[path_code[att]] * N + rt.k_name[att]
-        uk, inv = np.unique(key, return_inverse=True)
-        sums = np.bincount(inv, weights=dur[att])
-        for k_, us in zip(uk.tolist(), sums.tolist()):
-            cc, nm = divmod(k_, N)
-            for t in chains[cc]:
-                top[t][nm] += us
+    top = _top_kernels(rt, parent_pc, types, path_code, len(table.paths))
     out = []
     for t in np.flatnonzero(count):
         name = str(type_names[t])
