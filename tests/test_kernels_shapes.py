@@ -84,6 +84,14 @@ def test_tuning_table_covers_the_bench_families():
     cfg = tuning.config_for("int4", 1, 128, 512)
     cfg["BLOCK_N"] = -1
     assert tuning.config_for("int4", 1, 128, 512)["BLOCK_N"] != -1   # a copy
+    # STACKED first once the H matrices hold >= 64 MiB of BF16 (4+ layers of 128 heads): FP8 W_UK
+    # through the TMA-fed kernel at 8 layers, the word-tile kernel at one layer; INT4 has no such entry
+    assert tuning.config_for("fp8", 1, 128, 512, 1024)["variant"] == "tma"
+    assert tuning.config_for("fp8", 8, 128, 512, 512)["variant"] == "tma"
+    assert tuning.config_for("fp8", 1, 128, 512, 128)["variant"] == "asm"
+    assert tuning.config_for("fp8", 64, 128, 512, 1024)["num_stages"] == 3
+    assert tuning.config_for("fp8", 64, 128, 512, 128)["num_stages"] == 2
+    assert tuning.config_for("int4", 1, 128, 512, 1024) == tuning.config_for("int4", 1, 128, 512, 128)
 
 
 def test_requests_parse_comma_lists_and_refuse_bad_values():
