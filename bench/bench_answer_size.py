@@ -74,9 +74,9 @@ def _cases(tmp: Path, grown: Path | None) -> dict[str, list[tuple[str, dict[str,
     if grown is not None:
         cases["analyze_trace"].append((f"grown {grown.stat().st_size >> 20} MB gz", {"trace_path": str(grown)}))
     ledger = ROOT / "examples" / "mla_decode" / "h200" / "ledger.db"
-    cases["ledger_list"] = [("MLA example ledger", {"ledger": str(ledger)})]
-    cases["ledger_show"] = [("MLA example, experiment 1", {"ledger": str(ledger), "id": 1})]
-    cases["ledger_export"] = [("MLA example, markdown", {"ledger": str(ledger), "format": "md"})]
+    cases["list_experiments"] = [("MLA example ledger", {"ledger": str(ledger)})]
+    cases["show_experiment"] = [("MLA example, experiment 1", {"ledger": str(ledger), "id": 1})]
+    cases["export_ledger"] = [("MLA example, markdown", {"ledger": str(ledger), "format": "md"})]
     cases["validate_candidate"] = [("CPU spec, pointer-caching candidate", {
         "spec_path": str(FIX / "validate" / "cpu.toml"),
         "candidate": str(FIX / "validate" / "cand_cache_ptr.py") + ":candidate"})]

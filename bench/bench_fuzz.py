@@ -202,7 +202,7 @@ def hostile_inputs(tmp: Path) -> list[tuple[str, Path]]:
 #: per surface, the MCP call a fuzz case becomes (its input path -> tool, arguments)
 MCP_CALLS = {
     "traceset": lambda p: ("analyze_trace_set", {"paths": [str(p)], "executor": "inline", "top_n": 3}),
-    "ledger": lambda p: ("ledger_export", {"ledger": str(p), "format": "json"}),
+    "ledger": lambda p: ("export_ledger", {"ledger": str(p), "format": "json"}),
     "rules_csv": lambda p: ("analyze_trace", {"trace_path": str(ROOT / "tests" / "fixtures" / "traces" /
                                                                 "llama_prefill_sdpa.json.gz"),
                                               "categories": str(p), "top_n": 3}),

@@ -28,7 +28,7 @@ def cli(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: 
 def mcp(calls: list[tuple[str, dict[str, Any]]], roots: Path, cwd: Path | None = None,
         env: dict[str, str] | None = None, timeout: float = 300) -> list[Any]:
     """Call each (tool, arguments) in one stdio server confined to ``roots``; then check it still answers
-    (lists its tools and runs ledger_list on a missing ledger: a typed error, not a dead server)."""
+    (lists its tools and runs list_experiments on a missing ledger: a typed error, not a dead server)."""
     import anyio
     from mcp import Client, StdioServerParameters
 
@@ -42,7 +42,7 @@ def mcp(calls: list[tuple[str, dict[str, Any]]], roots: Path, cwd: Path | None =
             for tool, args in calls:
                 out.append(await c.call_tool(tool, args))
             tools = (await c.list_tools()).tools
-            alive = await c.call_tool("ledger_list", {"ledger": str(roots / "no-such-ledger.db")})
+            alive = await c.call_tool("list_experiments", {"ledger": str(roots / "no-such-ledger.db")})
         assert len(tools) > 10, "the server stopped listing its tools"
         assert alive.is_error and "no ledger here" in alive.content[0].text, "the server no longer answers"
         return out

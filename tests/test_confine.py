@@ -149,7 +149,7 @@ def test_annotations_tell_the_truth_for_the_default_call(root):
                 check_outputs(op, op.request.model_construct(**{field: value}), [root])
             check_outputs(op, op.request.model_construct(**{field: value, "overwrite": True}), [root])
     for name in ("analyze_trace", "diff_modules", "recategorize", "analyze_timeline", "select_candidate",
-                 "ledger_export", "record_experiment", "record_decision"):
+                 "export_ledger", "record_experiment", "record_decision"):
         assert ann[name].destructive_hint is False and ann[name].read_only_hint is False, name
     for name in ("run_ncu", "validate_candidate", "run_loop"):
         assert ann[name].destructive_hint is True, name

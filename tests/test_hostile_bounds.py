@@ -149,7 +149,7 @@ def test_damaged_or_foreign_ledgers_are_typed_errors_on_both_faces(tmp_path, cap
             assert line.startswith(f"{p}: {w}"), line
             assert recipes.SECRET_MARK not in line
         lines[p] = line
-    got = mcp_session([("ledger_list", {"ledger": str(damaged)}), ("ledger_export", {"ledger": str(text_env)})],
+    got = mcp_session([("list_experiments", {"ledger": str(damaged)}), ("export_ledger", {"ledger": str(text_env)})],
                       env={"KERNELSCOPE_ROOTS": str(tmp_path)})
     assert [(e, t) for e, t, _ in got] == [(True, lines[damaged]), (True, lines[text_env])]
 
@@ -192,7 +192,7 @@ def test_more_damaged_ledgers_found_by_the_fuzz_bench(tmp_path, capsys):
     lines = {p: cli_error(["ledger", "list", "--ledger", str(p)], capsys) for p in want}
     for p, w in want.items():
         assert lines[p].startswith(f"{p}: {w}"), lines[p]
-    got = mcp_session([("ledger_list", {"ledger": str(p)}) for p in want], env={"KERNELSCOPE_ROOTS": str(tmp_path)})
+    got = mcp_session([("list_experiments", {"ledger": str(p)}) for p in want], env={"KERNELSCOPE_ROOTS": str(tmp_path)})
     assert [(e, t) for e, t, _ in got] == [(True, lines[p]) for p in want]
 
 

@@ -162,7 +162,7 @@ def test_patch_faces(tmp_path):
 # ----------------------------------------------------------------------------- read calls write nothing
 
 
-READS = [("ledger_list", {}), ("ledger_show", {"id": 1}), ("ledger_export", {})]
+READS = [("list_experiments", {}), ("show_experiment", {"id": 1}), ("export_ledger", {})]
 
 
 @pytest.mark.parametrize("which", ["foreign", "empty"])
@@ -246,8 +246,8 @@ def test_tokens_never_reach_the_file_or_an_export(tmp_path):
     code, _, err = cli(["ledger", "export", "--ledger", str(db), "--format", "json", "--output",
                         str(tmp_path / "cli.json")], tmp_path)
     assert code == 0 and recipes.TOKEN not in (tmp_path / "cli.json").read_text()
-    ret, written = mcp([("ledger_export", {"ledger": str(db)}),
-                        ("ledger_export", {"ledger": str(db), "format": "json", "output": str(tmp_path / "m.json")})],
+    ret, written = mcp([("export_ledger", {"ledger": str(db)}),
+                        ("export_ledger", {"ledger": str(db), "format": "json", "output": str(tmp_path / "m.json")})],
                        roots=tmp_path)
     assert not ret.is_error and recipes.TOKEN not in text(ret) + json.dumps(ret.structured_content)
     assert not written.is_error and recipes.TOKEN not in (tmp_path / "m.json").read_text()
@@ -300,8 +300,8 @@ def test_deep_results_are_typed_errors_naming_the_bound(tmp_path):
     assert code == 2 and "KERNELSCOPE_MAX_NESTING" in err and "Traceback" not in err
     rec, show, export = mcp([("record_validation", {"candidate_id": c, "ledger": str(db),
                                                 "result_path": str(files["deep"])}),
-                             ("ledger_show", {"id": e, "ledger": str(db), "full_results": True}),
-                             ("ledger_export", {"ledger": str(db)})], roots=tmp_path)
+                             ("show_experiment", {"id": e, "ledger": str(db), "full_results": True}),
+                             ("export_ledger", {"ledger": str(db)})], roots=tmp_path)
     for r in (rec, show, export):
         assert r.is_error and "KERNELSCOPE_MAX_NESTING" in text(r), text(r)
 

@@ -112,7 +112,7 @@ def test_requests_parse_comma_lists_and_refuse_bad_values():
 def test_operations_are_declared_and_not_read_only():
     from mcp_server.faces.registry import operations
     ops = {o.tool: o for o in operations()}
-    for tool, verb in (("mla_bench", "mla"), ("l2_sweep", "l2-sweep"), ("decode_gemm", "decode-gemm")):
+    for tool, verb in (("bench_mla", "mla"), ("sweep_l2", "l2-sweep"), ("bench_decode_gemm", "decode-gemm")):
         op = ops[tool]
         assert op.verb == verb and op.progress and not op.hints.read_only
         assert "timeout_s" in op.field_names
@@ -127,7 +127,7 @@ def test_without_a_gpu_the_engines_raise_a_typed_error():
 
     with pytest.raises(ToolMissingError, match="no CUDA GPU"):
         mla_bench()
-    with pytest.raises(ToolMissingError, match="decode_gemm: no CUDA GPU"):
+    with pytest.raises(ToolMissingError, match="bench_decode_gemm: no CUDA GPU"):
         decode_gemm()
     with pytest.raises(ToolMissingError, match="no CUDA GPU"):
         l2_sweep()

@@ -85,7 +85,7 @@ class WarningCode(StrEnum):
     per_step = "per_step"  # totals divided by the step count (runs with different step counts)
     sync_wait = "sync_wait"  # timeline: a probe interval holds a barrier / spin wait
 
-    # --- kernels (decode_gemm) ---
+    # --- kernels (bench_decode_gemm) ---
     below_baseline = "below_baseline"  # a quantized kernel ran slower than tinygemm or cuBLAS BF16, whichever is slower
     untuned_shape = "untuned_shape"  # a shape outside the measured table ran the shape heuristic's config
 

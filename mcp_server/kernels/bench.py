@@ -1,7 +1,7 @@
 """The MLA bench: cuBLAS BF16 ``torch.bmm`` vs the INT4 W4A16 and FP8 W8A16 kernels.
 
 Pydantic-free (plain dicts), so it also runs where only torch and triton are installed
-(``python3 -m mcp_server.kernels.bench``); ``ops.mla_bench`` wraps it in the typed result.
+(``python3 -m mcp_server.kernels.bench``); ``engine.mla_bench`` (the ``bench_mla`` tool) wraps it in the typed result.
 
 Method: each timing is the median over replays of one CUDA graph holding many launches,
 divided by the launches. *Warm*: every launch uses the same weight set (L2-resident when it

@@ -3,7 +3,8 @@
 where the installed torch has it) vs kernelscope's INT4 W4A16 and FP8 W8A16 kernels.
 
 Pydantic-free (plain dicts), so it also runs where only torch and triton are installed
-(``python3 -m mcp_server.kernels.decode``); ``ops.decode_gemm`` wraps it in the typed result.
+(``python3 -m mcp_server.kernels.decode``); ``engine.decode_gemm`` (the ``bench_decode_gemm`` tool) wraps it in
+the typed result.
 
 Method: cold only (a serving engine reads each layer's weights once per step): every format
 rotates through at least ``bench.COLD_BYTES`` of distinct weight sets. Two timings per format,

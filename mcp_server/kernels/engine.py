@@ -1,4 +1,4 @@
-"""Typed engines of the ``mla_bench``, ``l2_sweep`` and ``decode_gemm`` operations (wrapping ``bench`` /
+"""Typed engines of the ``bench_mla``, ``sweep_l2`` and ``bench_decode_gemm`` tools (wrapping ``bench`` /
 ``l2sweep`` / ``decode``)."""
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def mla_bench(req: MlaBenchRequest, progress: ProgressFn | None = None) -> MlaBe
     """Time the model's reconstruction BMMs: cuBLAS BF16 vs INT4 W4A16 vs FP8 W8A16 (see bench.py)."""
     from mcp_server.kernels import bench, configs
 
-    require_gpu("mla_bench")
+    require_gpu("bench_mla")
     cfg = configs.get_model(req.model)
     batch, layers = _ints(req.batch), _ints(req.layers)
     bad = [n for n in layers if n > cfg.num_layers]
@@ -96,7 +96,7 @@ def mla_bench(req: MlaBenchRequest, progress: ProgressFn | None = None) -> MlaBe
         res = bench.run_mla_bench(req.model, batch, layers, caches, group=req.group, check=req.check,
                                   progress=progress, deadline=time.monotonic() + req.timeout_s, cupti=req.cupti)
     except ValueError as exc:   # group / shape checks of the kernels
-        raise InputError(f"mla_bench: {exc}") from None
+        raise InputError(f"bench_mla: {exc}") from None
     warnings = []
     if res.get("timed_out"):
         warnings.append(Warning_(code=WarningCode.timeout, message=(
@@ -116,7 +116,7 @@ def l2_sweep(req: L2SweepRequest, progress: ProgressFn | None = None) -> L2Sweep
     """BF16 / INT4 / FP8 latency against weight bytes across the L2 (see l2sweep.py)."""
     from mcp_server.kernels import l2sweep
 
-    require_gpu("l2_sweep")
+    require_gpu("sweep_l2")
     heads = tuple(_ints(req.heads)) if req.heads else l2sweep.DEFAULT_HEADS
     res = l2sweep.run_l2_sweep(heads, M=req.batch, progress=progress, deadline=time.monotonic() + req.timeout_s)
     warnings = []
@@ -179,7 +179,7 @@ def decode_gemm(req: DecodeGemmRequest, progress: ProgressFn | None = None) -> D
 
     from mcp_server.kernels import decode, tuning
 
-    require_gpu("decode_gemm")
+    require_gpu("bench_decode_gemm")
     shp = [tuple(s) for s in req.shapes] if req.shapes else list(decode.DECODE_SHAPES)
     try:
         with _w.catch_warnings():
@@ -187,7 +187,7 @@ def decode_gemm(req: DecodeGemmRequest, progress: ProgressFn | None = None) -> D
             res = decode.run_decode_bench(shp, _ints(req.batch), group=req.group, check=req.check, cupti=req.cupti,
                                           progress=progress, deadline=time.monotonic() + req.timeout_s)
     except ValueError as exc:   # group / shape checks of the kernels
-        raise InputError(f"decode_gemm: {exc}") from None
+        raise InputError(f"bench_decode_gemm: {exc}") from None
     copy = res["copy_tbps"]
     for r in res["rows"]:
         tb = r.get("int4_cupti_tbps") or r["int4_tbps"]

@@ -7,7 +7,7 @@ BF16 is also timed *cold* (rotated sets). The effective L2 residency boundary is
 BF16 stops beating cold BF16: the largest size at which warm is still at least
 ``RESIDENT_GAIN`` faster, interpolated between the two sizes that straddle it. The crossover
 is the smallest size from which each quantized format stays faster than BF16 (warm).
-Pydantic-free; ``ops.l2_sweep`` wraps it.
+Pydantic-free; ``engine.l2_sweep`` (the ``sweep_l2`` tool) wraps it.
 """
 from __future__ import annotations
 

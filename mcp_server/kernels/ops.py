@@ -10,7 +10,7 @@ RUNS_GPU = Hints(read_only=False, destructive=False, idempotent=False, open_worl
 
 OPERATIONS = [
     Operation(
-        tool="mla_bench", verb="mla", title="Time the MLA reconstruction BMMs: BF16 vs INT4 vs FP8",
+        tool="bench_mla", verb="mla", title="Time the MLA reconstruction BMMs: BF16 vs INT4 vs FP8",
         help="DeepSeek MLA W_UK/W_UV BMMs: cuBLAS BF16 vs INT4 W4A16 vs FP8 W8A16, warm and cold, on this GPU",
         description=(
             "Time the absorbed-MLA decode reconstruction BMMs of DeepSeek-V2/V3 (W_UK: per head 128x512, W_UV: "
@@ -25,7 +25,7 @@ OPERATIONS = [
         hints=RUNS_GPU, progress=True, aliases={"json_path": ("--json-out",)}, outputs={"json_path": "json"},
     ),
     Operation(
-        tool="decode_gemm", verb="decode-gemm",
+        tool="bench_decode_gemm", verb="decode-gemm",
         title="Time decode Linear layers: BF16 vs tinygemm vs INT4 vs FP8",
         help="Ordinary Linear shapes at decode (H = 1): cuBLAS BF16 vs torch's tinygemm vs INT4 W4A16 vs FP8 W8A16",
         description=(
@@ -41,7 +41,7 @@ OPERATIONS = [
         hints=RUNS_GPU, progress=True, aliases={"json_path": ("--json-out",)}, outputs={"json_path": "json"},
     ),
     Operation(
-        tool="l2_sweep", verb="l2-sweep", title="Sweep weight bytes across the L2: where quantization starts to win",
+        tool="sweep_l2", verb="l2-sweep", title="Sweep weight bytes across the L2: where quantization starts to win",
         help="BF16/INT4/FP8 latency vs weight MB across the L2 size; effective L2 boundary and crossover",
         description=(
             "Time BF16 cuBLAS, INT4 W4A16 and FP8 W8A16 on the MLA W_UK head matrix with the weight bytes swept "

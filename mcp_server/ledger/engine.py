@@ -1,4 +1,4 @@
-"""Reading the ledger: the operations ledger_list, ledger_show and ledger_export (writing: record.py)."""
+"""Reading the ledger: the engines of list_experiments, show_experiment and export_ledger (writing: record.py)."""
 from __future__ import annotations
 
 from typing import Any

@@ -50,7 +50,7 @@ OPERATIONS = [
         "what became of a candidate: accepted (refused unless its latest validation accepted it), reverted, "
         "abandoned or error, by whom and why")),
     Operation(
-        tool="ledger_list", verb="ledger list", title="List the experiments of the ledger",
+        tool="list_experiments", verb="ledger list", title="List the experiments of the ledger",
         help="list the experiments of the ledger with their accepted/reverted/pending counts",
         description=(
             "The experiments recorded in the ledger, newest first: target, git revision, GPU, and how many "
@@ -60,7 +60,7 @@ OPERATIONS = [
         engine=_E + "ledger_list", render=_R + "render_list", hints=READ_ONLY,
     ),
     Operation(
-        tool="ledger_show", verb="ledger show", title="Show one experiment of the ledger",
+        tool="show_experiment", verb="ledger show", title="Show one experiment of the ledger",
         help="show one experiment: its profiles, candidates, validations and decisions",
         description=(
             "One experiment with every record in order: profiles (report, hash, classification), candidates "
@@ -70,7 +70,7 @@ OPERATIONS = [
         engine=_E + "ledger_show", render=_R + "render_show", hints=READ_ONLY, positional=("id",),
     ),
     Operation(
-        tool="ledger_export", verb="ledger export", title="Export the ledger (markdown log or JSON)",
+        tool="export_ledger", verb="ledger export", title="Export the ledger (markdown log or JSON)",
         help="export the ledger as the markdown experiment log or as JSON",
         description=(
             "The whole ledger (or one experiment) as the markdown experiment log a person reads (format=md) "

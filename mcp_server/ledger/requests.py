@@ -29,7 +29,7 @@ class RecordExperimentRequest(_RecordRequest):
 
 
 class RecordProfileRequest(_RecordRequest):
-    experiment_id: int = Field(description="The experiment profiled (record_experiment's id, or from ledger_list)")
+    experiment_id: int = Field(description="The experiment profiled (record_experiment's id, or from list_experiments)")
     report_path: Optional[PathArg] = Field(default=None, description=(
         "The ncu report (its sha256 is recorded); give it, classification, or both"))
     classification: Optional[Any] = Field(default=None, description=(
@@ -38,7 +38,7 @@ class RecordProfileRequest(_RecordRequest):
 
 
 class RecordCandidateRequest(_RecordRequest):
-    experiment_id: int = Field(description="The experiment (record_experiment's id, or from ledger_list)")
+    experiment_id: int = Field(description="The experiment (record_experiment's id, or from list_experiments)")
     profile_id: Optional[int] = Field(default=None, description="The profile the candidate was chosen from")
     kernel: Optional[TextArg] = Field(default=None, description="The kernel chosen")
     diagnosis: Optional[TextArg] = Field(default=None, description="Its diagnosis (class, limiter, evidence)")
