@@ -7,7 +7,7 @@ import time
 from pydantic import Field
 
 from mcp_server.core.models import Model, Warning_
-from mcp_server.core.operation import READ_ONLY, Operation, Request
+from mcp_server.core.operation import READ_ONLY, Operation, Request, engine
 
 
 class MisbehaveRequest(Request):
@@ -21,11 +21,13 @@ class MisbehaveResult(Model):
     warnings: list[Warning_] = Field(default_factory=list)
 
 
-def misbehave(how: str, seconds: float = 30.0) -> MisbehaveResult:
+@engine(MisbehaveRequest)
+def misbehave(req: MisbehaveRequest) -> MisbehaveResult:
+    how = req.how
     if how == "abort":
         os.abort()
     if how == "sleep":
-        time.sleep(seconds)
+        time.sleep(req.seconds)
     if how == "hog":
         blocks = [bytearray(256 << 20) for _ in range(64)]  # 16 GiB, far past the limit
         del blocks
