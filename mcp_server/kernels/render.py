@@ -1,14 +1,24 @@
 """Rich views of the kernels engine's results for the CLI."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional, Sequence
 
 from mcp_server.kernels.models import DecodeGemmResult, L2SweepResult, MlaBenchResult
 
 
-def _warnings(res: Any, con) -> None:
+def _tail(res: Any, con, paths: dict[str, Optional[str]], targets: Sequence[Any] = ()) -> None:
+    """The targets met or missed, the files written and the warnings, below a result's tables."""
     from rich.markup import escape
 
+    from mcp_server.core.textable import print_line
+
+    for g in targets:
+        mark = "n/a" if g.met is None else ("[green]met[/]" if g.met else "[red]missed[/]")
+        worst = "n/a" if g.worst is None else f"{g.worst:.2f}x"
+        con.print(f"{escape(g.target)}: worst {worst} over {g.rows} rows: {mark}", highlight=False)
+    for label, path in paths.items():
+        if path:
+            print_line(con, f"{label}: {escape(path)}", highlight=False)
     for w in res.warnings:
         con.print(f"[yellow]warning[/] {escape(str(w.code))}: {escape(w.message)}", highlight=False)
 
@@ -16,7 +26,7 @@ def _warnings(res: Any, con) -> None:
 def render_mla(res: MlaBenchResult, con, request: Any = None) -> None:
     from rich.markup import escape
 
-    from mcp_server.core.textable import Col, TextTable, print_line
+    from mcp_server.core.textable import Col, TextTable
 
     d = res.device
     con.print(escape(f"{res.model} on {d.name} ({d.sm_count} SMs, L2 {d.l2_mb:.0f} MB), torch {d.torch}, "
@@ -45,19 +55,13 @@ def render_mla(res: MlaBenchResult, con, request: Any = None) -> None:
             ct.add_row(escape(k.shape), str(k.M), f"{k.int4_kernel_err:.1e}", f"{k.fp8_kernel_err:.1e}",
                       f"{k.int4_quant_err:.3f}", f"{k.fp8_quant_err:.3f}", f"{k.bf16_err:.1e}")
         ct.print(con)
-    for g in res.targets:
-        mark = "n/a" if g.met is None else ("[green]met[/]" if g.met else "[red]missed[/]")
-        worst = "n/a" if g.worst is None else f"{g.worst:.2f}x"
-        con.print(f"{escape(g.target)}: worst {worst} over {g.rows} rows: {mark}", highlight=False)
-    if res.json_path:
-        print_line(con, f"json: {escape(res.json_path)}", highlight=False)
-    _warnings(res, con)
+    _tail(res, con, {"json": res.json_path}, res.targets)
 
 
 def render_l2(res: L2SweepResult, con, request: Any = None) -> None:
     from rich.markup import escape
 
-    from mcp_server.core.textable import Col, TextTable, print_line
+    from mcp_server.core.textable import Col, TextTable
 
     t = TextTable([Col(c) for c in ("H", "MB", "BF16", "BF16 cold", "INT4", "FP8", "INT4 x", "FP8 x", "warm/cold")],
                   title=f"L2 sweep on {escape(res.device.name)}: W_UK heads K={res.K} N={res.N} M={res.M} (µs, warm)",
@@ -72,16 +76,13 @@ def render_l2(res: L2SweepResult, con, request: Any = None) -> None:
         return "none" if v is None else f"{v:.1f} MB"
     con.print(f"L2 {res.l2_mb:.0f} MB; effective L2 boundary {mb(res.effective_l2_mb)}; INT4 wins from "
               f"{mb(res.int4_crossover_mb)}, FP8 from {mb(res.fp8_crossover_mb)}", highlight=False)
-    for label, path in (("json", res.json_path), ("png", res.png_path)):
-        if path:
-            print_line(con, f"{label}: {escape(path)}", highlight=False)
-    _warnings(res, con)
+    _tail(res, con, {"json": res.json_path, "png": res.png_path})
 
 
 def render_decode(res: DecodeGemmResult, con, request: Any = None) -> None:
     from rich.markup import escape
 
-    from mcp_server.core.textable import Col, TextTable, print_line
+    from mcp_server.core.textable import Col, TextTable
 
     d = res.device
     con.print(escape(f"decode GEMMs on {d.name} ({d.sm_count} SMs), torch {d.torch}, triton {d.triton}; copy "
@@ -113,10 +114,4 @@ def render_decode(res: DecodeGemmResult, con, request: Any = None) -> None:
                        f"{k.fp8_rel_err:.1e}", f"{k.fp8_max_rel_err:.1e}", f"{k.bf16_rel_err:.1e}",
                        "yes" if k.int4_repeatable and k.fp8_repeatable else "[red]no[/]")
         ct.print(con)
-    for g in res.targets:
-        mark = "n/a" if g.met is None else ("[green]met[/]" if g.met else "[red]missed[/]")
-        worst = "n/a" if g.worst is None else f"{g.worst:.2f}x"
-        con.print(f"{escape(g.target)}: worst {worst} over {g.rows} rows: {mark}", highlight=False)
-    if res.json_path:
-        print_line(con, f"json: {escape(res.json_path)}", highlight=False)
-    _warnings(res, con)
+    _tail(res, con, {"json": res.json_path}, res.targets)

@@ -24,7 +24,7 @@ import os
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from mcp_server.core import envvars
 from mcp_server.core.atomic import check_confined
@@ -202,6 +202,17 @@ def _decode(row: sqlite3.Row, path: Optional[Path] = None) -> dict[str, Any]:
     return out
 
 
+def _refuse_newer(version: int, path: Path) -> None:
+    if version > SCHEMA_VERSION:
+        raise LedgerError(f"written by a newer kernelscope (schema {version}, this one reads up to "
+                          f"{SCHEMA_VERSION})", path=path, hint="upgrade kernelscope")
+
+
+def _not_versioned(path: Path) -> LedgerError:
+    return LedgerError("an SQLite file that is not a kernelscope ledger (it has tables but no schema version)",
+                       path=path, hint="choose another path")
+
+
 class Ledger:
     """An open ledger file. Use as a context manager; every ``add_*`` is one committed transaction."""
 
@@ -236,8 +247,26 @@ class Ledger:
         if path.exists() and path.stat().st_size:
             with cls._open_read_only(path, check_tables=False):  # a foreign SQLite file is refused unchanged
                 pass
+        return cls._connect(path, str(path), cls._set_up_writer,
+                            hint="point --ledger / KERNELSCOPE_LEDGER at a ledger file or a new path")
+
+    def _set_up_writer(self) -> None:
+        conn = self._conn
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise LedgerError(f"the ledger cannot use WAL mode (journal_mode={mode})", path=self.path,
+                              hint="put it on a local file system")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        self._migrate()
+
+    @classmethod
+    def _connect(cls, path: Path, target: str, set_up: Callable[["Ledger"], None], *, hint: str,
+                 uri: bool = False) -> "Ledger":
+        """Connect to ``target`` (a path or a ``file:`` URI) and run ``set_up`` on the open ledger; a damaged or
+        foreign file is a LedgerError (with ``hint``) and leaves no connection open."""
         try:
-            conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
+            conn = sqlite3.connect(target, uri=uri, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                    check_same_thread=False)
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open the ledger: {exc}", path=path) from None
@@ -245,17 +274,10 @@ class Ledger:
         led = cls(path, conn)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise LedgerError(f"the ledger cannot use WAL mode (journal_mode={mode})", path=path,
-                                  hint="put it on a local file system")
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.execute("PRAGMA foreign_keys = ON")
-            led._migrate()
+            set_up(led)
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # a damaged page or text cell
             conn.close()
-            raise LedgerError(f"not a kernelscope ledger ({_sqlite_why(exc)})", path=path,
-                              hint="point --ledger / KERNELSCOPE_LEDGER at a ledger file or a new path") from None
+            raise LedgerError(f"not a kernelscope ledger ({_sqlite_why(exc)})", path=path, hint=hint) from None
         except BaseException:
             conn.close()
             raise
@@ -278,38 +300,24 @@ class Ledger:
         # its -shm (which exists)
         quiet = wal_format and not Path(f"{path}-wal").exists()
         flags = "mode=ro&immutable=1" if quiet else "mode=ro"
-        try:
-            conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?{flags}", uri=True, timeout=BUSY_TIMEOUT_S,
-                                   isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise LedgerError(f"cannot open the ledger: {exc}", path=path) from None
-        conn.row_factory = sqlite3.Row
-        led = cls(path, conn)
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+
+        def check(led: Ledger) -> None:
+            conn = led._conn
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])  # the header's may sit in the WAL
-            if version > SCHEMA_VERSION:
-                raise LedgerError(f"written by a newer kernelscope (schema {version}, this one reads up to "
-                                  f"{SCHEMA_VERSION})", path=path, hint="upgrade kernelscope")
+            _refuse_newer(version, path)
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             if check_tables and version == 0:
                 raise LedgerError("an SQLite file that is not a kernelscope ledger (no schema version)", path=path,
                                   hint="point --ledger / KERNELSCOPE_LEDGER at a ledger file")
             if version == 0 and tables:
-                raise LedgerError("an SQLite file that is not a kernelscope ledger (it has tables but no schema "
-                                  "version)", path=path, hint="choose another path")
+                raise _not_versioned(path)
             if check_tables and version > 0 and not set(TABLES) <= tables:
                 raise LedgerError(f"an SQLite file that is not a kernelscope ledger (schema version {version} but "
                                   f"no {', '.join(sorted(set(TABLES) - tables))} table)", path=path,
                                   hint="choose another path")
-        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # a damaged page or text cell
-            conn.close()
-            raise LedgerError(f"not a kernelscope ledger ({_sqlite_why(exc)})", path=path,
-                              hint="point --ledger / KERNELSCOPE_LEDGER at a ledger file") from None
-        except BaseException:
-            conn.close()
-            raise
-        return led
+
+        return cls._connect(path, f"file:{quote(str(path.resolve()))}?{flags}", check, uri=True,
+                            hint="point --ledger / KERNELSCOPE_LEDGER at a ledger file")
 
     def close(self) -> None:
         self._conn.close()
@@ -329,13 +337,10 @@ class Ledger:
             return
         with self.write() as c:
             version = int(c.execute("PRAGMA user_version").fetchone()[0])  # another process may have migrated
-            if version > SCHEMA_VERSION:
-                raise LedgerError(f"written by a newer kernelscope (schema {version}, this one reads up to "
-                                  f"{SCHEMA_VERSION})", path=self.path, hint="upgrade kernelscope")
+            _refuse_newer(version, self.path)
             if version == 0 and c.execute(
                     "SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]:
-                raise LedgerError("an SQLite file that is not a kernelscope ledger (it has tables but no schema "
-                                  "version)", path=self.path, hint="choose another path")
+                raise _not_versioned(self.path)
             for v in range(version + 1, SCHEMA_VERSION + 1):
                 for stmt in MIGRATIONS[v]:
                     c.execute(stmt)
