@@ -427,16 +427,14 @@ def _settled_word(status: str) -> str:
 
 def _record_candidate(led: Ledger, exp_id: int, pid: Optional[int], sel: Selection, p: Proposal) -> tuple[int, bool]:
     ch = p.change
-    if ch.problem is not None:  # refused: nothing of it is read or recorded but the proposal and the reason
-        return rec.add_candidate(
-            led, exp_id, profile_id=pid, kernel=sel.kernel, diagnosis=sel.diagnosis, proposal=p.text or None,
-            proposal_id=p.id, change_kind="none", spec=p.spec_record(), fingerprint=p.fingerprint,
-            key=f"e{exp_id}:{p.fingerprint}")
+    # a refused change: nothing of it is read or recorded but the proposal and the reason
+    refused = ch.problem is not None
     return rec.add_candidate(
         led, exp_id, profile_id=pid, kernel=sel.kernel, diagnosis=sel.diagnosis, proposal=p.text or None,
-        proposal_id=p.id, change_kind=ch.kind, change_path=str(ch.source) if ch.source else None,
-        change_target=str(ch.target) if ch.target else None, spec=p.spec_record(), fingerprint=p.fingerprint,
-        key=f"e{exp_id}:{p.fingerprint}")
+        proposal_id=p.id, change_kind="none" if refused else ch.kind,
+        change_path=str(ch.source) if ch.source and not refused else None,
+        change_target=str(ch.target) if ch.target and not refused else None, spec=p.spec_record(),
+        fingerprint=p.fingerprint, key=f"e{exp_id}:{p.fingerprint}")
 
 
 @engine(LoopRequest)
