@@ -5,14 +5,20 @@ start; ``searchsorted`` finds the last span starting at or before the launch;
 if that span ended before the launch, the lookup walks to its parent (parents
 are computed per nesting depth, also with ``searchsorted``). The walk takes at
 most "nesting depth" numpy steps, never a Python loop per kernel.
+
+Then per kernel its module path (interned in a ``PathTable``) and its phase (see ``analyze``'s
+module doc).
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
+from mcp_server.core.vocab import PHASE_CODES, module_type
+from mcp_server.traces.graph import UNATTRIBUTED_GRAPH
 from mcp_server.traces.loader import GRAPH_LAUNCH_NAMES, RawTrace, phase_of_annotation
 
 MODULE_PREFIX = "nn.Module: "
@@ -176,3 +182,107 @@ def link(rt: RawTrace) -> Linked:
         paths.append(f"{paths[par]}/{inst}" if par >= 0 else inst)
     return Linked(launch_idx, graph, graph_group, stab(modules), stab(cpu), stab(sources), phase_span,
                   modules, cpu, sources, phases, paths)
+
+
+class PathTable:
+    """Interned module instance paths; code 0 = '' (unattributed), 1 = the graph bucket.
+
+    Adding a path adds its ancestors too, so every code's parent is a code.
+    """
+
+    def __init__(self) -> None:
+        self.paths: list[str] = ["", UNATTRIBUTED_GRAPH]
+        self.index: dict[str, int] = {"": 0, UNATTRIBUTED_GRAPH: 1}
+        self._parent: list[int] = [-1, -1]
+
+    def code(self, path: str) -> int:
+        c = self.index.get(path)
+        if c is not None:
+            return c
+        par = self.code(path.rsplit("/", 1)[0]) if "/" in path else -1
+        c = self.index[path] = len(self.paths)
+        self.paths.append(path)
+        self._parent.append(par)
+        return c
+
+    def arrays(self):
+        """parent, depth, instance names, type names, root types (numpy / lists, by code)."""
+        parent = np.array(self._parent, dtype=np.int64)
+        depth = np.array([p.count("/") for p in self.paths], dtype=np.int64)
+        inst = [p.rsplit("/", 1)[-1] if i > 1 else "" for i, p in enumerate(self.paths)]
+        types = [module_type(x) for x in inst]
+        roots = [module_type(p.split("/", 1)[0]) if i > 1 else "" for i, p in enumerate(self.paths)]
+        return parent, depth, inst, types, roots
+
+
+def root_of(parent: np.ndarray) -> np.ndarray:
+    """Per span of a ``SpanSet`` (by its ``parent`` column) the index of its outermost enclosing span."""
+    root = np.arange(len(parent))
+    for _ in range(512):
+        p = parent[root]
+        m = p >= 0
+        if not m.any():
+            break
+        root[m] = p[m]
+    return root
+
+
+def infer_root_phase(rt: RawTrace, lk: Linked) -> dict[int, str]:
+    """Phase per root module span from its aten::embedding input ids (see ``analyze``'s module doc)."""
+    out: dict[int, str] = {}
+    names = rt.names
+    emb = [i for i, s in enumerate(names) if s == "aten::embedding"]
+    if not emb or not len(lk.modules):
+        return out
+    cpu = lk.cpu
+    m = np.isin(cpu.name, emb)
+    if not m.any():
+        return out
+    idx = np.flatnonzero(m)
+    span = lk.modules.enclosing(cpu.thread[idx], cpu.ts[idx])
+    roots = root_of(lk.modules.parent)
+    for i, s in zip(idx, span):
+        if s < 0:
+            continue
+        r = int(roots[s])
+        if r in out:
+            continue
+        try:
+            dims = json.loads(rt.dims[cpu.extra[i]]) if cpu.extra is not None and cpu.extra[i] else None
+        except ValueError:
+            dims = None
+        if isinstance(dims, list) and len(dims) >= 2 and isinstance(dims[1], list) and len(dims[1]) == 2:
+            out[r] = "decode" if dims[1][1] == 1 else "prefill"
+    return out
+
+
+def direct_attribution(lk: Linked, table: PathTable, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per module span its path code; per kernel the path code of its enclosing module span and the
+    confidence (1 when a module encloses the launch, else 0)."""
+    span_pc = np.array([table.code(p) for p in lk.module_paths], dtype=np.int64)
+    path_code = np.zeros(n, dtype=np.int64)
+    has_mod = lk.module_span >= 0
+    path_code[has_mod] = span_pc[lk.module_span[has_mod]]
+    confidence = np.where(has_mod, 1.0, 0.0)
+    return span_pc, path_code, confidence
+
+
+def kernel_phases(rt: RawTrace, lk: Linked) -> np.ndarray:
+    """Per kernel the phase code (index into ``PHASE_CODES``): the SGLang marker enclosing its
+    launch, else the phase inferred for its root-module call (see ``analyze``'s module doc)."""
+    names = rt.names
+    n = len(rt.k_name)
+    has_mod = lk.module_span >= 0
+    ph_code_of_span = np.array([PHASE_CODES.index(phase_of_frame(names[i])) for i in lk.phases.name], dtype=np.int8)
+    phase = np.zeros(n, dtype=np.int8)
+    hp = lk.phase_span >= 0
+    phase[hp] = ph_code_of_span[lk.phase_span[hp]]
+    inferred = infer_root_phase(rt, lk)
+    if inferred:
+        roots = root_of(lk.modules.parent)
+        need = np.flatnonzero((phase == 0) & has_mod)
+        for i in need:
+            p = inferred.get(int(roots[lk.module_span[i]]))
+            if p:
+                phase[i] = 1 if p == "prefill" else 2
+    return phase
