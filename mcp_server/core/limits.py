@@ -10,6 +10,7 @@ The bounds, their defaults and what each bounds are declared in ``mcp_server.cor
 from __future__ import annotations
 
 import os
+import sys
 
 from mcp_server.core import envvars
 from mcp_server.core.errors import LimitError
@@ -118,8 +119,11 @@ def loads_json(text: str, what: str, *, path: str | os.PathLike | None = None) -
 
 def loads_toml(text: str, what: str, *, path: str | os.PathLike | None = None) -> dict:
     """``tomllib.loads`` bounded in nesting depth (the parser recurses: a deep document is a LimitError, never a
-    RecursionError). Syntax errors are ``tomllib.TOMLDecodeError`` as usual."""
-    import tomllib
+    RecursionError). Syntax errors are ``tomllib.TOMLDecodeError`` (a ValueError) as usual."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10: the tomli backport, a declared dependency there
+        import tomli as tomllib
 
     try:
         doc = tomllib.loads(text)

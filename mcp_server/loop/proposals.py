@@ -41,7 +41,6 @@ import hashlib
 import json
 import os
 import stat
-import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any, Optional, Union
@@ -50,15 +49,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mcp_server.core import limits
 from mcp_server.core.atomic import call_roots, inside, real_path
-from mcp_server.core.errors import FileMissingError, LimitError, ProposalError
+from mcp_server.core.errors import FileMissingError, ProposalError
 from mcp_server.core.replay_dir import ReproTarget
 from mcp_server.core.userregex import compile_user_regex
 from mcp_server.ledger.patches import bad_patch_path, patch_paths, strip_prefix
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    tomllib = None
 
 _SPEC_FILE_FIELDS = ("baseline", "candidate", "inputs")
 #: A replacement file or a patch larger than this is refused (it is read whole and hashed).
@@ -173,9 +167,7 @@ def _repro_spec(p: ProposalSpec, base: Path, src: Path, repro: Optional[ReproTar
                             "for in-place ops)", path=src, hint="give spec = a validate_candidate spec")
     try:
         doc = limits.loads_toml(repro.spec.read_text(encoding="utf-8"), "repro spec", path=repro.spec)
-    except LimitError:
-        raise
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError):  # ValueError: a TOML syntax error or text that is not UTF-8
         raise ProposalError(f"{where}: the repro spec is not readable TOML", path=repro.spec) from None
     cand = p.candidate or ""
     file, sep, fn = cand.rpartition(":")
@@ -198,15 +190,11 @@ def load_proposals(path: Union[str, Path], repository: Optional[Path] = None,
     src = Path(path)
     if not src.is_file():
         raise FileMissingError("proposals file not found", path=src)
-    if tomllib is None:  # pragma: no cover
-        raise ProposalError("reading TOML needs Python 3.11", path=src)
     if src.stat().st_size > MAX_CHANGE_BYTES:
         raise ProposalError(f"over {MAX_CHANGE_BYTES >> 20} MiB: not a proposals file", path=src)
     try:
         doc = limits.loads_toml(src.read_text(encoding="utf-8"), "proposals file", path=src)
-    except LimitError:
-        raise
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # a TOML syntax error or text that is not UTF-8
         raise ProposalError(f"not valid TOML ({exc})", path=src) from None
     extra = sorted(set(doc) - {"proposal"})
     if extra:

@@ -9,18 +9,12 @@ import ast
 import math
 import operator
 import os
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mcp_server.core.errors import FileMissingError, InputError
 from mcp_server.core.limits import check_nesting, loads_toml
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    tomllib = None
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
@@ -189,11 +183,9 @@ def _read_file(spec_path: str | None) -> tuple[dict[str, Any], Path, str]:
     p = Path(spec_path).expanduser()
     if not p.is_file():
         raise FileMissingError(f"spec file {p} does not exist", path=str(p))
-    if tomllib is None:  # pragma: no cover
-        raise InputError("reading a TOML spec needs Python 3.11 (tomllib); pass the fields as arguments")
     try:
         raw = loads_toml(p.read_text(encoding="utf-8"), "spec file", path=p)
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # a TOML syntax error or text that is not UTF-8
         raise InputError(f"{p}: not valid TOML ({exc})", hint="see docs/validate.md for the spec format") \
             from None
     unknown = sorted(set(raw) - set(DEFAULTS))
