@@ -7,7 +7,7 @@ Field names of ``source``, ``kernels[*]`` (``id``, ``name``, ``short_name``,
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import ConfigDict, Field
 
@@ -16,6 +16,12 @@ from mcp_server.core.models import Model, Warning_
 SourceFormat = Literal["ncu-rep", "csv-raw", "csv-details"]
 CacheControl = Literal["all", "none"]
 BottleneckClass = Literal["compute_bound", "memory_bound", "latency_bound", "balanced", "unknown"]
+
+
+#: metric names a report holds that the catalogue does not map
+Unrecognized = Annotated[list[str], Field(default_factory=list, description=(
+    "metric names (or 'Section: label' of a details page) the report holds that the catalogue does not map: "
+    "shown, not used by the classifier (device attributes, profiler settings and topology are left out)"))]
 
 
 class Source(Model):
@@ -128,9 +134,7 @@ class NcuProfile(Model):
     gpu: Optional[str] = None
     total_duration_ns: float
     kernels: list[KernelProfile]
-    unrecognized_metrics: list[str] = Field(default_factory=list, description=(
-        "metric names (or 'Section: label' of a details page) the report holds that the catalogue does not map: "
-        "shown, not used by the classifier (device attributes, profiler settings and topology are left out)"))
+    unrecognized_metrics: Unrecognized
     warnings: list[Warning_] = Field(default_factory=list)
 
 
@@ -144,9 +148,7 @@ class Classification(Model):
         "its source: a measured value overrides the datasheet"))
     total_duration_ns: float
     kernels: list[ClassifiedKernel]
-    unrecognized_metrics: list[str] = Field(default_factory=list, description=(
-        "metric names (or 'Section: label' of a details page) the report holds that the catalogue does not map: "
-        "shown, not used by the classifier (device attributes, profiler settings and topology are left out)"))
+    unrecognized_metrics: Unrecognized
     warnings: list[Warning_] = Field(default_factory=list)
 
 

@@ -5,6 +5,10 @@ from mcp_server.core.operation import WRITES_FILES, Operation
 from mcp_server.timeline.models import TimelineAnalysis, TimelineComparison
 from mcp_server.timeline.requests import AnalyzeTimelineRequest, CompareTimelinesRequest
 
+#: the short CLI flags both operations take
+_ALIASES = {"event_names": ("--events",), "overhead_path": ("--overhead",), "perfetto_path": ("--perfetto",),
+            "png_path": ("--png",)}
+
 OPERATIONS = [
     Operation(
         tool="analyze_timeline", verb="timeline analyze", title="Analyze an in-kernel probe timeline",
@@ -17,8 +21,7 @@ OPERATIONS = [
         request=AnalyzeTimelineRequest, result=TimelineAnalysis,
         engine="mcp_server.timeline.analysis:analyze_timeline", render="mcp_server.timeline.render:render_analysis",
         hints=WRITES_FILES, positional=("buffer_path",),
-        aliases={"event_names": ("--events",), "overhead_path": ("--overhead",),
-                 "perfetto_path": ("--perfetto",), "png_path": ("--png",)},
+        aliases=_ALIASES,
         progress=True, outputs={"perfetto_path": "json", "png_path": "png"},
     ),
     Operation(
@@ -30,9 +33,7 @@ OPERATIONS = [
         request=CompareTimelinesRequest, result=TimelineComparison,
         engine="mcp_server.timeline.compare:compare_timelines", render="mcp_server.timeline.render:render_comparison",
         hints=WRITES_FILES, positional=("before_path", "after_path"),
-        aliases={"event_names": ("--events",), "overhead_path": ("--overhead",),
-                 "after_overhead_path": ("--after-overhead",), "perfetto_path": ("--perfetto",),
-                 "png_path": ("--png",)},
+        aliases={**_ALIASES, "after_overhead_path": ("--after-overhead",)},
         progress=True, outputs={"perfetto_path": "json", "png_path": "png"},
     ),
 ]

@@ -44,14 +44,17 @@ class CollectiveMeta(Model):
     dst: Optional[int] = Field(default=None, description="'Dst Rank' (point-to-point)")
 
 
-class RankSummary(Model):
-    """What one rank's worker sends back: the single-trace analysis cut to what the set needs."""
-
+class _Rank(Model):
     rank: int
     path: str
     device: Optional[str] = None
     total_kernel_us: float
     kernel_count: int
+
+
+class RankSummary(_Rank):
+    """What one rank's worker sends back: the single-trace analysis cut to what the set needs."""
+
     unattributed_us: float = 0.0
     modules: dict[str, tuple[str, str, int, float]] = Field(
         default_factory=dict, description="module path -> (instance name, type, depth, total us)")
@@ -69,12 +72,7 @@ class RankSummary(Model):
     breakdown: Optional[GpuBreakdown] = None
 
 
-class RankTotal(Model):
-    rank: int
-    path: str
-    device: Optional[str] = None
-    total_kernel_us: float
-    kernel_count: int
+class RankTotal(_Rank):
     vs_mean: float = Field(description="this rank's total / the mean total over ranks")
     rank_source: str = "distributedInfo"
     output_xlsx: Optional[str] = None
