@@ -33,7 +33,7 @@ from mcp_server.core.errors import ReportFormatError
 from mcp_server.core.models import Warning_
 from mcp_server.core.vocab import WarningCode
 from mcp_server.reports import layout as L
-from mcp_server.reports.reader import (
+from mcp_server.reports.sheets import (
     Source,
     _Book,
     _cell,
