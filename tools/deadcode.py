@@ -5,7 +5,7 @@ Run: python tools/deadcode.py (make test runs it before pytest). Exit 0 when not
 
 What counts as used although no Python expression names it (worked out from the code, so it
 cannot go stale):
-- every Operation's `engine` and `render` "module:function" (mcp_server.faces.operations()),
+- every Operation's `engine` and `render` "module:function" (mcp_server.faces.registry.operations()),
   every other "mcp_server.x:function" string literal in the package, and the entry points in
   pyproject.toml's [project.scripts];
 - the body of a data class (pydantic models, msgspec Structs, dataclasses, TypedDicts, NamedTuples, enums): its
