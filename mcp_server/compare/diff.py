@@ -95,24 +95,26 @@ def _ratio(a: float, b: float) -> Optional[float]:
 
 
 def _annotate(a: list[Item], b: list[Item], pairs, la: str, lb: str) -> list[Annotation]:
+    """A block's notes (see the module doc): MISSING, then FUSION, then IMPROVE."""
+    return _missing(a, b, la, lb) + _fusions(a, b, pairs, la, lb) + _improvements(a, b, pairs, la, lb)
+
+
+def _missing(a: list[Item], b: list[Item], la: str, lb: str) -> list[Annotation]:
+    """MISSING: a category of the block on one side only (``side``: the side that lacks it)."""
     notes: list[Annotation] = []
-    tot_a = sum(x.us for x in a)
-    tot_b = sum(x.us for x in b)
-    n_a = sum(x.count for x in a)
-    n_b = sum(x.count for x in b)
-    cats_a = {x.category for x in a}
-    cats_b = {x.category for x in b}
-    # MISSING
-    for cat in sorted(cats_a - cats_b):
-        ks = [x for x in a if x.category == cat]
-        notes.append(Annotation(kind="MISSING", side="b", category=cat, kernels=[x.name for x in ks], message=(
-            f"{cat} only on {la}: {sum(x.count for x in ks)} launches, {sum(x.us for x in ks):.1f} us "
-            f"({', '.join(short_name(x.name, 48) for x in ks[:3])})")))
-    for cat in sorted(cats_b - cats_a):
-        ks = [x for x in b if x.category == cat]
-        notes.append(Annotation(kind="MISSING", side="a", category=cat, kernels=[x.name for x in ks], message=(
-            f"{cat} only on {lb}: {sum(x.count for x in ks)} launches, {sum(x.us for x in ks):.1f} us "
-            f"({', '.join(short_name(x.name, 48) for x in ks[:3])})")))
+    for mine, other, lm, lacking in ((a, b, la, "b"), (b, a, lb, "a")):
+        for cat in sorted({x.category for x in mine} - {x.category for x in other}):
+            ks = [x for x in mine if x.category == cat]
+            notes.append(Annotation(kind="MISSING", side=lacking, category=cat, kernels=[x.name for x in ks], message=(
+                f"{cat} only on {lm}: {sum(x.count for x in ks)} launches, {sum(x.us for x in ks):.1f} us "
+                f"({', '.join(short_name(x.name, 48) for x in ks[:3])})")))
+    return notes
+
+
+def _fusions(a: list[Item], b: list[Item], pairs, la: str, lb: str) -> list[Annotation]:
+    """FUSION: replacement segments of several kernels against fewer, else one side covering the same
+    categories with fewer launches."""
+    notes: list[Annotation] = []
     # FUSION from replacement segments
     fused_sides: set[str] = set()
     for seg_a, seg_b in segments(pairs).values():
@@ -134,10 +136,10 @@ def _annotate(a: list[Item], b: list[Item], pairs, la: str, lb: str) -> list[Ann
             f"where {lf} runs {len(few)} ({', '.join(short_name(fl[j].name, 40) for j in few)}): "
             f"they could merge into one fused kernel")))
     # FUSION: one side covers the same categories with fewer launches
-    for (mine, other, cats_mine, cats_other, n_mine, n_other, lm, lo, side) in (
-        (a, b, cats_a, cats_b, n_a, n_b, la, lb, "a"), (b, a, cats_b, cats_a, n_b, n_a, lb, la, "b"),
-    ):
-        if side in fused_sides or not other or n_other >= n_mine or not cats_other >= cats_mine:
+    for mine, other, lm, lo, side in ((a, b, la, lb, "a"), (b, a, lb, la, "b")):
+        n_mine, n_other = sum(x.count for x in mine), sum(x.count for x in other)
+        if (side in fused_sides or not other or n_other >= n_mine
+                or not {x.category for x in other} >= {x.category for x in mine}):
             continue
         idx_mine = {p.a if side == "a" else p.b for p in pairs if p.kind in ("gone", "new", "category", "time")}
         cand = [mine[i] for i in sorted(i for i in idx_mine if i is not None)]
@@ -149,8 +151,13 @@ def _annotate(a: list[Item], b: list[Item], pairs, la: str, lb: str) -> list[Ann
         notes.append(Annotation(kind="FUSION", side=side, kernels=[x.name for x in cand], message=(
             f"{lo} covers the same categories with {n_mine - n_other} fewer launches ({n_other} vs {n_mine}); "
             f"{lm}'s {', '.join(short_name(x.name, 40) for x in cand[:4])} could merge")))
-    # IMPROVE
-    floor = IMPROVE_MIN_SHARE * max(tot_a, tot_b)
+    return notes
+
+
+def _improvements(a: list[Item], b: list[Item], pairs, la: str, lb: str) -> list[Annotation]:
+    """IMPROVE: a pair of same-category kernels, one at least ``IMPROVE_RATIO`` slower per launch."""
+    notes: list[Annotation] = []
+    floor = IMPROVE_MIN_SHARE * max(sum(x.us for x in a), sum(x.us for x in b))
     segs = segments(pairs)
     for p in pairs:
         if p.a is None or p.b is None:

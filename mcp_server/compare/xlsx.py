@@ -22,6 +22,7 @@ def category_budget(res: DiffResult) -> list[tuple[str, float, float]]:
 
 
 def write_diff_xlsx(res: DiffResult, path: str | os.PathLike) -> Path:
+    """The result as a workbook (the sheets of ``_sheets``), the block to optimise first starred."""
     from openpyxl import Workbook
     from openpyxl.cell import WriteOnlyCell
     from openpyxl.styles import Font, PatternFill
@@ -29,78 +30,63 @@ def write_diff_xlsx(res: DiffResult, path: str | os.PathLike) -> Path:
     from mcp_server.reports import atomic_save
 
     out = check_output_path(path, "xlsx diff")
-    la, lb = res.a.label, res.b.label
     wb = Workbook(write_only=True)
     bold = Font(bold=True)
     fill = PatternFill(start_color="CCE5FF", end_color="CCE5FF", fill_type="solid")
     star = PatternFill(start_color="FFD7D7", end_color="FFD7D7", fill_type="solid")
 
-    def header(ws, cols):
-        row = []
-        for c in cols:
-            cell = WriteOnlyCell(ws, value=c)
-            cell.font, cell.fill = bold, fill
-            row.append(cell)
-        ws.append(row)
+    def styled(ws, vals: list, fill: PatternFill, font: Font | None = None) -> list:
+        cells = []
+        for v in vals:
+            cell = WriteOnlyCell(ws, value=v)
+            cell.fill = fill
+            if font is not None:
+                cell.font = font
+            cells.append(cell)
+        return cells
 
-    ws = wb.create_sheet("Blocks")
-    header(ws, ["Optimize", "Block", "Role", f"{la} (us)", f"{lb} (us)", "Gap (us, B-A)", "Ratio B/A",
-                f"{la} kernels", f"{lb} kernels", "Annotations", "Module keys"])
-    for b in res.blocks:
-        vals = ["★" if b.optimize else "", b.block, b.role, round(b.a_us, 3), round(b.b_us, 3), round(b.gap_us, 3),
-                None if b.ratio is None else round(b.ratio, 4), b.a_count, b.b_count,
-                "; ".join(f"{a.kind}: {a.message}" for a in b.annotations), ", ".join(b.module_types)]
-        if b.optimize:
-            row = []
-            for v in vals:
-                c = WriteOnlyCell(ws, value=v)
-                c.fill = star
-                row.append(c)
-            ws.append(row)
-        else:
-            ws.append(vals)
-    ws.append(["", "Total", "", round(res.total_a_us, 3), round(res.total_b_us, 3), round(res.gap_us, 3),
-               None if res.ratio is None else round(res.ratio, 4)])
-
-    ws = wb.create_sheet("Kernel Matches")
-    header(ws, ["Block", "Match", "Segment", f"{la} kernel", f"{la} category", f"{la} (us)",
-                f"{lb} kernel", f"{lb} category", f"{lb} (us)"])
-    for b in res.blocks:
-        for m in b.matches:
-            ws.append([b.block, m.kind, m.segment, m.a_name or "", m.a_category or "", round(m.a_us, 3),
-                       m.b_name or "", m.b_category or "", round(m.b_us, 3)])
-
-    ws = wb.create_sheet("Annotations")
-    header(ws, ["Block", "Kind", "Side", "Category", "Message", "Kernels"])
-    for b in res.blocks:
-        for a in b.annotations:
-            ws.append([b.block, a.kind, la if a.side == "a" else lb, a.category or "", a.message,
-                       " | ".join(a.kernels)])
-
-    ws = wb.create_sheet("Budget")
-    header(ws, ["Category", f"{la} (us)", f"{la} %", f"{lb} (us)", f"{lb} %", "Gap (us, B-A)", "Ratio B/A"])
-    ta = sum(r[1] for r in category_budget(res)) or 1.0
-    tb = sum(r[2] for r in category_budget(res)) or 1.0
-    for c, a_us, b_us in category_budget(res):
-        ws.append([c, round(a_us, 3), round(100 * a_us / ta, 2), round(b_us, 3), round(100 * b_us / tb, 2),
-                   round(b_us - a_us, 3), round(b_us / a_us, 4) if a_us > 0 else None])
-
-    ws = wb.create_sheet("Category Mismatches")
-    header(ws, ["Side", "Kernel", "Stored", "Current", "Total (us)"])
-    for mm in res.mismatches:
-        ws.append([mm.side, mm.kernel, mm.stored, mm.current, round(mm.us, 3)])
-
-    ws = wb.create_sheet("Sides")
-    header(ws, ["Side", "Label", "Path", "Kind", "Table", "Truncated", "Phase", "Kernels", "Total (us)",
-                "Categories sha256", "Steps", "Reference", "Reference phase", "Attribution", "Confidence",
-                "Attribution suspect"])
-    for key, s in (("A", res.a), ("B", res.b)):
-        ws.append([key, s.label, s.path, s.kind, s.source_table, s.truncated, s.phase or "", s.kernel_count,
-                   round(s.total_us, 3), s.categories_sha256, s.steps, s.reference or "", s.reference_phase or "",
-                   s.attribution_method or "", s.attribution_confidence, s.attribution_suspect])
-    ws.append([])
-    ws.append(["Blocks file", res.blocks_source])
-    for w in res.warnings:
-        ws.append(["Warning", w.code, w.message])
+    for name, cols, rows in _sheets(res):
+        ws = wb.create_sheet(name)
+        ws.append(styled(ws, cols, fill, bold))
+        for row in rows:
+            ws.append(styled(ws, row, star) if name == "Blocks" and row[:1] == ["★"] else row)
     atomic_save(wb, out)
     return out
+
+
+def _sheets(res: DiffResult) -> list[tuple[str, list[str], list[list]]]:
+    """Per sheet of the workbook: name, header row, rows."""
+    la, lb = res.a.label, res.b.label
+    budget = category_budget(res)
+    ta = sum(r[1] for r in budget) or 1.0
+    tb = sum(r[2] for r in budget) or 1.0
+    return [
+        ("Blocks", ["Optimize", "Block", "Role", f"{la} (us)", f"{lb} (us)", "Gap (us, B-A)", "Ratio B/A",
+                    f"{la} kernels", f"{lb} kernels", "Annotations", "Module keys"],
+         [["★" if b.optimize else "", b.block, b.role, round(b.a_us, 3), round(b.b_us, 3), round(b.gap_us, 3),
+           None if b.ratio is None else round(b.ratio, 4), b.a_count, b.b_count,
+           "; ".join(f"{a.kind}: {a.message}" for a in b.annotations), ", ".join(b.module_types)]
+          for b in res.blocks]
+         + [["", "Total", "", round(res.total_a_us, 3), round(res.total_b_us, 3), round(res.gap_us, 3),
+             None if res.ratio is None else round(res.ratio, 4)]]),
+        ("Kernel Matches", ["Block", "Match", "Segment", f"{la} kernel", f"{la} category", f"{la} (us)",
+                            f"{lb} kernel", f"{lb} category", f"{lb} (us)"],
+         [[b.block, m.kind, m.segment, m.a_name or "", m.a_category or "", round(m.a_us, 3),
+           m.b_name or "", m.b_category or "", round(m.b_us, 3)] for b in res.blocks for m in b.matches]),
+        ("Annotations", ["Block", "Kind", "Side", "Category", "Message", "Kernels"],
+         [[b.block, a.kind, la if a.side == "a" else lb, a.category or "", a.message, " | ".join(a.kernels)]
+          for b in res.blocks for a in b.annotations]),
+        ("Budget", ["Category", f"{la} (us)", f"{la} %", f"{lb} (us)", f"{lb} %", "Gap (us, B-A)", "Ratio B/A"],
+         [[c, round(a_us, 3), round(100 * a_us / ta, 2), round(b_us, 3), round(100 * b_us / tb, 2),
+           round(b_us - a_us, 3), round(b_us / a_us, 4) if a_us > 0 else None] for c, a_us, b_us in budget]),
+        ("Category Mismatches", ["Side", "Kernel", "Stored", "Current", "Total (us)"],
+         [[mm.side, mm.kernel, mm.stored, mm.current, round(mm.us, 3)] for mm in res.mismatches]),
+        ("Sides", ["Side", "Label", "Path", "Kind", "Table", "Truncated", "Phase", "Kernels", "Total (us)",
+                   "Categories sha256", "Steps", "Reference", "Reference phase", "Attribution", "Confidence",
+                   "Attribution suspect"],
+         [[key, s.label, s.path, s.kind, s.source_table, s.truncated, s.phase or "", s.kernel_count,
+           round(s.total_us, 3), s.categories_sha256, s.steps, s.reference or "", s.reference_phase or "",
+           s.attribution_method or "", s.attribution_confidence, s.attribution_suspect]
+          for key, s in (("A", res.a), ("B", res.b))]
+         + [[], ["Blocks file", res.blocks_source]] + [["Warning", w.code, w.message] for w in res.warnings]),
+    ]
