@@ -40,10 +40,6 @@ GENERIC_LEAVES = frozenset({
 UNATTRIBUTED = "(unattributed)"
 
 
-def default_blocks_path() -> Path:
-    return shared_path("functional_blocks.csv")
-
-
 @dataclass(frozen=True)
 class BlockRule:
     pattern: str
@@ -91,7 +87,7 @@ def _parsed(source: str, text: str) -> BlockRules:
 
 
 def load_blocks(path: str | os.PathLike | None = None) -> BlockRules:
-    p = Path(path) if path else default_blocks_path()
+    p = Path(path) if path else shared_path("functional_blocks.csv")
     text, resolved = read_rules_file(p, what="functional blocks", hint="pass a CSV with header 'pattern,block,role'")
     return _parsed(resolved, text)
 

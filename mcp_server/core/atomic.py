@@ -83,16 +83,13 @@ def _host_tag() -> str:
     return hashlib.sha1(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:6]
 
 
-def _temp_prefix(target: Path) -> str:
-    return f".{target.name[:NAME_KEEP]}.{_host_tag()}-{os.getpid()}."
-
-
 def new_temp(target: PathLike, suffix: str = ".tmp") -> str:
     """A closed, empty temp file beside ``target`` (the caller removes it or publishes it)."""
     t = Path(target)
     if t.is_symlink():
         t = Path(os.path.realpath(t))
-    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(t), suffix=suffix, dir=str(_parent(t)))
+    fd, tmp = tempfile.mkstemp(prefix=f".{t.name[:NAME_KEEP]}.{_host_tag()}-{os.getpid()}.", suffix=suffix,
+                               dir=str(_parent(t)))
     os.close(fd)
     return tmp
 

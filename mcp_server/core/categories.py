@@ -29,10 +29,6 @@ from mcp_server.core.vocab import OTHER, WarningCode, missing_reserved_categorie
 DEFAULT_CATEGORY = OTHER
 
 
-def default_categories_path() -> Path:
-    return shared_path("kernel_categories.csv")
-
-
 @dataclass(frozen=True)
 class CategoryRule:
     category: str
@@ -92,6 +88,6 @@ def _parsed(source: str, text: str) -> CategoryRules:
 
 def load_categories(path: str | os.PathLike | None = None) -> CategoryRules:
     """Load rules from ``path`` or the shared default."""
-    p = Path(path) if path else default_categories_path()
+    p = Path(path) if path else shared_path("kernel_categories.csv")
     text, resolved = read_rules_file(p, what="categories", hint="pass a CSV with header 'category,pattern'")
     return _parsed(resolved, text)

@@ -52,10 +52,6 @@ def _why(result: dict[str, Any]) -> str:
     return f"{result.get('verdict')}" + (f": {sp}" if sp else "")
 
 
-def _spec_arg(spec: Any) -> Any:
-    return Path(spec) if isinstance(spec, str) else spec
-
-
 class _Run:
     """One run of the loop over one experiment: its state (done, rejects in a row, proposals tried) and steps."""
 
@@ -237,7 +233,7 @@ class _Run:
                 return failed
             self.tell(f"validating {cand['proposal_id']} on {cand['kernel'] or 'the target'}")
             try:
-                res = self.steps.validate(_spec_arg(cand["spec"]))
+                res = self.steps.validate(Path(cand["spec"]) if isinstance(cand["spec"], str) else cand["spec"])
                 if hasattr(res, "model_dump"):
                     res = res.model_dump(mode="json")
                 rec.add_validation(self.led, cid, res, key=f"c{cid}:validation")

@@ -89,10 +89,6 @@ def _walk(nodes: Iterable[_Node]):
         stack.extend(reversed(n.children))
 
 
-def _children_signature(n: _Node) -> frozenset:
-    return frozenset(c.type for c in n.children)
-
-
 def plan_details(roots: list[_Node]) -> tuple[dict[tuple[str, str], list[str]], list[DetailPlan]]:
     """Wrapper chains per (root type, phase) and the detail sheets to write.
 
@@ -133,7 +129,7 @@ def plan_details(roots: list[_Node]) -> tuple[dict[tuple[str, str], list[str]], 
         dtype = detail_nodes[0].type
         sig_groups: dict[frozenset, list[_Node]] = defaultdict(list)
         for n in detail_nodes:
-            sig_groups[_children_signature(n)].append(n)
+            sig_groups[frozenset(c.type for c in n.children)].append(n)
         min_count = max(1, len(detail_nodes) // 10)
         significant = sorted((g for g in sig_groups.values() if len(g) >= min_count), key=lambda g: -len(g))
         if len(significant) <= 1:

@@ -38,17 +38,13 @@ MAX_INFO_DEPTH = 32
 _JSON_NEST = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
-def is_trace_name(name: str) -> bool:
-    return name.lower().endswith(TRACE_SUFFIXES)
-
-
 def expand(inputs: list[str]) -> list[Path]:
     """Every trace file named by ``inputs`` (files, directories, globs), each once, in a stable order."""
     found: list[Path] = []
     for item in inputs:
         p = Path(os.path.expanduser(item))
         if p.is_dir():
-            hits = sorted(q for q in p.iterdir() if q.is_file() and is_trace_name(q.name))
+            hits = sorted(q for q in p.iterdir() if q.is_file() and q.name.lower().endswith(TRACE_SUFFIXES))
             if not hits:
                 raise TraceSetError(f"no trace files (*.json, *.json.gz, *.json.zst) in directory {item}")
             found += hits

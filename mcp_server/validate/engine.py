@@ -95,15 +95,13 @@ def child_config(spec: Spec) -> dict[str, Any]:
     }
 
 
-def run_spec(spec: Spec, *, timeout_s: float, progress: ProgressFn | None = None,
-             python: str | None = None) -> ValidationResult:
-    """Run one validation of an already-loaded spec in a fresh child process."""
-    if python is None:  # the harness runs under this interpreter: without torch it cannot start
-        import importlib.util
+def run_spec(spec: Spec, *, timeout_s: float, progress: ProgressFn | None = None) -> ValidationResult:
+    """Run one validation of an already-loaded spec in a fresh child process (under this interpreter)."""
+    import importlib.util
 
-        if importlib.util.find_spec("torch") is None:
-            raise ToolMissingError(f"validate needs torch, which is not installed for {sys.executable}",
-                                   hint="install the gpu extra (pip install 'kernelscope[gpu]') or run where torch is")
+    if importlib.util.find_spec("torch") is None:  # without torch the harness cannot start
+        raise ToolMissingError(f"validate needs torch, which is not installed for {sys.executable}",
+                               hint="install the gpu extra (pip install 'kernelscope[gpu]') or run where torch is")
     state: dict[str, Any] = {"result": None, "last": "starting the harness", "clocks": None, "supervisor": None}
     is_cuda = spec.device.startswith("cuda")
 
@@ -132,7 +130,7 @@ def run_spec(spec: Spec, *, timeout_s: float, progress: ProgressFn | None = None
     with tempfile.TemporaryDirectory(prefix="kscope-validate-") as tmp:
         cfg_path = Path(tmp) / "config.json"
         atomic_write_text(cfg_path, json.dumps(child_config(spec)), what="harness config")
-        py = python or sys.executable
+        py = sys.executable
         memory = harness_memory_limit()
         # the supervisor reaps whatever the candidate starts and holds the time and memory limits (supervise.py)
         args = [py, "-m", "mcp_server.validate.supervise", "--timeout", f"{timeout_s:g}", "--memory", str(memory or 0),
