@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Literal, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -314,75 +314,10 @@ def _consistent(blk_ev: pd.DataFrame, last_blocks: list[int]) -> Optional[bool]:
 
 
 def _verdicts(res: TimelineAnalysis, sync: Optional[dict[str, tuple[int, int]]] = None) -> list[Verdict]:
+    """Every phase's verdicts, then the critical path's, ``balanced`` when no phase is imbalanced and the
+    probes' cost when measured; ranked by the time at stake."""
     span = max(res.span_ns, 1)
-    out: list[Verdict] = []
-    for p in res.phases:
-        k = len(p.occurrences)
-        if sync and p.name in sync:
-            hits, n = sync[p.name]
-            out.append(Verdict(kind="barrier_wait", phase=p.name, at_stake_ns=p.skew_at_stake_ns + p.total_mean_ns,
-                               message=(
-                f"{p.name}: this interval contains a synchronisation wait; move the probe end before the barrier. "
-                f"In {hits} of {n} occurrence(s) the blocks begin up to "
-                f"{_fmt_ns(max(o.skew_ns for o in p.occurrences))} apart but end together, so each block's time "
-                f"is mostly waiting for the last one: the {p.imbalance:.2f}x imbalance and the start skew of "
-                f"this phase measure the wait, not the phase's work.")))
-            continue
-        worst = max(p.occurrences, key=lambda o: o.imbalance)
-        share = p.imbalance_at_stake_ns / span
-        if p.imbalance >= IMBALANCE_RATIO and share >= MIN_SPAN_SHARE:
-            top = ", ".join(f"{b} ({_fmt_ns(v)})" for b, v in zip(p.slowest_blocks[:5], p.slowest_block_mean_ns[:5]))
-            base = (f"{p.name}: the slowest block takes {p.imbalance:.2f}x the mean "
-                    f"({_fmt_ns(worst.slowest_ns)} vs {_fmt_ns(worst.mean_ns)}, occurrence {worst.index}; "
-                    f"CV {p.cv_max:.2f}); slowest blocks by mean: {top}, against a block mean of "
-                    f"{_fmt_ns(p.block_mean_ns)}. Up to {_fmt_ns(p.imbalance_at_stake_ns)} per run at stake "
-                    f"(sum of slowest - mean over {k} occurrence(s), {100 * share:.1f}% of the span).")
-            if p.wait_after_mean_ns > 0:
-                base += (f" Meanwhile the other writers wait {_fmt_ns(p.wait_after_mean_ns)} on average at the "
-                         "following synchronisation.")
-            top_mean = p.slowest_block_mean_ns[0] if p.slowest_block_mean_ns else 0.0
-            peers = [b for b, v in zip(p.slowest_blocks, p.slowest_block_mean_ns) if v >= 0.95 * top_mean]
-            if p.last_block_always_same and k >= 2:
-                if len(peers) > 1:
-                    tail = (f" Block {p.last_blocks[0]} finishes last in every occurrence ({k}/{k}), but blocks "
-                            f"{', '.join(map(str, peers))} are within 5% of each other: all of them carry the extra "
-                            "work; move work off all of them (split their tiles, rebalance the schedule).")
-                else:
-                    tail = (f" Block {p.last_blocks[0]} finishes last in every occurrence ({k}/{k}): its share "
-                            "of the work is too large; move work off it (split its tile, rebalance the schedule).")
-                out.append(Verdict(kind="fixed_straggler", phase=p.name, at_stake_ns=p.imbalance_at_stake_ns,
-                                   message=base + tail))
-            elif k == 1:
-                out.append(Verdict(kind="imbalance", phase=p.name, at_stake_ns=p.imbalance_at_stake_ns, message=(
-                    base + f" One occurrence only: block {p.last_blocks[0]} finished last; record more occurrences "
-                    "(iterations, rounds) to tell a fixed straggler from a moving one.")))
-            elif p.stragglers_consistent:
-                out.append(Verdict(kind="imbalance", phase=p.name, at_stake_ns=p.imbalance_at_stake_ns, message=(
-                    base + f" The last finisher moves among blocks {', '.join(map(str, sorted(set(p.last_blocks))))}, "
-                    "each slow in every occurrence"
-                    + (f" (blocks {', '.join(map(str, peers))} are within 5% of the slowest)" if len(peers) > 1 else "")
-                    + ": they carry similar extra work; give them less, or split their work across more blocks.")))
-            else:
-                out.append(Verdict(kind="moving_straggler", phase=p.name, at_stake_ns=p.imbalance_at_stake_ns, message=(
-                    base + f" The last block changes between occurrences ({', '.join(map(str, p.last_blocks))}) and "
-                    "is not slow in every occurrence: contention (memory, atomics, co-scheduled work) or "
-                    "synchronisation, not a fixed share of the work.")))
-        if p.total_wall_ns > 0:
-            sk = p.skew_at_stake_ns
-            if sk / p.total_wall_ns >= SKEW_SHARE and sk / span >= MIN_SPAN_SHARE:
-                out.append(Verdict(kind="start_skew", phase=p.name, at_stake_ns=sk, message=(
-                    f"{p.name}: wall time exceeds the slowest block by {_fmt_ns(sk)} over {k} occurrence(s) "
-                    f"({100 * sk / p.total_wall_ns:.0f}% of its wall); blocks start up to "
-                    f"{_fmt_ns(max(o.skew_ns for o in p.occurrences))} apart: slow release after the preceding "
-                    "synchronisation, or blocks launched/scheduled late.")))
-        wait_total = p.wait_after_mean_ns * k
-        imbalanced = p.imbalance >= IMBALANCE_RATIO and share >= MIN_SPAN_SHARE
-        if not imbalanced and wait_total / span >= 5 * MIN_SPAN_SHARE:
-            out.append(Verdict(kind="barrier_wait", phase=p.name, at_stake_ns=round(wait_total, 1), message=(
-                f"after {p.name}, a writer waits on average {_fmt_ns(p.wait_after_mean_ns)} (max "
-                f"{_fmt_ns(p.wait_after_max_ns)}) before its next phase begins, {_fmt_ns(wait_total)} per run "
-                "summed over occurrences, while the blocks are balanced within the phase: barrier/release cost, "
-                "start skew, or work outside the probes.")))
+    out: list[Verdict] = [v for p in res.phases for v in _phase_verdicts(p, span, sync)]
     if res.critical_path:
         crit = sorted(res.phases, key=lambda p: -p.critical_ns)
         total = sum(s.critical_ns for s in res.critical_path) or 1
@@ -406,6 +341,80 @@ def _verdicts(res: TimelineAnalysis, sync: Optional[dict[str, tuple[int, int]]] 
             "; probes perturb what they measure: accept or revert a change on an unprofiled A/B benchmark.")))
     out.sort(key=lambda v: -v.at_stake_ns)
     return out
+
+
+def _phase_verdicts(p: Phase, span: int, sync: Optional[dict[str, tuple[int, int]]]) -> list[Verdict]:
+    """A synchronisation wait inside the phase (``sync``: per phase, occurrences with one), else its
+    imbalance, its start skew and the wait after it."""
+    k = len(p.occurrences)
+    if sync and p.name in sync:
+        hits, n = sync[p.name]
+        return [Verdict(kind="barrier_wait", phase=p.name, at_stake_ns=p.skew_at_stake_ns + p.total_mean_ns, message=(
+            f"{p.name}: this interval contains a synchronisation wait; move the probe end before the barrier. "
+            f"In {hits} of {n} occurrence(s) the blocks begin up to "
+            f"{_fmt_ns(max(o.skew_ns for o in p.occurrences))} apart but end together, so each block's time "
+            f"is mostly waiting for the last one: the {p.imbalance:.2f}x imbalance and the start skew of "
+            f"this phase measure the wait, not the phase's work."))]
+    out = []
+    share = p.imbalance_at_stake_ns / span
+    imbalanced = p.imbalance >= IMBALANCE_RATIO and share >= MIN_SPAN_SHARE
+    if imbalanced:
+        out.append(_imbalance_verdict(p, share))
+    if p.total_wall_ns > 0:
+        sk = p.skew_at_stake_ns
+        if sk / p.total_wall_ns >= SKEW_SHARE and sk / span >= MIN_SPAN_SHARE:
+            out.append(Verdict(kind="start_skew", phase=p.name, at_stake_ns=sk, message=(
+                f"{p.name}: wall time exceeds the slowest block by {_fmt_ns(sk)} over {k} occurrence(s) "
+                f"({100 * sk / p.total_wall_ns:.0f}% of its wall); blocks start up to "
+                f"{_fmt_ns(max(o.skew_ns for o in p.occurrences))} apart: slow release after the preceding "
+                "synchronisation, or blocks launched/scheduled late.")))
+    wait_total = p.wait_after_mean_ns * k
+    if not imbalanced and wait_total / span >= 5 * MIN_SPAN_SHARE:
+        out.append(Verdict(kind="barrier_wait", phase=p.name, at_stake_ns=round(wait_total, 1), message=(
+            f"after {p.name}, a writer waits on average {_fmt_ns(p.wait_after_mean_ns)} (max "
+            f"{_fmt_ns(p.wait_after_max_ns)}) before its next phase begins, {_fmt_ns(wait_total)} per run "
+            "summed over occurrences, while the blocks are balanced within the phase: barrier/release cost, "
+            "start skew, or work outside the probes.")))
+    return out
+
+
+def _imbalance_verdict(p: Phase, share: float) -> Verdict:
+    """An imbalanced phase: a fixed straggler, several equally slow blocks, or a moving straggler."""
+    k = len(p.occurrences)
+    worst = max(p.occurrences, key=lambda o: o.imbalance)
+    top = ", ".join(f"{b} ({_fmt_ns(v)})" for b, v in zip(p.slowest_blocks[:5], p.slowest_block_mean_ns[:5]))
+    base = (f"{p.name}: the slowest block takes {p.imbalance:.2f}x the mean "
+            f"({_fmt_ns(worst.slowest_ns)} vs {_fmt_ns(worst.mean_ns)}, occurrence {worst.index}; "
+            f"CV {p.cv_max:.2f}); slowest blocks by mean: {top}, against a block mean of "
+            f"{_fmt_ns(p.block_mean_ns)}. Up to {_fmt_ns(p.imbalance_at_stake_ns)} per run at stake "
+            f"(sum of slowest - mean over {k} occurrence(s), {100 * share:.1f}% of the span).")
+    if p.wait_after_mean_ns > 0:
+        base += (f" Meanwhile the other writers wait {_fmt_ns(p.wait_after_mean_ns)} on average at the "
+                 "following synchronisation.")
+    top_mean = p.slowest_block_mean_ns[0] if p.slowest_block_mean_ns else 0.0
+    peers = [b for b, v in zip(p.slowest_blocks, p.slowest_block_mean_ns) if v >= 0.95 * top_mean]
+    kind: Literal["imbalance", "fixed_straggler", "moving_straggler"] = "imbalance"
+    if p.last_block_always_same and k >= 2:
+        kind = "fixed_straggler"
+        tail = (f" Block {p.last_blocks[0]} finishes last in every occurrence ({k}/{k}), but blocks "
+                f"{', '.join(map(str, peers))} are within 5% of each other: all of them carry the extra "
+                "work; move work off all of them (split their tiles, rebalance the schedule)." if len(peers) > 1 else
+                f" Block {p.last_blocks[0]} finishes last in every occurrence ({k}/{k}): its share "
+                "of the work is too large; move work off it (split its tile, rebalance the schedule).")
+    elif k == 1:
+        tail = (f" One occurrence only: block {p.last_blocks[0]} finished last; record more occurrences "
+                "(iterations, rounds) to tell a fixed straggler from a moving one.")
+    elif p.stragglers_consistent:
+        tail = (f" The last finisher moves among blocks {', '.join(map(str, sorted(set(p.last_blocks))))}, "
+                "each slow in every occurrence"
+                + (f" (blocks {', '.join(map(str, peers))} are within 5% of the slowest)" if len(peers) > 1 else "")
+                + ": they carry similar extra work; give them less, or split their work across more blocks.")
+    else:
+        kind = "moving_straggler"
+        tail = (f" The last block changes between occurrences ({', '.join(map(str, p.last_blocks))}) and "
+                "is not slow in every occurrence: contention (memory, atomics, co-scheduled work) or "
+                "synchronisation, not a fixed share of the work.")
+    return Verdict(kind=kind, phase=p.name, at_stake_ns=p.imbalance_at_stake_ns, message=base + tail)
 
 
 @engine(AnalyzeTimelineRequest)

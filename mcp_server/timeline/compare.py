@@ -1,6 +1,8 @@
 """Before/after comparison of two probe buffers of the same kernel."""
 from __future__ import annotations
 
+from typing import Callable
+
 from mcp_server.core.operation import engine
 from mcp_server.core.vocab import ProgressFn
 from mcp_server.timeline.analysis import _fmt_ns, analyze_path
@@ -37,21 +39,7 @@ def compare_analyses(before: TimelineAnalysis, after: TimelineAnalysis) -> Timel
     b = {p.name: p for p in before.phases}
     a = {p.name: p for p in after.phases}
     order = [p.name for p in before.phases] + [p.name for p in after.phases if p.name not in b]
-    rows: list[PhaseDelta] = []
-    for name in order:
-        pb, pa = b.get(name), a.get(name)
-        sb, sa = (_side(pb) if pb else None), (_side(pa) if pa else None)
-        d = PhaseDelta(name=name, before=sb, after=sa)
-        if sb and sa:
-            d.d_wall_ns = sa.wall_ns - sb.wall_ns
-            d.d_slowest_ns = sa.slowest_ns - sb.slowest_ns
-            d.d_mean_ns = round(sa.mean_ns - sb.mean_ns, 1)
-            d.d_imbalance = round(sa.imbalance - sb.imbalance, 4)
-            d.d_skew_ns = sa.skew_ns - sb.skew_ns
-            d.d_wait_ns = round(sa.wait_ns - sb.wait_ns, 1)
-            d.d_critical_ns = sa.critical_ns - sb.critical_ns
-        rows.append(d)
-
+    rows = [_delta(name, b.get(name), a.get(name)) for name in order]
     findings: list[tuple[float, str]] = []
     d_span = after.span_ns - before.span_ns
     findings.append((abs(d_span) + 1e18, (
@@ -64,31 +52,7 @@ def compare_analyses(before: TimelineAnalysis, after: TimelineAnalysis) -> Timel
 
     cheaper = [r for r in rows if moved(r) and (r.d_critical_ns or 0) < 0]
     dearer = [r for r in rows if moved(r) and (r.d_critical_ns or 0) > 0]
-    for r in rows:
-        rb, ra = r.before, r.after
-        if rb is None or ra is None:  # a phase on one side only (compare_analyses gives at least one)
-            if ra is not None:
-                findings.append((ra.critical_ns, f"{r.name}: new in after ({_fmt_ns(ra.critical_ns)} on the "
-                                                 "critical path)"))
-            elif rb is not None:
-                findings.append((rb.critical_ns, f"{r.name}: gone in after (was {_fmt_ns(rb.critical_ns)} on "
-                                                 "the critical path)"))
-            continue
-        # both sides present: compare_analyses set every d_* field
-        if rb.occurrences != ra.occurrences:
-            findings.append((abs(r.d_critical_ns or 0), f"{r.name}: occurrences {rb.occurrences} -> "
-                                                        f"{ra.occurrences}: totals are not like for like"))
-        if moved(r) or abs(r.d_imbalance or 0) >= 0.1:
-            dc = r.d_critical_ns or 0
-            word = "dropped" if dc < 0 else "grew"
-            if not moved(r):
-                word = "unchanged within noise"
-            findings.append((abs(dc), (
-                f"{r.name}: critical {_fmt_ns(rb.critical_ns)} -> {_fmt_ns(ra.critical_ns)} "
-                f"({word}{'' if not moved(r) else ' by ' + _fmt_ns(abs(dc))}); wall {_fmt_ns(r.d_wall_ns or 0)}, "
-                f"slowest {_fmt_ns(r.d_slowest_ns or 0)}, mean {_fmt_ns(r.d_mean_ns or 0)}; "
-                f"imbalance {rb.imbalance:.2f}x -> {ra.imbalance:.2f}x; "
-                f"skew {_fmt_ns(r.d_skew_ns or 0)}; waits {_fmt_ns(r.d_wait_ns or 0)}")))
+    findings += _phase_findings(rows, moved)
     quiet = [r.name for r in rows if r.before and r.after and not moved(r)]
     if quiet:
         findings.append((0.5, f"within noise (under {_fmt_ns(noise_ns(before, after))} on the critical path): "
@@ -115,6 +79,49 @@ def compare_analyses(before: TimelineAnalysis, after: TimelineAnalysis) -> Timel
         warnings=[w.model_copy(update={"message": f"before: {w.message}"}) for w in before.warnings]
         + [w.model_copy(update={"message": f"after: {w.message}"}) for w in after.warnings],
         probe_overhead_before=po_b, probe_overhead_after=po_a)
+
+
+def _delta(name: str, pb: Phase | None, pa: Phase | None) -> PhaseDelta:
+    """One phase before and after; the differences (after - before) when it is on both sides."""
+    sb, sa = (_side(pb) if pb else None), (_side(pa) if pa else None)
+    d = PhaseDelta(name=name, before=sb, after=sa)
+    if sb and sa:
+        for f, digits in (("wall_ns", None), ("slowest_ns", None), ("mean_ns", 1), ("imbalance", 4),
+                          ("skew_ns", None), ("wait_ns", 1), ("critical_ns", None)):
+            v = getattr(sa, f) - getattr(sb, f)
+            setattr(d, f"d_{f}", v if digits is None else round(v, digits))
+    return d
+
+
+def _phase_findings(rows: list[PhaseDelta], moved: Callable[[PhaseDelta], bool]) -> list[tuple[float, str]]:
+    """Per phase (rank, text): new or gone, occurrences that differ, and what moved (or its imbalance)."""
+    findings: list[tuple[float, str]] = []
+    for r in rows:
+        rb, ra = r.before, r.after
+        if rb is None or ra is None:  # a phase on one side only (compare_analyses gives at least one)
+            if ra is not None:
+                findings.append((ra.critical_ns, f"{r.name}: new in after ({_fmt_ns(ra.critical_ns)} on the "
+                                                 "critical path)"))
+            elif rb is not None:
+                findings.append((rb.critical_ns, f"{r.name}: gone in after (was {_fmt_ns(rb.critical_ns)} on "
+                                                 "the critical path)"))
+            continue
+        # both sides present: _delta set every d_* field
+        if rb.occurrences != ra.occurrences:
+            findings.append((abs(r.d_critical_ns or 0), f"{r.name}: occurrences {rb.occurrences} -> "
+                                                        f"{ra.occurrences}: totals are not like for like"))
+        if moved(r) or abs(r.d_imbalance or 0) >= 0.1:
+            dc = r.d_critical_ns or 0
+            word = "dropped" if dc < 0 else "grew"
+            if not moved(r):
+                word = "unchanged within noise"
+            findings.append((abs(dc), (
+                f"{r.name}: critical {_fmt_ns(rb.critical_ns)} -> {_fmt_ns(ra.critical_ns)} "
+                f"({word}{'' if not moved(r) else ' by ' + _fmt_ns(abs(dc))}); wall {_fmt_ns(r.d_wall_ns or 0)}, "
+                f"slowest {_fmt_ns(r.d_slowest_ns or 0)}, mean {_fmt_ns(r.d_mean_ns or 0)}; "
+                f"imbalance {rb.imbalance:.2f}x -> {ra.imbalance:.2f}x; "
+                f"skew {_fmt_ns(r.d_skew_ns or 0)}; waits {_fmt_ns(r.d_wait_ns or 0)}")))
+    return findings
 
 
 @engine(CompareTimelinesRequest)
