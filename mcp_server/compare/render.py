@@ -20,7 +20,7 @@ from rich.text import Text
 from mcp_server.compare.matching import dims_key
 from mcp_server.compare.models import BlockDiff, BudgetResult, DiffResult, KernelMatch, side_reference
 from mcp_server.core.kernel_names import display_kernel_name
-from mcp_server.core.textable import Col, TextTable, print_line
+from mcp_server.core.textable import Col, TextTable, print_line, print_warnings
 
 MATCH_LABEL = {"same": "=", "renamed": "≈", "category": "→ cat", "time": "→ time", "gone": "gone", "new": "new"}
 NOTE_LETTER = {"FUSION": "F", "IMPROVE": "I", "MISSING": "M"}
@@ -54,11 +54,6 @@ def _side_line(res) -> str:
     return "\n".join(parts)
 
 
-def _warnings(console: Console, res) -> None:
-    for w in res.warnings:
-        console.print(f"[yellow]warning[/] {escape(str(w.code))}: {escape(w.message)}")
-
-
 def _mismatches(console: Console, res) -> None:
     if not res.mismatches:
         return
@@ -72,7 +67,7 @@ def _mismatches(console: Console, res) -> None:
 
 def render_budget(res: BudgetResult, console: Console, request: Any = None) -> None:
     print_line(console, _side_line(res))
-    _warnings(console, res)
+    print_warnings(console, res.warnings)
     t = TextTable([Col("category", justify="left"), Col("A us"), Col("A %"), Col("B us"), Col("B %"),
                    Col("gap B-A"), Col("B/A")],
                   title="Budget by category (sorted by |gap|; A, B as above)", title_justify="left")
@@ -185,7 +180,7 @@ def render_diff(res: DiffResult, console: Console, request: Any = None, *, panel
     if request is not None:  # the CLI's --top-n / --panels
         panels = request.top_n
     print_line(console, _side_line(res))
-    _warnings(console, res)
+    print_warnings(console, res.warnings)
     blocks_table(res, console.width).print(console)
     la, lb = escape(res.a.label), escape(res.b.label)
     shown = [b for b in res.blocks if b.annotations or b.optimize][:panels]

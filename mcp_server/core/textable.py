@@ -16,7 +16,7 @@ lines longer than the width, nothing cut.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Any, Iterable, Literal, Optional
 
 from rich import box as rich_box
 from rich.console import Console, ConsoleOptions, RenderResult
@@ -214,6 +214,12 @@ def print_line(console: Console, markup: str, *, highlight: bool = False) -> Non
         for part in text.divide(cuts):
             part.rstrip()
             console.print(part, soft_wrap=True, highlight=highlight)
+
+
+def print_warnings(console: Console, warnings: Iterable[Any], *, highlight: bool = True, indent: str = "") -> None:
+    """One ``warning CODE: message`` line per warning, below (or above) a verb's tables."""
+    for w in warnings:
+        console.print(f"{indent}[yellow]warning[/] {escape(str(w.code))}: {escape(w.message)}", highlight=highlight)
 
 
 class PipeConsole(Console):

@@ -10,7 +10,7 @@ def _tail(res: Any, con, paths: dict[str, Optional[str]], targets: Sequence[Any]
     """The targets met or missed, the files written and the warnings, below a result's tables."""
     from rich.markup import escape
 
-    from mcp_server.core.textable import print_line
+    from mcp_server.core.textable import print_line, print_warnings
 
     for g in targets:
         mark = "n/a" if g.met is None else ("[green]met[/]" if g.met else "[red]missed[/]")
@@ -19,8 +19,7 @@ def _tail(res: Any, con, paths: dict[str, Optional[str]], targets: Sequence[Any]
     for label, path in paths.items():
         if path:
             print_line(con, f"{label}: {escape(path)}", highlight=False)
-    for w in res.warnings:
-        con.print(f"[yellow]warning[/] {escape(str(w.code))}: {escape(w.message)}", highlight=False)
+    print_warnings(con, res.warnings, highlight=False)
 
 
 def render_mla(res: MlaBenchResult, con, request: Any = None) -> None:

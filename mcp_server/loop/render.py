@@ -6,7 +6,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from mcp_server.core.textable import print_line
+from mcp_server.core.textable import print_line, print_warnings
 from mcp_server.loop.models import LoopResult
 
 _STYLE = {"accepted": "green", "reverted": "red", "abandoned": "yellow", "error": "red"}
@@ -34,5 +34,4 @@ def render_loop(res: LoopResult, console: Console, request: Any = None) -> None:
     errs = f", {res.errors} error(s)" if res.errors else ""
     console.print(f"  {res.accepted} accepted, {res.rejected} rejected{errs}; stopped: {res.stopped} "
                   f"({escape(res.stop_message)})")
-    for w in res.warnings:
-        console.print(f"  [yellow]warning[/] {w.code}: {escape(w.message)}")
+    print_warnings(console, res.warnings, indent="  ")

@@ -23,10 +23,9 @@ def _p(v: Optional[float]) -> str:
 
 
 def _warnings(res: Any, con) -> None:
-    from rich.markup import escape
+    from mcp_server.core.textable import print_warnings
 
-    for w in res.warnings:
-        con.print(f"[yellow]warning[/] {escape(str(w.code))}: {escape(w.message)}", highlight=False)
+    print_warnings(con, res.warnings, highlight=False)
 
 
 def _unrecognized(res: Any, con) -> None:

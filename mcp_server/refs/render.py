@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from mcp_server.core.textable import Col, TextTable
+from mcp_server.core.textable import Col, TextTable, print_warnings
 from mcp_server.refs.models import ReferenceResult
 
 _READING = {
@@ -56,5 +56,4 @@ def render_references(res: ReferenceResult, console: Console) -> None:
             console.print("  [dim]no hits[/]")
         if sec.url and (sec.method == "url-only" or not sec.items):
             console.print(f"  search by hand: {escape(sec.url)}")
-    for w in res.warnings:
-        console.print(f"[yellow]warning[/] {escape(w.code)}: {escape(w.message)}")
+    print_warnings(console, res.warnings)

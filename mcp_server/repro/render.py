@@ -5,18 +5,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from mcp_server.core.kernel_names import display_kernel_name
-from mcp_server.core.textable import Col, TextTable, print_line
+from mcp_server.core.textable import Col, TextTable, print_line, print_warnings
 from mcp_server.repro.models import MakeReproResult, RunReproResult
-
-
-def _warnings(c: Console, warnings: list) -> None:
-    for w in warnings:
-        c.print(f"[yellow]warning[/] {escape(w.code)}: {escape(w.message)}")
 
 
 def render_make(res: MakeReproResult, console: Console, request: object = None) -> None:
     c = console
-    _warnings(c, res.warnings)
+    print_warnings(c, res.warnings)
     print_line(c, f"{escape(res.trace)}: {escape(res.scope)}; {res.selected_kernel_us:,.1f} us of kernels, "
                f"{res.coverage_pct:.1f} % rebuilt in {len(res.ops)} op signature(s)")
     # numbers and ids whole, op and module names shortened from the middle (textable.py)
@@ -42,7 +37,7 @@ def render_make(res: MakeReproResult, console: Console, request: object = None) 
 
 def render_run(res: RunReproResult, console: Console, request: object = None) -> None:
     c = console
-    _warnings(c, res.warnings)
+    print_warnings(c, res.warnings)
     t = TextTable([Col("id", justify="left"), Col("op", "name", min_width=16), Col("trace"), Col("kernel"),
                    Col("kernel cold"), Col("wall"), Col("wall cold"), Col("ratio")],
                   title=f"replay on {escape(res.device)} vs trace (us per call)", title_justify="left")

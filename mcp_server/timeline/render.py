@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from mcp_server.core.textable import Col, TextTable, print_line
+from mcp_server.core.textable import Col, TextTable, print_line, print_warnings
 from mcp_server.timeline.analysis import _fmt_ns
 from mcp_server.timeline.models import TimelineAnalysis, TimelineComparison
 
@@ -35,8 +35,7 @@ def render_analysis(res: TimelineAnalysis, con: Console, request=None) -> None:
     print_line(con, f"[bold]{escape(res.source)}[/]: {res.nblocks} blocks x {res.ngroups} groups, tag layout "
                f"{res.tag_layout}{' (auto)' if res.tag_layout_auto else ''}, {sm}; {res.records} records, "
                f"{res.intervals} intervals, span {_fmt_ns(res.span_ns)}")
-    for w in res.warnings:
-        con.print(f"[yellow]warning[/] {escape(w.code)}: {escape(w.message)}", highlight=False)
+    print_warnings(con, res.warnings, highlight=False)
     if res.probe_overhead:
         po = res.probe_overhead
         how = f"medians of {po.samples}" if po.samples else "medians from the file"
@@ -79,8 +78,7 @@ def render_analysis(res: TimelineAnalysis, con: Console, request=None) -> None:
 def render_comparison(cmp: TimelineComparison, con: Console, request=None) -> None:
     wide = _width(con, request)
     print_line(con, f"[bold]before[/] {escape(cmp.before)}\n[bold]after[/]  {escape(cmp.after)}")
-    for w in cmp.warnings:
-        con.print(f"[yellow]warning[/] {escape(w.code)}: {escape(w.message)}", highlight=False)
+    print_warnings(con, cmp.warnings, highlight=False)
     rows = []
     for r in cmp.phases:
         b, a = r.before, r.after

@@ -5,7 +5,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from mcp_server.core.kernel_names import display_kernel_name
-from mcp_server.core.textable import Col, TextTable, print_line
+from mcp_server.core.textable import Col, TextTable, print_line, print_warnings
 from mcp_server.traces.models import TraceAnalysis
 
 
@@ -73,8 +73,7 @@ def render_analysis(res: TraceAnalysis, console: Console, request: object = None
                 f"communication {_us(t_.communication_us)} (exposed {_us(t_.exposed_communication_us)}"
                 + (f", {t_.comm_overlap_pct:.1f}% under compute" if t_.comm_overlap_pct is not None else "") + "), "
                 f"memcpy/memset {_us(t_.memory_us)}; {len(b.streams)} stream(s)")
-    for wn in res.warnings:  # before the tables: a person reads them before trusting the numbers
-        c.print(f"[yellow]warning[/] {escape(wn.code)}: {escape(wn.message)}")
+    print_warnings(c, res.warnings)  # before the tables: a person reads them before trusting the numbers
 
     t = _table("Categories", ["Category", "Count", "Total", "%"])
     for cat in res.categories:

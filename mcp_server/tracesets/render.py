@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from mcp_server.core.textable import Col, TextTable, print_line
+from mcp_server.core.textable import Col, TextTable, print_line, print_warnings
 from mcp_server.tracesets.models import TraceSetAnalysis, TraceSetComparison
 
 MAX_RANK_COLUMNS = 8
@@ -73,8 +73,7 @@ def render_set(res: TraceSetAnalysis, console: Console, request: object = None) 
         c.print(f"[bold]reading both[/]: {escape(both)}")
     for f in res.failed:
         c.print(f"[red]rank {f.rank} not analysed:[/] {escape(f.error)}")
-    for w in res.warnings:
-        c.print(f"[yellow]warning[/] {w.code}: {escape(w.message)}")
+    print_warnings(c, res.warnings)
     for label, path in (("summary workbook", res.output_xlsx), ("heat map", res.output_html)):
         if path:
             print_line(c, f"{label}: {escape(path)}")
@@ -127,5 +126,4 @@ def render_compare(res: TraceSetComparison, console: Console, request: object = 
         t.add_row(m.name, f"{m.a_max_us:,.1f}", f"{m.b_max_us:,.1f}", f"{m.delta_max_us:+,.1f}",
                   f"{m.delta_mean_us:+,.1f}", f"{m.a_slowest_rank}/{m.b_slowest_rank}")
     t.print(c)
-    for w in res.warnings:
-        c.print(f"[yellow]warning[/] {w.code}: {escape(w.message)}")
+    print_warnings(c, res.warnings)

@@ -6,7 +6,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from mcp_server.core.textable import Col, TextTable, print_line
+from mcp_server.core.textable import Col, TextTable, print_line, print_warnings
 from mcp_server.validate.models import ValidationResult
 
 _COLOURS = {"accepted": "green", "rejected": "red", "not_faster": "yellow", "error": "red"}
@@ -90,7 +90,6 @@ def render(res: ValidationResult, con: Console, request: Any = None) -> None:
     for p in res.patched:
         con.print(f"[red]patched[/] {escape(p.name)} by the {p.by} during {escape(p.stage)} (put back)",
                   highlight=False)
-    for wn in res.warnings:
-        con.print(f"[yellow]warning[/] {escape(wn.code)}: {escape(wn.message)}", highlight=False)
+    print_warnings(con, res.warnings, highlight=False)
     if res.verdict == "error" and res.stderr_tail:
         con.print(escape(res.stderr_tail), highlight=False)
