@@ -197,82 +197,85 @@ def time_op(op_id: str, device: str, iters: int, cache: str, nvtx: bool) -> dict
     args = make_inputs({"op": op_id}, None, device, 0)
     cuda = device.startswith("cuda")
 
-    def one(a: tuple) -> None:
+    def one() -> None:
         if nvtx and cuda:
             torch.cuda.nvtx.range_push(op_id)
-        fn(*a)
+        fn(*args)
         if nvtx and cuda:
             torch.cuda.nvtx.range_pop()
 
     for _ in range(3):
-        one(args)
+        one()
     if not cuda:
         t = []
         for _ in range(iters):
             t0 = time.perf_counter()
-            one(args)
+            one()
             t.append((time.perf_counter() - t0) * 1e6)
         res["replay_warm_us"] = statistics.median(t)
         return res
     torch.cuda.synchronize()
-
     flush: Any = None
     if cache in ("both", "cold"):  # written before each cold call: evicts the L2 (inputs, outputs, whatever was there)
         l2 = getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 64 << 20)
         flush = torch.empty(max(2 * int(l2), 1 << 22) // 4, dtype=torch.float32, device=device)
-
-    def events(cold: bool) -> float:
-        ts = []
-        for k in range(iters):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            if cold:
-                flush.fill_(float(k))
-            s.record()
-            one(args)
-            e.record()
-            e.synchronize()
-            ts.append(s.elapsed_time(e) * 1e3)
-        return statistics.median(ts)
-
-    def kernels(cold: bool) -> dict[str, float]:
-        """Profiler device time per kernel name over ``iters`` calls (cold: the L2 flushed before each)."""
-        from torch.profiler import ProfilerActivity, profile
-
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for k in range(iters):
-                if cold:
-                    flush.fill_(float(k))
-                one(args)
-            torch.cuda.synchronize()
-        per_name: dict[str, float] = {}
-        for ev in prof.events():
-            if getattr(ev, "device_type", None) is not None and str(ev.device_type).endswith("CUDA"):
-                per_name[ev.name] = per_name.get(ev.name, 0.0) + ev.device_time
-        return per_name
-
     warm: dict[str, float] = {}
     if cache in ("both", "warm"):
-        res["replay_warm_us"] = events(False)
-        warm = kernels(False)
+        res["replay_warm_us"] = _event_median(one, iters, None)
+        warm = _kernel_times(lambda: _calls(one, iters, None))
         res["kernels"] = sorted(warm, key=lambda k: -warm[k])
         res["replay_kernel_us"] = sum(warm.values()) / iters if warm else None
     if flush is not None:
-        res["replay_cold_us"] = events(True)
+        res["replay_cold_us"] = _event_median(one, iters, flush)
         if not nvtx:  # under ncu (--nvtx) only the timed calls run: a profiled pass would add kernels
-            from torch.profiler import ProfilerActivity, profile
-
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                flush.fill_(0.0)
-                torch.cuda.synchronize()
-            fill = {ev.name for ev in prof.events()
-                    if getattr(ev, "device_type", None) is not None and str(ev.device_type).endswith("CUDA")}
-            cold = kernels(True)
-            if fill & set(warm or kernels(False)):  # the op launches the flush's kernel: the two cannot be told apart
+            fill = set(_kernel_times(lambda: flush.fill_(0.0)))
+            cold = _kernel_times(lambda: _calls(one, iters, flush))
+            if fill & set(warm or _kernel_times(lambda: _calls(one, iters, None))):
+                # the op launches the flush's kernel: the two cannot be told apart
                 res["cold_note"] = "the op launches the L2 flush's own kernel: no cold kernel time"
             else:
                 mine = [v for k, v in cold.items() if k not in fill]
                 res["replay_kernel_cold_us"] = sum(mine) / iters if mine else None
     return res
+
+
+def _calls(one: Any, iters: int, flush: Any) -> None:
+    """``iters`` calls; ``flush``: written before each (the L2 cold), or None."""
+    for k in range(iters):
+        if flush is not None:
+            flush.fill_(float(k))
+        one()
+
+
+def _event_median(one: Any, iters: int, flush: Any) -> float:
+    """The median CUDA-event time of ``iters`` calls in us (``flush`` as in ``_calls``)."""
+    torch = _torch()
+    ts = []
+    for k in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if flush is not None:
+            flush.fill_(float(k))
+        s.record()
+        one()
+        e.record()
+        e.synchronize()
+        ts.append(s.elapsed_time(e) * 1e3)
+    return statistics.median(ts)
+
+
+def _kernel_times(run: Any) -> dict[str, float]:
+    """Profiler device time per CUDA kernel name over ``run()`` (synchronised before the profile ends)."""
+    torch = _torch()
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    per_name: dict[str, float] = {}
+    for ev in prof.events():
+        if getattr(ev, "device_type", None) is not None and str(ev.device_type).endswith("CUDA"):
+            per_name[ev.name] = per_name.get(ev.name, 0.0) + ev.device_time
+    return per_name
 
 
 def main(argv: list[str] | None = None) -> int:
