@@ -33,34 +33,33 @@ from mcp_server.core.operation import engine
 from mcp_server.ncu import catalogue as cat
 from mcp_server.ncu.csvfile import read_csv
 from mcp_server.ncu.models import DurationStats, KernelProfile, LaunchRow, NcuProfile, Source
-from mcp_server.ncu.raw import RawLaunch, base_suffix, cache_control_in_log, warn
+from mcp_server.ncu.raw import RawLaunch, base_suffix, cache_control_in_log, uncompressed_name, warn
 from mcp_server.ncu.repfile import read_report
 from mcp_server.ncu.requests import ParseNcuRequest
 
 
-def _log_beside(path: Path) -> Optional[Path]:
-    name = path.name
-    for comp in (".xz", ".gz"):
-        if name.endswith(comp):
-            name = name[: -len(comp)]
+def _report_stem(name: str) -> Optional[str]:
+    """REPORT of REPORT.ncu-rep or of one of its CSV exports (compression suffixes gone); None for another name."""
     for suf in (".ncu-rep", ".raw_auto.csv", ".raw.csv", ".details.csv", ".csv"):
         if name.endswith(suf):
-            cand = path.parent / (name[: -len(suf)] + ".log")
-            return cand if cand.is_file() else None
+            return name[: -len(suf)]
     return None
+
+
+def _log_beside(path: Path) -> Optional[Path]:
+    stem = _report_stem(uncompressed_name(path.name))
+    if stem is None:
+        return None
+    cand = path.parent / (stem + ".log")
+    return cand if cand.is_file() else None
 
 
 def read_sidecar(path: Path) -> tuple[Optional[dict], Optional[Path]]:
     """The ``REPORT.ncu-rep.json`` sidecar of a report or of its CSV export, if one is there."""
-    name = path.name
-    for comp in (".xz", ".gz"):
-        if name.endswith(comp):
-            name = name[: -len(comp)]
-    stem = name
-    for suf in (".ncu-rep", ".raw_auto.csv", ".raw.csv", ".details.csv", ".csv"):
-        if stem.endswith(suf):
-            stem = stem[: -len(suf)]
-            break
+    name = uncompressed_name(path.name)
+    stem = _report_stem(name)
+    if stem is None:
+        stem = name
     for cand in (path.parent / f"{name}.json", path.parent / f"{stem}.ncu-rep.json"):
         if cand.is_file():
             try:

@@ -142,12 +142,16 @@ def open_text(path: Path) -> str:
     return data.decode("utf-8", "replace").lstrip("\ufeff")
 
 
-def base_suffix(path: Path) -> str:
-    name = path.name.lower()
+def uncompressed_name(name: str) -> str:
+    """A file name less its compression suffixes (.xz, .gz)."""
     for comp in (".xz", ".gz"):
         if name.endswith(comp):
             name = name[: -len(comp)]
-    return Path(name).suffix
+    return name
+
+
+def base_suffix(path: Path) -> str:
+    return Path(uncompressed_name(path.name.lower())).suffix
 
 
 #: report entries that describe the device, the profiler or the topology, not the kernel: not listed as unrecognized
