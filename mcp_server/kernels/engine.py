@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Optional, TypeVar
 
 from mcp_server.core.errors import InputError, ToolMissingError
 from mcp_server.core.models import Warning_
@@ -23,6 +24,8 @@ from mcp_server.kernels.models import (
     TargetCheck,
 )
 from mcp_server.kernels.requests import DecodeGemmRequest, L2SweepRequest, MlaBenchRequest
+
+R = TypeVar("R", MlaBenchResult, L2SweepResult, DecodeGemmResult)
 
 
 def require_gpu(tool: str) -> None:
@@ -51,11 +54,14 @@ def _ints(values: list[int] | str) -> list[int]:
     return [int(v) for v in values]
 
 
-def _write_json(path: str, data: dict) -> str:
-    from mcp_server.core.atomic import atomic_write_text
+def _with_json(result: R, path: Optional[str]) -> R:
+    """``result``, written as JSON to ``path`` first when one is given (the answer's ``json_path`` names it)."""
+    if path:
+        from mcp_server.core.atomic import atomic_write_text
 
-    atomic_write_text(Path(path), json.dumps(data, indent=1), what="json_path")
-    return str(path)
+        atomic_write_text(Path(path), json.dumps(result.model_dump(mode="json"), indent=1), what="json_path")
+        result.json_path = str(path)
+    return result
 
 
 def judge_targets(rows: list[dict]) -> list[TargetCheck]:
@@ -106,9 +112,7 @@ def mla_bench(req: MlaBenchRequest, progress: ProgressFn | None = None) -> MlaBe
         read_tbps=round(res["read_tbps"], 3) if res.get("read_tbps") else None,
         rows=[MlaRow(**{k: r[k] for k in MlaRow.model_fields if k in r}) for r in res["rows"]],
         checks=[MlaCheck(**c) for c in res["checks"]], targets=judge_targets(res["rows"]), warnings=warnings)
-    if req.json_path:
-        result.json_path = _write_json(req.json_path, result.model_dump(mode="json"))
-    return result
+    return _with_json(result, req.json_path)
 
 
 @engine(L2SweepRequest)
@@ -134,9 +138,7 @@ def l2_sweep(req: L2SweepRequest, progress: ProgressFn | None = None) -> L2Sweep
         with atomic_target(req.png_path, what="png_path", suffix=".png") as tmp:
             l2sweep.plot(res, tmp)
         result.png_path = req.png_path
-    if req.json_path:
-        result.json_path = _write_json(req.json_path, result.model_dump(mode="json"))
-    return result
+    return _with_json(result, req.json_path)
 
 
 def judge_decode_targets(rows: list[dict]) -> list[TargetCheck]:
@@ -201,6 +203,4 @@ def decode_gemm(req: DecodeGemmRequest, progress: ProgressFn | None = None) -> D
         rows=[DecodeGemmRow(**{k: r[k] for k in DecodeGemmRow.model_fields if k in r}) for r in res["rows"]],
         checks=[DecodeGemmCheck(**{k: c[k] for k in DecodeGemmCheck.model_fields}) for c in res["checks"]],
         targets=judge_decode_targets(res["rows"]), warnings=warnings)
-    if req.json_path:
-        result.json_path = _write_json(req.json_path, result.model_dump(mode="json"))
-    return result
+    return _with_json(result, req.json_path)
