@@ -5,11 +5,10 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from mcp_server.core.argbounds import NameList, PathArg, PathList
+from mcp_server.core.argbounds import CATEGORIES_HELP, NameList, PathArg, PathList
 from mcp_server.core.operation import SizedRequest, WritesOutputs, top_n_field
 
 SIDE_HELP = "Side {}: trace (.json/.json.gz) or report (.xlsx, kernelscope or trace_module_analyzer)"
-CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"
 Labels = Optional[NameList]
 LABELS_FIELD = Field(default=None, min_length=2, max_length=2,
                      description="Two labels for A and B (default: file names)")

@@ -37,6 +37,9 @@ TextArg = Annotated[str, StringConstraints(max_length=TEXT_CHARS)]
 PathList = Annotated[list[PathArg], Field(max_length=LIST_ITEMS)]
 NameList = Annotated[list[NameArg], Field(max_length=LIST_ITEMS)]
 
+#: the help of every request's ``categories`` field
+CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"
+
 
 def plain_type(tp: Any) -> Any:
     """``tp`` without its bounds (``Optional[PathList]`` -> ``Optional[list[str]]``): the type the CLI options and

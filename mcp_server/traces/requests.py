@@ -5,10 +5,8 @@ from typing import Optional
 
 from pydantic import Field
 
-from mcp_server.core.argbounds import PathArg
+from mcp_server.core.argbounds import CATEGORIES_HELP, PathArg
 from mcp_server.core.operation import SizedRequest, WritesOutputs
-
-CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"
 
 
 class AnalyzeTraceRequest(SizedRequest, WritesOutputs):

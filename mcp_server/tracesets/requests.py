@@ -5,10 +5,9 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from mcp_server.core.argbounds import NameList, PathArg, PathList
+from mcp_server.core.argbounds import CATEGORIES_HELP, NameList, PathArg, PathList
 from mcp_server.core.operation import Request, SizedRequest, WritesOutputs
 
-CATEGORIES_HELP = "Categories CSV (category,pattern); default: the shared kernel_categories.csv"
 EXECUTOR_HELP = ("Where each rank is analysed: process (a local pool of worker processes), ray (one Ray task per "
                  "trace; needs kernelscope[ray]) or inline (this process, one after another)")
 WORKERS_HELP = ("Parallel workers (default: the CPUs this process may use, at most one per trace); more than those "
