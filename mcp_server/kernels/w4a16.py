@@ -26,6 +26,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mcp_server.kernels.launch import block_m, interpreting, launch_config, launch_opts, persistent_grid, split_k
 from mcp_server.kernels.quant import PACK_K, Int4Weights
 from mcp_server.kernels.splitk import splitk_store, workspace
 
@@ -558,32 +559,6 @@ def _w4a16_tma_kernel(x_ptr, w_desc, s_ptr, z_ptr, out_ptr, M, N, H, K: tl.const
         tl.store(out, acc.to(tl.bfloat16), mask=m_mask)
 
 
-def _reg_cap(cfg: dict) -> dict:
-    """The launch option ``maxnreg`` (a per-thread register cap, so more programs fit an SM) when the
-    config names one."""
-    return {"maxnreg": int(cfg["maxnreg"])} if cfg.get("maxnreg") else {}
-
-
-_SM_COUNT: dict = {}
-
-
-def _sm_count(device) -> int:
-    import torch
-
-    if device.type != "cuda":
-        return 4
-    key = device.index or 0
-    if key not in _SM_COUNT:
-        _SM_COUNT[key] = torch.cuda.get_device_properties(key).multi_processor_count
-    return _SM_COUNT[key]
-
-
-def _interpreting() -> bool:
-    import os
-
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def w4a16_bmm(x, w: Int4Weights, out=None, config: dict | None = None, variant: str | None = None):
     """``x[H, M, K]`` bf16 times the INT4 weights -> ``[H, M, N]`` bf16 (see ``w4a16_launch``)."""
     return w4a16_launch(x, w, out, config, variant)[1]
@@ -601,8 +576,6 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
     """
     import torch
 
-    from mcp_server.kernels import tuning
-
     H, M, K = x.shape
     if K != w.K or H != w.H:
         raise ValueError(f"x {tuple(x.shape)} does not match weights H={w.H} K={w.K}")
@@ -613,78 +586,50 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
         x = x.contiguous()
     if out is None:
         out = torch.empty((H, M, N), dtype=torch.bfloat16, device=x.device)
-    if config is None:
-        cfg = tuning.config_for("int4", M, K, N, H, _sm_count(x.device))
-        tuning.warn_untuned("int4", M, K, N, cfg)
-    else:
-        cfg = dict(config)
+    cfg = launch_config("int4", x, N, config)
     variant = variant or cfg.pop("variant", "dot")
     cfg.pop("variant", None)
-    unpack = 2 if _interpreting() else (1 if variant.endswith("_plain") else 0)
+    unpack = 2 if interpreting() else (1 if variant.endswith("_plain") else 0)
     if variant in ("persistent_plain", "splitk_plain"):
         variant = variant[:-6]
     zeros = w.zeros if w.zeros is not None else w.scales
-    if variant in ("gemv", "gemv_plain"):
+    quant = dict(GROUP=w.group, HAS_ZERO=w.zeros is not None, UNPACK=unpack)
+    if variant in ("gemv", "gemv_plain", "rows"):
         if M != 1:
-            raise ValueError("the gemv variant handles M = 1 only")
-        bn = cfg.get("BLOCK_N", 32)
-        split, sub = int(cfg.get("SPLIT", 1)), int(cfg.get("SUB", 1))
+            raise ValueError(f"the {variant.removesuffix('_plain')} variant handles M = 1 only")
+        bn = cfg.get("BLOCK_N", 4 if variant == "rows" else 32)
         if N % bn:
             raise ValueError(f"N={N} is not a multiple of BLOCK_N={bn}")
-        if K % (split * 128 * sub):
-            raise ValueError(f"K={K} is not a multiple of SPLIT*128*SUB={split * 128 * sub}")
+        if variant == "rows":
+            return _w4a16_rows_kernel[(N // bn, H)](
+                x, w.qweight, w.scales, zeros, out, N, K, **quant, BLOCK_N=bn, KWP=triton.next_power_of_2(K // 8),
+                **launch_opts(cfg, 1)), out
+        split, sub = split_k(cfg, K, 128)
         ws, cnt = workspace(x.device, H * split * N if split > 1 else 1, H * (N // bn))
         return _w4a16_gemv_kernel[(N // bn, split, H)](
-            x, w.qweight, w.scales, zeros, out, ws, cnt, N, K, GROUP=w.group, HAS_ZERO=w.zeros is not None,
-            UNPACK=unpack, BLOCK_N=bn, SPLIT=split, SUB=sub,
-            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2), **_reg_cap(cfg)), out
-    if variant == "rows":
-        if M != 1:
-            raise ValueError("the rows variant handles M = 1 only")
-        bn = cfg.get("BLOCK_N", 4)
-        if N % bn:
-            raise ValueError(f"N={N} is not a multiple of BLOCK_N={bn}")
-        k = _w4a16_rows_kernel[(N // bn, H)](
-            x, w.qweight, w.scales, zeros, out, N, K, GROUP=w.group, HAS_ZERO=w.zeros is not None, UNPACK=unpack,
-            BLOCK_N=bn, KWP=triton.next_power_of_2(K // 8),
-            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1), **_reg_cap(cfg))
-        return k, out
+            x, w.qweight, w.scales, zeros, out, ws, cnt, N, K, **quant, BLOCK_N=bn, SPLIT=split, SUB=sub,
+            **launch_opts(cfg, 2)), out
     bn = cfg.get("BLOCK_N", 128)
-    bm = cfg.get("BLOCK_M") or min(64, max(16, triton.next_power_of_2(M)))
+    bm = block_m(cfg, M)
     if variant == "tma":
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        tiles = H * (N // bn) * triton.cdiv(M, bm)
-        grid = (min(tiles, _sm_count(x.device) * cfg.get("CTAS_PER_SM", 2)),)
         desc = TensorDescriptor(w.qweight.view(H * N, K // 8), [H * N, K // 8], [K // 8, 1], [bn, 16])
-        k = _w4a16_tma_kernel[grid](
-            x, desc, w.scales, zeros, out, M, N, H, K, GROUP=w.group, HAS_ZERO=w.zeros is not None, UNPACK=unpack,
-            BLOCK_N=bn, BLOCK_M=bm, NS=cfg.get("NS", 3),
-            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1), **_reg_cap(cfg))
-        return k, out
+        return _w4a16_tma_kernel[persistent_grid(cfg, H, M, N, bn, bm, x.device)](
+            x, desc, w.scales, zeros, out, M, N, H, K, **quant, BLOCK_N=bn, BLOCK_M=bm, NS=cfg.get("NS", 3),
+            **launch_opts(cfg, 1)), out
     if N % bn:
         raise ValueError(f"N={N} is not a multiple of BLOCK_N={bn}")
     if variant == "splitk":
-        split, sub = int(cfg.get("SPLIT", 1)), int(cfg.get("SUB", 1))
-        if K % (split * 128 * sub):
-            raise ValueError(f"K={K} is not a multiple of SPLIT*128*SUB={split * 128 * sub}")
+        split, sub = split_k(cfg, K, 128)
         grid0 = triton.cdiv(M, bm) * (N // bn)
         ws, cnt = workspace(x.device, H * split * M * N if split > 1 else 1, H * grid0)
-        k = _w4a16_splitk_kernel[(grid0, split, H)](
-            x, w.qweight, w.scales, zeros, out, ws, cnt, M, N, K, GROUP=w.group,
-            HAS_ZERO=w.zeros is not None, UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm, SPLIT=split, SUB=sub,
-            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2), **_reg_cap(cfg))
-        return k, out
+        return _w4a16_splitk_kernel[(grid0, split, H)](
+            x, w.qweight, w.scales, zeros, out, ws, cnt, M, N, K, **quant, BLOCK_N=bn, BLOCK_M=bm, SPLIT=split,
+            SUB=sub, **launch_opts(cfg, 2)), out
     if variant == "persistent":
-        tiles = H * (N // bn) * triton.cdiv(M, bm)
-        grid = (min(tiles, _sm_count(x.device) * cfg.get("CTAS_PER_SM", 2)),)
-        k = _w4a16_persistent_kernel[grid](
-            x, w.qweight, w.scales, zeros, out, M, N, H, K, GROUP=w.group,
-            HAS_ZERO=w.zeros is not None, UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
-            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3), **_reg_cap(cfg))
-        return k, out
-    k = _w4a16_dot_kernel[(triton.cdiv(M, bm), N // bn, H)](
-        x, w.qweight, w.scales, zeros, out, M, N, K, GROUP=w.group, HAS_ZERO=w.zeros is not None,
-        UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm, DEP=bool(cfg.get("DEP", False)), PF=bool(cfg.get("PF", False)),
-        num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2), **_reg_cap(cfg))
-    return k, out
+        return _w4a16_persistent_kernel[persistent_grid(cfg, H, M, N, bn, bm, x.device)](
+            x, w.qweight, w.scales, zeros, out, M, N, H, K, **quant, BLOCK_N=bn, BLOCK_M=bm, **launch_opts(cfg, 3)), out
+    return _w4a16_dot_kernel[(triton.cdiv(M, bm), N // bn, H)](
+        x, w.qweight, w.scales, zeros, out, M, N, K, **quant, BLOCK_N=bn, BLOCK_M=bm,
+        DEP=bool(cfg.get("DEP", False)), PF=bool(cfg.get("PF", False)), **launch_opts(cfg, 2)), out

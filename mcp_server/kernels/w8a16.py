@@ -16,9 +16,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mcp_server.kernels.launch import block_m, interpreting, launch_config, launch_opts, persistent_grid, split_k
 from mcp_server.kernels.quant import FP8_MAX, Fp8Weights
 from mcp_server.kernels.splitk import splitk_store, workspace
-from mcp_server.kernels.w4a16 import _reg_cap
 
 _FP8_MAX = tl.constexpr(FP8_MAX)
 
@@ -360,9 +360,7 @@ def _w8a8_dot_kernel(x8_ptr, xs_ptr, w_ptr, s_ptr, out_ptr, M, N, K: tl.constexp
 
 
 def _cvt_dtype(cfg: dict):
-    import os
-
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    if interpreting():
         return tl.float32   # the interpreter's bf16 dots are wrong (triton 3.6)
     return tl.float16 if cfg.get("F16", True) else tl.bfloat16
 
@@ -386,102 +384,73 @@ def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
     splits K, ``SUB`` 64-k blocks per step) or, at M = 1, ``variant`` "gemv" (CUDA cores, split-K);
     natural-layout weights the plain tile kernel (fp8 tile through shared memory).
     """
-    import os
-
     import torch
 
-    from mcp_server.kernels import tuning
-
-    if config is None:
-        from mcp_server.kernels.w4a16 import _sm_count
-
-        cfg = tuning.config_for("fp8", x.shape[1], x.shape[2], w.N, x.shape[0], _sm_count(x.device))
-        if w.layout == "shuffled":
-            tuning.warn_untuned("fp8", x.shape[1], x.shape[2], w.N, cfg)
-    else:
-        cfg = dict(config)
+    cfg = launch_config("fp8", x, w.N, config, warn=w.layout == "shuffled")
     if w.layout == "shuffled":
-        H, M, K = x.shape
-        if K != w.K or H != w.H:
-            raise ValueError(f"x {tuple(x.shape)} does not match weights H={w.H} K={w.K}")
-        bn, sub = cfg.get("BLOCK_N", 128), cfg.get("SUB", 1)
-        if w.N % bn or K % (64 * sub):
-            raise ValueError(f"N={w.N} / K={K} not multiples of BLOCK_N={bn} / 64*SUB={64 * sub}")
-        if w.group and w.group % 64:
-            raise ValueError(f"group={w.group} must be a multiple of 64")
-        x = x.contiguous()
-        if out is None:
-            out = torch.empty((H, M, w.N), dtype=torch.bfloat16, device=x.device)
-        bm = cfg.get("BLOCK_M") or min(64, max(16, triton.next_power_of_2(M)))
-        interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-        unpack = 2 if interp else (1 if cfg.get("variant") == "plain" else 0)
-        if cfg.get("variant") == "rows":
-            if M != 1:
-                raise ValueError("the fp8 rows variant handles M = 1 only")
-            bn = cfg.get("BLOCK_N", 2)
-            if w.N % bn:
-                raise ValueError(f"N={w.N} is not a multiple of BLOCK_N={bn}")
-            k = _w8a16_rows_kernel[(w.N // bn, H)](
-                x, w.weight.view(torch.int32), w.scales, out, w.N, K, GROUP=w.group, UNPACK=unpack, BLOCK_N=bn,
-                KWP=triton.next_power_of_2(K // 4), num_warps=cfg.get("num_warps", 4),
-                num_stages=cfg.get("num_stages", 1), **_reg_cap(cfg))
-            return k, out
-        if cfg.get("variant") == "gemv":
-            if M != 1:
-                raise ValueError("the fp8 gemv variant handles M = 1 only")
-            split = int(cfg.get("SPLIT", 1))
-            if sub > 2 or K % (split * 64 * sub):
-                raise ValueError(f"K={K} is not a multiple of SPLIT*64*SUB={split * 64 * sub} (SUB 1 or 2)")
-            ws, cnt = workspace(x.device, H * split * w.N if split > 1 else 1, H * (w.N // bn))
-            k = _w8a16_gemv_kernel[(w.N // bn, split, H)](
-                x, w.weight.view(torch.int32), w.scales, out, ws, cnt, w.N, K, GROUP=w.group, UNPACK=unpack,
-                BLOCK_N=bn, SPLIT=split, SUB=sub,
-                num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1), **_reg_cap(cfg))
-            return k, out
-        if cfg.get("variant") == "tma":
-            from triton.tools.tensor_descriptor import TensorDescriptor
-
-            from mcp_server.kernels.w4a16 import _sm_count
-
-            tiles = H * (w.N // bn) * triton.cdiv(M, bm)
-            grid = (min(tiles, _sm_count(x.device) * cfg.get("CTAS_PER_SM", 2)),)
-            desc = TensorDescriptor(w.weight.view(torch.int32).view(H * w.N, K // 4), [H * w.N, K // 4], [K // 4, 1],
-                                    [bn, 16])
-            k = _w8a16_tma_kernel[grid](
-                x, desc, w.scales, out, M, w.N, H, K, GROUP=w.group, UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
-                NS=cfg.get("NS", 3), num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1),
-                **_reg_cap(cfg))
-            return k, out
-        if cfg.get("persistent"):
-            from mcp_server.kernels.w4a16 import _sm_count
-
-            tiles = H * (w.N // bn) * triton.cdiv(M, bm)
-            grid = (min(tiles, _sm_count(x.device) * cfg.get("CTAS_PER_SM", 2)),)
-            k = _w8a16_persistent_kernel[grid](
-                x, w.weight.view(torch.int32), w.scales, out, M, w.N, H, K, GROUP=w.group,
-                UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
-                num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3), **_reg_cap(cfg))
-            return k, out
-        split = int(cfg.get("SPLIT", 1))
-        if K % (split * 64 * sub):
-            raise ValueError(f"K={K} is not a multiple of SPLIT*64*SUB={split * 64 * sub}")
-        grid0 = triton.cdiv(M, bm) * (w.N // bn)
-        ws, cnt = workspace(x.device, H * split * M * w.N if split > 1 else 1, H * grid0)
-        k = _w8a16_shuf_kernel[(grid0, split, H)](
-            x, w.weight.view(torch.int32), w.scales, out, ws, cnt, M, w.N, K, GROUP=w.group, UNPACK=unpack,
-            SUB=sub, BLOCK_N=bn, BLOCK_M=bm, SPLIT=split,
-            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 2), **_reg_cap(cfg))
-        return k, out
+        return _launch_shuffled(x, w, out, cfg)
     H, M, K, bn, bk = _check(x, w, cfg)
     x = x.contiguous()
     if out is None:
         out = torch.empty((H, M, w.N), dtype=torch.bfloat16, device=x.device)
-    bm = cfg.get("BLOCK_M") or min(64, max(16, triton.next_power_of_2(M)))
+    bm = block_m(cfg, M)
     k = _w8a16_dot_kernel[(triton.cdiv(M, bm), w.N // bn, H)](
         x, w.weight, w.scales, out, M, w.N, K, GROUP=w.group, CVT=_cvt_dtype(cfg),
-        BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk,
-        num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3), **_reg_cap(cfg))
+        BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, **launch_opts(cfg, 3))
     return k, out
+
+
+def _launch_shuffled(x, w: Fp8Weights, out, cfg: dict):
+    """The shuffled-layout kernels (32-bit words of four fp8): rows or gemv at M = 1, TMA-fed, persistent, or the
+    split-K word-tile kernel."""
+    import torch
+
+    H, M, K = x.shape
+    if K != w.K or H != w.H:
+        raise ValueError(f"x {tuple(x.shape)} does not match weights H={w.H} K={w.K}")
+    bn, sub = cfg.get("BLOCK_N", 128), cfg.get("SUB", 1)
+    if w.N % bn or K % (64 * sub):
+        raise ValueError(f"N={w.N} / K={K} not multiples of BLOCK_N={bn} / 64*SUB={64 * sub}")
+    if w.group and w.group % 64:
+        raise ValueError(f"group={w.group} must be a multiple of 64")
+    x = x.contiguous()
+    if out is None:
+        out = torch.empty((H, M, w.N), dtype=torch.bfloat16, device=x.device)
+    bm = block_m(cfg, M)
+    unpack = 2 if interpreting() else (1 if cfg.get("variant") == "plain" else 0)
+    words, variant = w.weight.view(torch.int32), cfg.get("variant")
+    if variant in ("rows", "gemv") and M != 1:
+        raise ValueError(f"the fp8 {variant} variant handles M = 1 only")
+    if variant == "rows":
+        bn = cfg.get("BLOCK_N", 2)
+        if w.N % bn:
+            raise ValueError(f"N={w.N} is not a multiple of BLOCK_N={bn}")
+        return _w8a16_rows_kernel[(w.N // bn, H)](
+            x, words, w.scales, out, w.N, K, GROUP=w.group, UNPACK=unpack, BLOCK_N=bn,
+            KWP=triton.next_power_of_2(K // 4), **launch_opts(cfg, 1)), out
+    if variant == "gemv":
+        split, sub = split_k(cfg, K, 64, max_sub=2)
+        ws, cnt = workspace(x.device, H * split * w.N if split > 1 else 1, H * (w.N // bn))
+        return _w8a16_gemv_kernel[(w.N // bn, split, H)](
+            x, words, w.scales, out, ws, cnt, w.N, K, GROUP=w.group, UNPACK=unpack, BLOCK_N=bn, SPLIT=split,
+            SUB=sub, **launch_opts(cfg, 1)), out
+    if variant == "tma":
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        desc = TensorDescriptor(words.view(H * w.N, K // 4), [H * w.N, K // 4], [K // 4, 1], [bn, 16])
+        return _w8a16_tma_kernel[persistent_grid(cfg, H, M, w.N, bn, bm, x.device)](
+            x, desc, w.scales, out, M, w.N, H, K, GROUP=w.group, UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
+            NS=cfg.get("NS", 3), **launch_opts(cfg, 1)), out
+    if cfg.get("persistent"):
+        return _w8a16_persistent_kernel[persistent_grid(cfg, H, M, w.N, bn, bm, x.device)](
+            x, words, w.scales, out, M, w.N, H, K, GROUP=w.group, UNPACK=unpack, BLOCK_N=bn, BLOCK_M=bm,
+            **launch_opts(cfg, 3)), out
+    split, sub = split_k(cfg, K, 64)
+    grid0 = triton.cdiv(M, bm) * (w.N // bn)
+    ws, cnt = workspace(x.device, H * split * M * w.N if split > 1 else 1, H * grid0)
+    return _w8a16_shuf_kernel[(grid0, split, H)](
+        x, words, w.scales, out, ws, cnt, M, w.N, K, GROUP=w.group, UNPACK=unpack, SUB=sub, BLOCK_N=bn,
+        BLOCK_M=bm, SPLIT=split, **launch_opts(cfg, 2)), out
 
 
 def w8a16_bmm(x, w: Fp8Weights, out=None, config: dict | None = None):
@@ -514,10 +483,9 @@ def w8a8_launch(x8, xs, w: Fp8Weights, out=None, config: dict | None = None):
     H, M, K, bn, bk = _check(x8, w, cfg)
     if out is None:
         out = torch.empty((H, M, w.N), dtype=torch.bfloat16, device=x8.device)
-    bm = cfg.get("BLOCK_M") or min(64, max(16, triton.next_power_of_2(M)))
+    bm = block_m(cfg, M)
     k = _w8a8_dot_kernel[(triton.cdiv(M, bm), w.N // bn, H)](
-        x8, xs, w.weight, w.scales, out, M, w.N, K, BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk,
-        num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3), **_reg_cap(cfg))
+        x8, xs, w.weight, w.scales, out, M, w.N, K, BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, **launch_opts(cfg, 3))
     return k, out
 
 
