@@ -3,15 +3,14 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from rich.markup import escape
+
+from mcp_server.core.textable import Col, TextTable, print_line, print_warnings
 from mcp_server.kernels.models import DecodeGemmResult, L2SweepResult, MlaBenchResult
 
 
 def _tail(res: Any, con, paths: dict[str, Optional[str]], targets: Sequence[Any] = ()) -> None:
     """The targets met or missed, the files written and the warnings, below a result's tables."""
-    from rich.markup import escape
-
-    from mcp_server.core.textable import print_line, print_warnings
-
     for g in targets:
         mark = "n/a" if g.met is None else ("[green]met[/]" if g.met else "[red]missed[/]")
         worst = "n/a" if g.worst is None else f"{g.worst:.2f}x"
@@ -23,10 +22,6 @@ def _tail(res: Any, con, paths: dict[str, Optional[str]], targets: Sequence[Any]
 
 
 def render_mla(res: MlaBenchResult, con, request: Any = None) -> None:
-    from rich.markup import escape
-
-    from mcp_server.core.textable import Col, TextTable
-
     d = res.device
     con.print(escape(f"{res.model} on {d.name} ({d.sm_count} SMs, L2 {d.l2_mb:.0f} MB), torch {d.torch}, "
                      f"triton {d.triton}; copy {res.copy_tbps:.2f} TB/s (read + write)"
@@ -58,10 +53,6 @@ def render_mla(res: MlaBenchResult, con, request: Any = None) -> None:
 
 
 def render_l2(res: L2SweepResult, con, request: Any = None) -> None:
-    from rich.markup import escape
-
-    from mcp_server.core.textable import Col, TextTable
-
     t = TextTable([Col(c) for c in ("H", "MB", "BF16", "BF16 cold", "INT4", "FP8", "INT4 x", "FP8 x", "warm/cold")],
                   title=f"L2 sweep on {escape(res.device.name)}: W_UK heads K={res.K} N={res.N} M={res.M} (µs, warm)",
                   title_justify="left")
@@ -79,10 +70,6 @@ def render_l2(res: L2SweepResult, con, request: Any = None) -> None:
 
 
 def render_decode(res: DecodeGemmResult, con, request: Any = None) -> None:
-    from rich.markup import escape
-
-    from mcp_server.core.textable import Col, TextTable
-
     d = res.device
     con.print(escape(f"decode GEMMs on {d.name} ({d.sm_count} SMs), torch {d.torch}, triton {d.triton}; copy "
                      f"{res.copy_tbps:.2f} TB/s (read + write); tinygemm "

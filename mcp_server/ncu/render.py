@@ -4,6 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from rich.markup import escape
+
+from mcp_server.core.textable import Col, TextTable, print_line, print_warnings
 from mcp_server.ncu.models import Classification, ClassifiedKernel, NcuProfile, NcuRun, Selection
 
 
@@ -22,15 +25,7 @@ def _p(v: Optional[float]) -> str:
     return "n/a" if v is None else f"{v:.1f}"
 
 
-def _warnings(res: Any, con) -> None:
-    from mcp_server.core.textable import print_warnings
-
-    print_warnings(con, res.warnings, highlight=False)
-
-
 def _unrecognized(res: Any, con) -> None:
-    from rich.markup import escape
-
     names = getattr(res, "unrecognized_metrics", None) or []
     if names:
         shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more (--json lists them)" if len(names) > 6 else "")
@@ -45,10 +40,6 @@ def _source_line(src) -> str:
 
 
 def render_profile(res: NcuProfile, con, request: Any = None) -> None:
-    from rich.markup import escape
-
-    from mcp_server.core.textable import Col, TextTable, print_line
-
     print_line(con, escape(_source_line(res.source)))
     t = TextTable([Col("id"), Col("kernel", "name", min_width=12), Col("nvtx", "name", min_width=8), Col("launches"),
                    Col("total us"), Col("median us"), Col("SM %"), Col("mem %"), Col("DRAM %"), Col("L2 hit %")],
@@ -60,14 +51,10 @@ def render_profile(res: NcuProfile, con, request: Any = None) -> None:
                   _p(m.get("dram_throughput_pct")), _p(m.get("l2_hit_rate_pct")))
     t.print(con)
     _unrecognized(res, con)
-    _warnings(res, con)
+    print_warnings(con, res.warnings, highlight=False)
 
 
 def render_classification(res: Classification, con, request: Any = None) -> None:
-    from rich.markup import escape
-
-    from mcp_server.core.textable import Col, TextTable, print_line
-
     print_line(con, escape(_source_line(res.source)) + f", gpu {res.gpu or '?'}")
     t = TextTable([Col("id"), Col("kernel", "name", min_width=12), Col("share"), Col("class", justify="left"),
                    Col("limiter", justify="left"), Col("L2-resident"), Col("conf."), Col("SM %"), Col("mem %")],
@@ -83,14 +70,10 @@ def render_classification(res: Classification, con, request: Any = None) -> None
         con.print(f"[bold]{escape(k.nvtx or k.short_name)}[/]: " + escape("; ".join(k.bottleneck.advice)),
                   highlight=False)
     _unrecognized(res, con)
-    _warnings(res, con)
+    print_warnings(con, res.warnings, highlight=False)
 
 
 def render_selection(res: Selection, con, request: Any = None) -> None:
-    from rich.markup import escape
-
-    from mcp_server.core.textable import print_line
-
     print_line(con, escape(_source_line(res.source)) + f", gpu {res.gpu or '?'}")
     k = res.candidate
     if k is None:
@@ -110,14 +93,10 @@ def render_selection(res: Selection, con, request: Any = None) -> None:
     for p in (res.md_path, res.png_path):
         if p:
             con.print(f"wrote {escape(p)}", highlight=False)
-    _warnings(res, con)
+    print_warnings(con, res.warnings, highlight=False)
 
 
 def render_run(res: NcuRun, con, request: Any = None) -> None:
-    from rich.markup import escape
-
-    from mcp_server.core.textable import print_line
-
     print_line(con, f"{escape(res.report)}: {res.kernels_profiled} kernels profiled in {res.wall_s:.1f} s "
               f"(ncu {res.ncu_version or '?'}, cache-control {res.cache_control}, clock-control {res.clock_control}, "
               f"target rc {res.target_rc})", highlight=False)
@@ -126,7 +105,7 @@ def render_run(res: NcuRun, con, request: Any = None) -> None:
         print_line(con, f"replayed {escape(res.replay)} alone, its NVTX range the kernel filter", highlight=False)
     if res.profile is not None:
         render_profile(res.profile, con)
-    _warnings(res, con)
+    print_warnings(con, res.warnings, highlight=False)
 
 
 def _md_kernel(k: ClassifiedKernel) -> list[str]:
