@@ -201,7 +201,6 @@ def die_with_parent(parent_pid: "int | None" = None) -> None:
     takes its rank workers with it. ``parent_pid``: the pid that started this process; when it is no
     longer the parent (it died before this call), exit at once."""
     import signal
-    import sys
 
     if not sys.platform.startswith("linux"):
         return

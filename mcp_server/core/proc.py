@@ -138,7 +138,6 @@ def run_watched(args: list[str], *, timeout: float, watch: str | os.PathLike | N
     child); on timeout the whole process group gets SIGKILL and ``timed_out`` is set.
     """
     import tempfile
-    import time
     from pathlib import Path
 
     full_env = dict(os.environ if env is None else env)
