@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Optional
 
 from mcp_server import __version__
+from mcp_server.core import proc
+from mcp_server.core.atomic import atomic_write_text, check_output_path
 from mcp_server.core.errors import InputError, KernelscopeError, ToolMissingError
 from mcp_server.core.models import Warning_
 from mcp_server.core.operation import engine
@@ -93,7 +95,6 @@ def find_ncu(explicit: Optional[str] = None) -> str:
 
 
 def ncu_version(ncu: str) -> Optional[str]:
-    from mcp_server.core import proc
     try:
         r = proc.run([ncu, "--version"], timeout=30)
     except OSError:
@@ -104,7 +105,6 @@ def ncu_version(ncu: str) -> Optional[str]:
 
 def gpu_info() -> dict:
     """Name and compute capability of GPU 0 from nvidia-smi (empty when there is none)."""
-    from mcp_server.core import proc
     smi = shutil.which("nvidia-smi")
     if not smi:
         return {}
@@ -215,9 +215,6 @@ def run_ncu(req: RunNcuRequest, progress: Optional[ProgressFn] = None) -> NcuRun
 
     A target that is one make_repro directory profiles one of its ops (``repro_op``, default op0): the target
     becomes the replay of that op alone and the kernel filter its NVTX range (``replay_dir``)."""
-    from mcp_server.core import proc
-    from mcp_server.core.atomic import atomic_write_text
-
     replay = repro_target(req.target, req.repro_op, req.cwd)
     if replay is not None:
         req = _replay_request(req, replay)
@@ -279,8 +276,6 @@ def _replay_request(req: RunNcuRequest, replay: ReproTarget) -> RunNcuRequest:
 
 def _outputs(req: RunNcuRequest) -> tuple[Path, Path, Path, Path]:
     """The report, log, sidecar and application-output paths, checked; a stale log removed."""
-    from mcp_server.core.atomic import check_output_path
-
     rep, log, side, app = report_paths(req.report)
     check_output_path(rep, "ncu report")
     if rep.exists() and not req.overwrite:
