@@ -15,6 +15,7 @@ lines longer than the width, nothing cut.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Optional
 
@@ -65,8 +66,6 @@ class Col:
 
 
 def _header_words(header: str) -> list[str]:
-    import re
-
     return [w for w in re.split(r"\s+|(?<=-)", header) if w]
 
 
@@ -202,8 +201,6 @@ class TextTable:
 def print_line(console: Console, markup: str, *, highlight: bool = False) -> None:
     """A line of prose holding paths or names: wrapped only at spaces, never inside a word or a path
     (a word longer than the width runs past it instead of breaking)."""
-    import re
-
     for text in Text.from_markup(markup, emoji=False).split("\n"):
         cuts: list[int] = []
         start = 0

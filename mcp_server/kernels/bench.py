@@ -17,6 +17,8 @@ import math
 import statistics
 from typing import Callable
 
+from mcp_server.kernels import quant, tuning
+
 COLD_BYTES = 512 * 2**20      # rotation footprint per format for "cold" (>8x the 60 MB L2)
 MIN_LAUNCHES = 48             # launches per captured graph
 REPLAYS = 15
@@ -137,8 +139,6 @@ class ShapeBuffers:
                  fp8_group: int = 0):
         import torch
 
-        from mcp_server.kernels import quant
-
         g = torch.Generator(device="cuda")
         g.manual_seed(seed)
         self.H, self.M, self.K, self.N, self.cache = H, M, K, N, cache
@@ -201,7 +201,6 @@ def bench_row(shape, cache: str, group: int = 128, configs=None, cupti: bool = F
     ``configs``: optional ``fn(kind, M, K, N) -> config`` (default ``tuning.config_for`` with H);
     ``cupti``: also the CUPTI kernel time of each format (``decode.cupti_us``), ``*_cupti_us``.
     """
-    from mcp_server.kernels import tuning
 
     def pick(kind, M, K, N):
         return configs(kind, M, K, N) if configs else tuning.config_for(kind, M, K, N, shape.H)
@@ -237,7 +236,6 @@ def check_shape(shape, group: int = 128, seed: int = 0, configs=None) -> dict:
     of each format against the BF16 product (relative Frobenius norms)."""
     import torch
 
-    from mcp_server.kernels import quant, tuning
     from mcp_server.kernels.w4a16 import w4a16_bmm
     from mcp_server.kernels.w8a16 import w8a16_bmm
 

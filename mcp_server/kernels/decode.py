@@ -15,6 +15,7 @@ kernel time, against the device copy bandwidth measured in the same run.
 """
 from __future__ import annotations
 
+from mcp_server.kernels import bench, quant, tuning
 from mcp_server.kernels.bench import cupti_us
 
 #: The issue's Linear shapes, (K, N): x[M, K] @ W[K, N].
@@ -38,8 +39,6 @@ class DecodeBuffers:
 
     def __init__(self, M: int, K: int, N: int, group: int = 128, seed: int = 0, formats=None):
         import torch
-
-        from mcp_server.kernels import bench, quant
 
         g = torch.Generator(device="cuda")
         g.manual_seed(seed)
@@ -96,7 +95,6 @@ def check_decode(M: int, K: int, N: int, group: int = 128, seed: int = 0, config
     relative Frobenius and max errors of each kernel against x @ dequantized W (fp32)."""
     import torch
 
-    from mcp_server.kernels import quant, tuning
     from mcp_server.kernels.w4a16 import w4a16_bmm
     from mcp_server.kernels.w8a16 import w8a16_bmm
 
@@ -128,8 +126,6 @@ def check_decode(M: int, K: int, N: int, group: int = 128, seed: int = 0, config
 
 def bench_decode_row(M: int, K: int, N: int, group: int = 128, configs=None, cupti: bool = True) -> dict:
     """One (M, K, N): graph and CUPTI µs for BF16, tinygemm (when present), INT4 and FP8."""
-    from mcp_server.kernels import bench, tuning
-
     pick = configs or tuning.config_for
     buf = DecodeBuffers(M, K, N, group)
     row: dict = {"M": M, "K": K, "N": N, "bf16_mb": round(2 * K * N / 1e6, 2)}
@@ -162,8 +158,6 @@ def run_decode_bench(shapes=DECODE_SHAPES, batches=DECODE_BATCHES, group: int = 
                      configs=None, cupti: bool = True, progress=None, deadline: float | None = None) -> dict:
     """Every (K, N) x M: rows, checks, the copy bandwidth of the same run; plain dict."""
     import time
-
-    from mcp_server.kernels import bench
 
     res: dict = {"device": bench.device_info(), "copy_tbps": bench.copy_tbps(), "tinygemm": tinygemm_available(),
                  "group": group, "rows": [], "checks": [], "timed_out": False, "method": {

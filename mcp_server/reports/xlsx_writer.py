@@ -22,6 +22,7 @@ from typing import Any, Iterable
 
 from mcp_server import __version__
 from mcp_server.core.atomic import atomic_target, check_output_path, new_temp, probe_writable, unlink_quietly
+from mcp_server.core.vocab import KERNEL_COLUMNS
 from mcp_server.reports import layout as L
 
 #: Excel's row limit is 1,048,576; the full table is split into sheets of this many rows.
@@ -428,8 +429,6 @@ def _write_detail(wb, plan: DetailPlan, df, peak: float | None = None) -> None:
 
 def _write_full(wb, df) -> list:
     """The full-table sheets with their header row; returns [(sheet, rows)] for ``fill_full_tables``."""
-    from mcp_server.core.vocab import KERNEL_COLUMNS
-
     cols = list(KERNEL_COLUMNS)
     n = 0 if df is None else len(df)
     chunks = max(1, math.ceil(n / FULL_SHEET_ROWS))
@@ -536,8 +535,6 @@ def atomic_save(wb, out: Path, full_tables: list | None = None, *, force: bool =
     ``full_tables``: [(sheet, DataFrame)] whose rows are appended below those sheets'
     header rows as raw XML (``fast_table``), from a first temp file into the final one.
     """
-    from mcp_server.core.vocab import KERNEL_COLUMNS
-
     try:
         _save(wb, out, full_tables, KERNEL_COLUMNS, force)
     except BaseException:
