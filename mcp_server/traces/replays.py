@@ -24,7 +24,7 @@ from mcp_server.traces.loader import RawTrace, launch_kind, load_trace
 from mcp_server.traces.models import GraphAttribution
 
 
-def _eager_reference(rt: RawTrace, lk: Linked, table: "PathTable", path_code: np.ndarray,
+def _eager_reference(rt: RawTrace, lk: Linked, table: PathTable, path_code: np.ndarray,
                      phase: np.ndarray) -> G.Reference:
     """What the attributed eager kernels teach about replays: step sequences (with their phase) and
     per-name votes; and the graph captures the trace holds."""
