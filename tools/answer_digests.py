@@ -15,6 +15,7 @@ their answers hold timings. ``--keep DIR`` keeps every answer for a diff when a 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -112,6 +113,9 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, help="write every answer into DIR")
     ap.add_argument("--only", help="run only the cases whose name starts with this")
     a = ap.parse_args()
+    # answers name the scratch directory, so it is the same path on every run: runs take turns
+    lock = open(f"{SCRATCH}.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
     shutil.rmtree(SCRATCH, ignore_errors=True)
     SCRATCH.mkdir(parents=True)
     todo = {k: v for k, v in cases().items() if not a.only or k.startswith(a.only)}
