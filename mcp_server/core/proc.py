@@ -9,7 +9,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 
 @dataclass(frozen=True)
@@ -20,23 +20,31 @@ class ProcResult:
     timed_out: bool
 
 
+def _start(args: list[str], cwd: str | None, env: Mapping[str, str] | None, stdout: Any,
+           stderr: Any) -> subprocess.Popen:
+    """``args`` started in a process group of its own (no shell, no stdin; ``LC_ALL=C.UTF-8`` unless set)."""
+    full_env = dict(os.environ if env is None else env)
+    full_env.setdefault("LC_ALL", "C.UTF-8")
+    return subprocess.Popen(args, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                            start_new_session=True)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def run(args: list[str], *, timeout: float, cwd: str | None = None,
         env: Mapping[str, str] | None = None, max_bytes: int = 4 << 20) -> ProcResult:
     """Run ``args`` (no shell). On timeout the process group gets SIGKILL and ``timed_out`` is set."""
-    full_env = dict(os.environ if env is None else env)
-    full_env.setdefault("LC_ALL", "C.UTF-8")
-    proc = subprocess.Popen(
-        args, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, start_new_session=True,
-    )
+    proc = _start(args, cwd, env, subprocess.PIPE, subprocess.PIPE)
     try:
         out, err = proc.communicate(timeout=max(timeout, 0.05))
         timed_out = False
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _kill_group(proc)
         out, err = proc.communicate()
         timed_out = True
     return ProcResult(
@@ -56,12 +64,7 @@ def stream(args: list[str], *, timeout: float, on_line: Callable[[str], None],
     ``timed_out`` is set. After the process exits, its group is killed too (a grandchild left
     holding the pipes cannot hang the caller). stderr keeps its last ``max_stderr`` bytes.
     """
-    full_env = dict(os.environ if env is None else env)
-    full_env.setdefault("LC_ALL", "C.UTF-8")
-    proc = subprocess.Popen(
-        args, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, start_new_session=True,
-    )
+    proc = _start(args, cwd, env, subprocess.PIPE, subprocess.PIPE)
     lines: queue.Queue[bytes | None] = queue.Queue()
     err_tail: collections.deque[bytes] = collections.deque()
     err_size = [0]
@@ -111,10 +114,7 @@ def stream(args: list[str], *, timeout: float, on_line: Callable[[str], None],
                 size += len(item)
             on_line(text.rstrip("\n"))
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _kill_group(proc)
     proc.wait()
     for t in readers:
         t.join(timeout=1.0)
@@ -140,11 +140,8 @@ def run_watched(args: list[str], *, timeout: float, watch: str | os.PathLike | N
     import tempfile
     from pathlib import Path
 
-    full_env = dict(os.environ if env is None else env)
-    full_env.setdefault("LC_ALL", "C.UTF-8")
     with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
-        proc = subprocess.Popen(args, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=out_f,
-                                stderr=err_f, start_new_session=True)
+        proc = _start(args, cwd, env, out_f, err_f)
         deadline = time.monotonic() + max(timeout, 0.05)
         pos = 0
         partial = b""
@@ -176,10 +173,7 @@ def run_watched(args: list[str], *, timeout: float, watch: str | os.PathLike | N
             except subprocess.TimeoutExpired:
                 follow()
                 if time.monotonic() >= deadline:
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
+                    _kill_group(proc)
                     proc.wait()
                     timed_out = True
                     break
@@ -187,11 +181,7 @@ def run_watched(args: list[str], *, timeout: float, watch: str | os.PathLike | N
         if partial and on_line is not None:
             on_line(partial.decode("utf-8", "replace"))
         if not timed_out:
-            # the leader exited: make sure no child it left behind keeps running
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _kill_group(proc)  # the leader exited: make sure no child it left behind keeps running
         out_f.seek(0)
         err_f.seek(0)
         out = out_f.read(max_bytes)
