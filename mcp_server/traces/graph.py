@@ -188,6 +188,25 @@ def _splitter():
     return split
 
 
+def _from_opcodes(ops: Sequence[tuple], paths: Sequence[str], n: int, sure: float) -> tuple[list[str], list[float]]:
+    """Module path and confidence per kernel of an alignment's target (``ops``: difflib opcodes from ``paths``'
+    kernels to the ``n`` targets): an equal run takes its counterparts' paths (confidence ``sure``), a replaced
+    or inserted run the common ancestor of the paths it replaces or sits between (0.5; 0 when there is none)."""
+    out, conf = [""] * n, [0.0] * n
+    for tag, i1, _i2, j1, j2 in ops:
+        if tag == "equal":
+            for k in range(j2 - j1):
+                out[j1 + k], conf[j1 + k] = paths[i1 + k], sure
+    for tag, i1, i2, j1, j2 in ops:
+        if tag in ("replace", "insert") and j2 > j1:
+            around = paths[i1:i2] if tag == "replace" else (
+                ([paths[i1 - 1]] if i1 > 0 else []) + ([paths[i1]] if i1 < len(paths) else []))
+            p = _lca(around)
+            for k in range(j1, j2):
+                out[k], conf[k] = p, (0.5 if p else 0.0)
+    return out, conf
+
+
 def _lca(paths: Sequence[str]) -> str:
     parts = [p.split("/") for p in paths if p]
     if not parts:
@@ -240,19 +259,15 @@ def attribute_from_capture(seq: Sequence[str], kinds: Sequence[int], captures: S
     if best is None:
         return None
     _, cap, ops, sure = best
-    out, conf, phases = [""] * n, [0.0] * n, [""] * n
-    for tag, i1, _i2, j1, j2 in ops:
+    out, conf = _from_opcodes(ops, cap.paths, n, sure)
+    phases = [""] * n
+    for tag, i1, i2, j1, j2 in ops:
         if tag == "equal":
             for k in range(j2 - j1):
-                out[j1 + k], conf[j1 + k], phases[j1 + k] = cap.paths[i1 + k], sure, cap.phases[i1 + k]
-    for tag, i1, i2, j1, j2 in ops:
-        if tag in ("replace", "insert") and j2 > j1:
-            around = cap.paths[i1:i2] if tag == "replace" else (
-                ([cap.paths[i1 - 1]] if i1 > 0 else []) + ([cap.paths[i1]] if i1 < len(cap.paths) else []))
-            p = _lca(around)
+                phases[j1 + k] = cap.phases[i1 + k]
+        elif tag in ("replace", "insert") and j2 > j1:
             ph = {cap.phases[i] for i in range(max(i1 - 1, 0), min(i2 + 1, len(cap.phases)))}
             for k in range(j1, j2):
-                out[k], conf[k] = p, (0.5 if p else 0.0)
                 phases[k] = ph.pop() if len(ph) == 1 else ""
     return out, conf, phases
 
@@ -280,26 +295,7 @@ def attribute_sequence(seq: Sequence[str], ref: Reference,
         # with an eager decode step at ~0.85, with a prefill step of the same model at ~0.63)
         step_phase = next((ph for (nm, _), ph in zip(ref.steps, ref.step_phases) if nm is enames), ref.phase) \
             if best[0] >= PHASE_RATIO else ""
-        out: list[str] = [""] * n
-        conf = [0.0] * n
-        ops = sm.get_opcodes()
-        for tag, i1, _i2, j1, j2 in ops:
-            if tag == "equal":
-                for k in range(j2 - j1):
-                    out[j1 + k] = epaths[i1 + k]
-                    conf[j1 + k] = 1.0
-        for tag, i1, i2, j1, j2 in ops:
-            if tag in ("replace", "insert") and j2 > j1:
-                if tag == "replace":
-                    p = _lca(epaths[i1:i2])
-                else:
-                    around = [epaths[i1 - 1]] if i1 > 0 else []
-                    if i1 < len(epaths):
-                        around.append(epaths[i1])
-                    p = _lca(around)
-                for k in range(j1, j2):
-                    out[k] = p
-                    conf[k] = 0.5 if p else 0.0
+        out, conf = _from_opcodes(sm.get_opcodes(), epaths, n, 1.0)
         for k in range(n):  # still empty: majority vote by name
             if not out[k] and seq[k] in ref.vote:
                 out[k], conf[k] = ref.vote[seq[k]]
