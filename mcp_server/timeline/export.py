@@ -86,11 +86,9 @@ def write_perfetto(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.Path
     return atomic_write_bytes(path, json.dumps(doc, separators=(",", ":")).encode(), what="Perfetto trace")
 
 
-def outlier_blocks(phase, ratio: float | None = None) -> list[int]:
+def outlier_blocks(phase) -> list[int]:
     """Blocks of ``phase`` whose mean duration is at least the imbalance threshold times the block mean."""
-    if ratio is None:
-        ratio = IMBALANCE_RATIO
-    floor = ratio * phase.block_mean_ns
+    floor = IMBALANCE_RATIO * phase.block_mean_ns
     return [b for b, v in zip(phase.slowest_blocks, phase.slowest_block_mean_ns) if phase.block_mean_ns > 0 and
             v >= floor]
 
@@ -176,12 +174,6 @@ def _colours(plt, runs) -> tuple[dict, dict]:
     return {e: cmap(i % cmap.N) for i, e in enumerate(events)}, {e: names.get(e, f"event{e}") for e in events}
 
 
-def _save(fig, path) -> Path:
-    with atomic_target(path, what="Gantt PNG", suffix=".png") as tmp:
-        fig.savefig(tmp, format="png")
-    return Path(path)
-
-
 def write_gantt_png(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.PathLike], *,
                     max_lanes: int = 512) -> Path:
     """Gantt chart: one row per writer (block/group), bars coloured by phase, instants as ticks."""
@@ -207,7 +199,9 @@ def write_gantt_compare_png(runs, path: Union[str, os.PathLike], *, max_lanes: i
                           loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=7, ncol=min(len(colour), 6),
                           frameon=False, borderaxespad=0.2)
         fig.tight_layout()
-        return _save(fig, path)
+        with atomic_target(path, what="Gantt PNG", suffix=".png") as tmp:
+            fig.savefig(tmp, format="png")
+        return Path(path)
     finally:
         plt.close(fig)
 
