@@ -130,10 +130,10 @@ def read_csv(path: Path) -> RawProfile:
     details = "Metric Name" in header and "Metric Value" in header
     unknown: list[str] = []
     if details:
-        launches = _details_rows(path, header, body, warnings, unknown)
+        launches = _details_rows(path, header, body, unknown)
         fmt = "csv-details"
     else:
-        launches = _raw_rows(path, header, body, warnings, unknown)
+        launches = _raw_rows(path, header, body, unknown)
         fmt = "csv-raw"
     if not launches:
         raise NcuFormatError("the CSV has a header but no kernel rows", path=path,
@@ -156,8 +156,7 @@ def _launch_info(header: list[str], r: list[str]) -> dict:
             "cc": get("CC"), "nvtx": "/".join(filter(None, (_nvtx_value(c) for c in nv))) or None}
 
 
-def _raw_rows(path: Path, header: list[str], body: list[list[str]], warnings: list[Warning_],
-              unknown: list[str]) -> list[RawLaunch]:
+def _raw_rows(path: Path, header: list[str], body: list[list[str]], unknown: list[str]) -> list[RawLaunch]:
     units: list[str] = [""] * len(header)
     id_i = header.index("ID")
     if body and body[0][id_i] == "":
@@ -189,8 +188,7 @@ def _raw_rows(path: Path, header: list[str], body: list[list[str]], warnings: li
     return out
 
 
-def _details_rows(path: Path, header: list[str], body: list[list[str]], warnings: list[Warning_],
-                  unknown: list[str]) -> list[RawLaunch]:
+def _details_rows(path: Path, header: list[str], body: list[list[str]], unknown: list[str]) -> list[RawLaunch]:
     col = {h: i for i, h in enumerate(header)}
     si, ni, ui, vi = col.get("Section Name"), col["Metric Name"], col.get("Metric Unit"), col["Metric Value"]
     by_id: dict[int, RawLaunch] = {}

@@ -33,7 +33,7 @@ def _git() -> str | None:
     return shutil.which("git")
 
 
-def _toplevel(git: str, path: Path, timeout: float) -> str | None:
+def _toplevel(path: Path, timeout: float) -> str | None:
     if not path.is_dir():
         return None
     r = proc.git(path, "rev-parse", "--show-toplevel", timeout=timeout)  # nothing the repository configures runs
@@ -42,12 +42,12 @@ def _toplevel(git: str, path: Path, timeout: float) -> str | None:
     return None
 
 
-def find_checkout(spec: SourceSpec, git: str, timeout: float = 3.0) -> tuple[str | None, str]:
+def find_checkout(spec: SourceSpec, timeout: float = 3.0) -> tuple[str | None, str]:
     """(root, how) or (None, why not)."""
     if spec.env:
         val = os.environ.get(spec.env)
         if val:
-            root = _toplevel(git, Path(val).expanduser(), timeout)
+            root = _toplevel(Path(val).expanduser(), timeout)
             if root is None:
                 return None, f"{spec.env} does not name a git checkout"  # the value is never shown
             return root, f"from {spec.env}"
@@ -64,14 +64,14 @@ def find_checkout(spec: SourceSpec, git: str, timeout: float = 3.0) -> tuple[str
         for loc in locs:
             if {"site-packages", "dist-packages"} & set(loc.parts):
                 continue  # an installed copy, not a clone: its git root would be the wrong repository
-            root = _toplevel(git, loc, timeout)
+            root = _toplevel(loc, timeout)
             if root:
                 return root, f"from the importable package {spec.package}"
     name = spec.repo_name or spec.package or spec.key
     for parent in COMMON_PARENTS:
         cand = Path(parent).expanduser() / name
         if (cand / ".git").exists():
-            root = _toplevel(git, cand, timeout)
+            root = _toplevel(cand, timeout)
             if root:
                 return root, f"found at {cand}"
     tried = [f"${spec.env}" if spec.env else None, f"package {spec.package}" if spec.package else None,
@@ -84,11 +84,10 @@ def search_local(spec: SourceSpec, p: SearchParams) -> RefSection:
     url = code_search_url(spec, p.keyword)
     kw = " ".join(p.keyword.split())
     base = dict(source=spec.key, kind=spec.kind, query=kw, url=url)
-    git = _git()
-    if git is None:
+    if _git() is None:
         return RefSection(**base, method="url-only" if url else "unavailable", degraded=True,
                           reason="git not installed", elapsed_s=sw.elapsed())
-    root, how = find_checkout(spec, git, timeout=min(3.0, max(p.timeout_s * 0.2, 0.2)))
+    root, how = find_checkout(spec, timeout=min(3.0, max(p.timeout_s * 0.2, 0.2)))
     if root is None:
         return RefSection(**base, method="url-only" if url else "unavailable", degraded=True,
                           reason=how, elapsed_s=sw.elapsed())

@@ -77,7 +77,7 @@ class EditPlan:
         self.patch.add(sheet, lambda sx: sx.replace_rows(first, last, rows))
 
 
-def _reclassify_column(plan: EditPlan, book, sheet: str, rows, start: int, name_i: int, cat_i: int, rules,
+def _reclassify_column(plan: EditPlan, sheet: str, rows, start: int, name_i: int, cat_i: int, rules,
                        stop_on_truncated: bool = True):
     """Re-classify one Category column; returns [(row_index0, name, old, new)] of changed rows."""
 
@@ -121,7 +121,7 @@ def _plan_detail(plan: EditPlan, book, sheet: str, rules, nd: int) -> None:
     idx = _header_index(rows[kh])
     _require(book, sheet, idx, ["Kernel Name", "Duration (us)", "Category"], kh + 1)
     ni, di, ci = idx["Kernel Name"], idx["Duration (us)"], idx["Category"]
-    changed = _reclassify_column(plan, book, sheet, rows, kh + 1, ni, ci, rules)
+    changed = _reclassify_column(plan, sheet, rows, kh + 1, ni, ci, rules)
     if not changed:
         return
     ch = _find_header(rows, "Category", "Total Duration (us)", 1)
@@ -168,7 +168,7 @@ def _plan_detail(plan: EditPlan, book, sheet: str, rules, nd: int) -> None:
     plan.replace_rows(sheet, first + 1, last + 1, new_rows)
 
 
-def _summary_table(book, plan: EditPlan):
+def _summary_table(book):
 
     sheet = L.SUMMARY
     rows = book.rows(sheet)
@@ -303,7 +303,7 @@ def plan_recategorize(path: str | Path, rules: CategoryRules) -> tuple[EditPlan,
         _plan_detail(plan, book, s, rules, nd)
     gk = _plan_gpu_kernels(plan, book, rules)
     full = _plan_full_tables(plan, book, rules)
-    summary = _summary_table(book, plan)
+    summary = _summary_table(book)
     _plan_summary(plan, gk, full, summary, nd)
     _plan_module_tree(plan, book, gk, full, summary)
     return plan, source
@@ -322,7 +322,7 @@ def _plan_gpu_kernels(plan: EditPlan, book, rules) -> _GpuKernels:
         raise book.missing(L.GPU_KERNELS, "empty sheet")
     gidx = _header_index(gk[0])
     _require(book, L.GPU_KERNELS, gidx, L.GPU_KERNELS_REQUIRED, 1)
-    changed = _reclassify_column(plan, book, L.GPU_KERNELS, gk, 1, gidx["Kernel Name"], gidx["Category"], rules)
+    changed = _reclassify_column(plan, L.GPU_KERNELS, gk, 1, gidx["Kernel Name"], gidx["Category"], rules)
     truncated = any(_s(_cell(r, 0)).startswith(L.TRUNCATED_PREFIX) for r in gk[1:])
     return _GpuKernels(gk, gidx, changed, truncated)
 
@@ -347,7 +347,7 @@ def _plan_full_tables(plan: EditPlan, book, rules) -> _FullTables:
         _require(book, s, fidx, ["name", "category", "dur_us"], 1)
         ni, ci, di = fidx["name"], fidx["category"], fidx["dur_us"]
         pi = fidx.get("module_path")
-        changed = _reclassify_column(plan, book, s, rows, 1, ni, ci, rules, stop_on_truncated=False)
+        changed = _reclassify_column(plan, s, rows, 1, ni, ci, rules, stop_on_truncated=False)
         changed_rows = {rn: new for rn, _, _, new in changed}
         for rn in range(1, len(rows)):
             r = rows[rn]

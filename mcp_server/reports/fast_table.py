@@ -61,7 +61,7 @@ class _Strings:
         return "".join(parts).encode("utf-8")
 
 
-def _column_slots(s: pd.Series, letter: str, sst: _Strings) -> tuple[np.ndarray, np.ndarray]:
+def _column_slots(s: pd.Series, sst: _Strings) -> tuple[np.ndarray, np.ndarray]:
     """Per column: the constant/array slots making up each row's cell (empty cells left out).
 
     Returns (slots, empty-mask); slots are [prefix const, value array]; the row
@@ -109,7 +109,7 @@ def _rows_xml(df: pd.DataFrame, cols: list[str], first_row: int, sst: _Strings):
     for j, c in enumerate(cols):
         letter = col_letter(j)
         if c in df.columns:
-            vals, empty = _column_slots(df[c], letter, sst)
+            vals, empty = _column_slots(df[c], sst)
         else:
             vals, empty = np.full(n, "", dtype=object), np.ones(n, bool)
         col_data.append((f'<c r="{letter}', vals, empty))

@@ -11,7 +11,7 @@ MAX_RANK_COLUMNS = 8
 MAX_ROWS = 15
 
 
-def _table(title: str, cols: list[str], names: list[str] | None = None) -> TextTable:
+def _table(title: str, cols: list[str]) -> TextTable:
     """Numbers right-aligned and never cut; names (modules, layers, trace files) shortened from the middle."""
     kinds = ["name" if c in ("Layer", "Module", "Trace") else "value" for c in cols]
     return TextTable([Col(c, k, min_width=20 if k == "name" else 0) for c, k in zip(cols, kinds)],  # type: ignore[arg-type]
@@ -55,14 +55,13 @@ def render_set(res: TraceSetAnalysis, console: Console, request: object = None) 
         t.print(c)
     ranks = _shown_ranks(res)
     if res.layers:
-        t = _table(f"Layers ({res.layer_source}), us per rank", ["Layer", *map(str, ranks), "Slowest", "Imbalance"],
-                   [x.name for x in res.layers[:MAX_ROWS * 4]])
+        t = _table(f"Layers ({res.layer_source}), us per rank", ["Layer", *map(str, ranks), "Slowest", "Imbalance"])
         for x in sorted(res.layers, key=lambda x: x.index)[:MAX_ROWS * 4]:
             t.add_row(x.name, *(f"{x.per_rank_us.get(r, 0.0):,.1f}" for r in ranks), str(x.slowest_rank),
                       f"{x.imbalance:.3f}x")
         t.print(c)
     t = _table("Modules with the largest excess (slowest - mean), us per rank",
-               ["Module", *map(str, ranks), "Slowest", "Imbalance"], [m.name for m in res.modules[:MAX_ROWS]])
+               ["Module", *map(str, ranks), "Slowest", "Imbalance"])
     for m in res.modules[:MAX_ROWS]:
         t.add_row(m.name, *(f"{m.per_rank_us.get(r, 0.0):,.1f}" for r in ranks), str(m.slowest_rank),
                   f"{m.imbalance:.3f}x")
@@ -102,7 +101,7 @@ def _collectives(res: TraceSetAnalysis, c: Console, ranks: list[int]) -> None:
     print_line(c, f"collectives ({escape(col.source)}): {col.matched} matched on every rank, "
                f"{col.unmatched} unmatched; {who}: {escape(col.evidence)}")
     t = _table("Collective wait per layer, us per rank (the late rank sets the start)",
-               ["Layer", *map(str, ranks), "Late", "By"], [x.name for x in col.layers])
+               ["Layer", *map(str, ranks), "Late", "By"])
     for x in sorted(col.layers, key=lambda x: x.index)[:MAX_ROWS * 4]:
         t.add_row(x.name, *(f"{x.per_rank_wait_us.get(r, 0.0):,.0f}" for r in ranks),
                   "-" if x.late_rank is None else str(x.late_rank), f"{x.lateness_us:,.0f}")
@@ -121,7 +120,7 @@ def render_compare(res: TraceSetComparison, console: Console, request: object = 
                   "-" if r.delta_us is None else f"{r.delta_us:+,.1f}", "-" if r.ratio is None else f"{r.ratio:.3f}x")
     t.print(c)
     t = _table(f"Modules (largest change of the slowest rank's time first; A = {la}, B = {lb})",
-               ["Module", "A max", "B max", "Δ max", "Δ mean", "Slowest A/B"], [m.name for m in res.modules[:MAX_ROWS]])
+               ["Module", "A max", "B max", "Δ max", "Δ mean", "Slowest A/B"])
     for m in res.modules[:MAX_ROWS]:
         t.add_row(m.name, f"{m.a_max_us:,.1f}", f"{m.b_max_us:,.1f}", f"{m.delta_max_us:+,.1f}",
                   f"{m.delta_mean_us:+,.1f}", f"{m.a_slowest_rank}/{m.b_slowest_rank}")
