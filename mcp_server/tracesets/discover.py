@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from mcp_server.core.errors import FileMissingError, KernelscopeError, TraceFormatError, TraceSetError
+from mcp_server.core.errors import FileMissingError, TraceFormatError, TraceSetError
 from mcp_server.core.limits import limit, over
 from mcp_server.core.models import Warning_
 from mcp_server.core.vocab import WarningCode
@@ -143,8 +143,6 @@ def resolve_ranks(inputs: list[str]) -> tuple[list[RankRef], Optional[int], list
     for p in paths:
         try:
             info = distributed_info(p)
-        except KernelscopeError:
-            raise
         except OSError as exc:
             raise FileMissingError(f"cannot read the trace: {exc.strerror or exc}", path=p) from None
         info = info if isinstance(info, dict) else None
