@@ -213,16 +213,18 @@ def _empty_floor() -> int:
     return limit("XLSX_EMPTY_CELLS")
 
 
-def _sheet_names(zf: zipfile.ZipFile, path: str) -> dict[str, str]:
-    """Zip member -> sheet name, for messages (empty when the workbook part is odd or large)."""
+def _sheet_label(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: str) -> str:
+    """How a message names the worksheet ``info``: by its sheet name, else (the workbook part odd or large) by the
+    zip member."""
+    name = None
     try:
-        if zf.getinfo("xl/workbook.xml").file_size > (16 << 20):
-            return {}
-        from mcp_server.reports.xlsx_patch import sheet_parts
+        if zf.getinfo("xl/workbook.xml").file_size <= (16 << 20):
+            from mcp_server.reports.xlsx_patch import sheet_parts
 
-        return {m: n for n, m in sheet_parts(zf, path).items()}
+            name = {m: n for n, m in sheet_parts(zf, path).items()}.get(info.filename)
     except Exception:  # only for naming things in a message; the member name serves as well
-        return {}
+        pass
+    return f"sheet '{name}'" if name else f"worksheet '{info.filename}'"
 
 
 def _exact_text(zf: zipfile.ZipFile, info: zipfile.ZipInfo, lens: list[int], path: str) -> int:
@@ -293,21 +295,18 @@ def _check_cached(path: str, mtime_ns: int, size: int) -> None:
             scan = _SheetScan()
             _stream(zf, info, path, budget, scan.feed)
             if scan.bad_number is not None:
-                name = _sheet_names(zf, path).get(info.filename)
-                where = f"sheet '{name}'" if name else f"worksheet '{info.filename}'"
+                where = _sheet_label(zf, info, path)
                 raise ReportFormatError(f"{where}, cell {scan.bad_number[0]}: {scan.bad_number[1]!r} is a number "
                                         "that is not finite once read (over 1e+100, inf)", path=path,
                                         hint="fix or remove that value; no measurement is that large")
             cells = scan.max_row * max(scan.max_col, 1) if scan.max_row else 0
             if cells > max_cells:
-                name = _sheet_names(zf, path).get(info.filename)
-                where = f"sheet '{name}'" if name else f"worksheet '{info.filename}'"
+                where = _sheet_label(zf, info, path)
                 raise over("XLSX_CELLS", f"{where}: the cell grid up to {scan.max_ref}",
                            f"{scan.max_row:,} rows x {max(scan.max_col, 1):,} columns = {cells:,} cells", path=path)
             empty = cells - scan.present
             if empty > max(_empty_floor(), scan.present):
-                name = _sheet_names(zf, path).get(info.filename)
-                where = f"sheet '{name}'" if name else f"worksheet '{info.filename}'"
+                where = _sheet_label(zf, info, path)
                 floor = _empty_floor()
                 raise LimitError(f"{where}: the cell grid up to {scan.max_ref} has {cells:,} cells but only "
                                  f"{scan.present:,} hold a value; its {empty:,} empty cells (the reader allocates "
@@ -319,8 +318,7 @@ def _check_cached(path: str, mtime_ns: int, size: int) -> None:
                 bound = _exact_text(zf, info, lens, path)
             text_total += bound
             if text_total > max_text:
-                name = _sheet_names(zf, path).get(info.filename)
-                where = f"sheet '{name}'" if name else f"worksheet '{info.filename}'"
+                where = _sheet_label(zf, info, path)
                 raise over("XLSX_TEXT_BYTES", f"the shared-string text the cells expand to (up to {where})",
                            human(text_total), path=path, unit="bytes")
 

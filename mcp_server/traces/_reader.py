@@ -92,22 +92,14 @@ def _gzip_file(raw: Any, backend: str) -> Any:
 
 def decompress_errors() -> tuple:
     """Exception classes the installed decompressors raise on damaged data (besides EOFError/OSError)."""
+    import importlib
+
     errs: list = [zlib.error]
-    try:
-        from isal import isal_zlib
-        errs.append(isal_zlib.error)
-    except ImportError:
-        pass
-    try:
-        from zlib_ng import zlib_ng
-        errs.append(zlib_ng.error)
-    except ImportError:
-        pass
-    try:
-        import zstandard
-        errs.append(zstandard.ZstdError)
-    except ImportError:
-        pass
+    for module, name in (("isal.isal_zlib", "error"), ("zlib_ng.zlib_ng", "error"), ("zstandard", "ZstdError")):
+        try:
+            errs.append(getattr(importlib.import_module(module), name))
+        except ImportError:
+            pass
     return tuple(errs)
 
 
