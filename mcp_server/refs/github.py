@@ -44,19 +44,18 @@ def search_terms(keyword: str) -> str:
     return f'"{kw}"' if (" " in kw or ":" in kw) else kw
 
 
-def build_query(spec: SourceSpec, p: SearchParams) -> str:
-    q = f"{search_terms(p.keyword)} repo:{spec.repo} is:pr"
+def _updated(p: SearchParams) -> str:
+    """The search qualifier for the time window (none without one)."""
     since = p.since_date()
-    if since:
-        q += f" updated:>={since}"
-    return q
+    return f" updated:>={since}" if since else ""
+
+
+def build_query(spec: SourceSpec, p: SearchParams) -> str:
+    return f"{search_terms(p.keyword)} repo:{spec.repo} is:pr{_updated(p)}"
 
 
 def search_url(spec: SourceSpec, p: SearchParams) -> str:
-    q = f"is:pr {search_terms(p.keyword)}"
-    since = p.since_date()
-    if since:
-        q += f" updated:>={since}"
+    q = f"is:pr {search_terms(p.keyword)}{_updated(p)}"
     return f"{web_base()}/{spec.repo}/pulls?q={quote_plus(q)}"
 
 
