@@ -172,40 +172,31 @@ def _backtrack_risk(items: Any, in_repeat: bool = False) -> Optional[str]:
     or a backreference (``(a+)+``, ``(a|a)*``, ``(.*)*``).
     """
     for op, av in items:
+        subs: list = []  # the sub-trees to look into, in order
+        inner = in_repeat
         if op in (_c.MAX_REPEAT, _c.MIN_REPEAT, getattr(_c, "POSSESSIVE_REPEAT", None)):
             lo, hi, sub = av
             if in_repeat and hi > 1:
                 return "nested repetition"
-            why = _backtrack_risk(sub, in_repeat or hi > 1)
-            if why:
-                return why
+            subs, inner = [sub], in_repeat or hi > 1
         elif op is _c.BRANCH:
             if in_repeat:
                 return "alternation inside a repetition"
-            for b in av[1]:
-                why = _backtrack_risk(b, in_repeat)
-                if why:
-                    return why
+            subs = av[1]
         elif op is _c.SUBPATTERN:
-            why = _backtrack_risk(av[-1], in_repeat)
-            if why:
-                return why
+            subs = [av[-1]]
         elif op in (_c.ASSERT, _c.ASSERT_NOT):
-            why = _backtrack_risk(av[1], in_repeat)
-            if why:
-                return why
+            subs = [av[1]]
         elif op is getattr(_c, "ATOMIC_GROUP", None):
-            why = _backtrack_risk(av, in_repeat)
-            if why:
-                return why
+            subs = [av]
         elif op is _c.GROUPREF_EXISTS:
-            for b in av[1:]:
-                if b is not None:
-                    why = _backtrack_risk(b, in_repeat)
-                    if why:
-                        return why
+            subs = [b for b in av[1:] if b is not None]
         elif op is _c.GROUPREF and in_repeat:
             return "backreference inside a repetition"
+        for sub in subs:
+            why = _backtrack_risk(sub, inner)
+            if why:
+                return why
     return None
 
 
