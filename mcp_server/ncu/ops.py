@@ -20,9 +20,8 @@ OPERATIONS = [
         request=RunNcuRequest, result=NcuRun,
         engine="mcp_server.ncu.runner:run_ncu", render="mcp_server.ncu.render:render_run",
         hints=EXECUTES_CODE, remainder="target", outputs={"report": "ncu-rep"},
-        aliases={"set_name": ("--set",), "sections": ("--section",),
-                                                          "kernel_name": ("-k",), "launch_count": ("-c",),
-                                                          "launch_skip": ("-s",)},
+        aliases={"set_name": ("--set",), "sections": ("--section",), "kernel_name": ("-k",), "launch_count": ("-c",),
+                 "launch_skip": ("-s",)},
         progress=True,
     ),
     Operation(
