@@ -209,25 +209,24 @@ def _check_reference(side: Side, res, reference, categories) -> None:
     # replays that did not take the reference's phase (traces: a loose alignment teaches no phase) are 'graph'
     loose = bool(k is not None and len(k) and "graph" in k and k["graph"].astype(bool).any() and not graph_phase)
     if side.reference_phase and loose:
-        side.attribution_suspect = True
-        side.warnings.append(Warning_(code=WarningCode.reference_mismatch, message=(
-            f"{side.label}: the reference trace {reference} is a {side.reference_phase} trace but the replays did "
-            f"not align with it closely enough to take its phase (their phase is unknown, 'graph'): it is probably "
-            f"of another phase or batch shape, so modules of other kernels are taken for the replays' (alignment "
-            f"confidence {conf if conf is not None else 'n/a'}); pass an eager step of the replays' phase, model "
-            "and batch, or their graph capture")))
+        why = (f"{side.label}: the reference trace {reference} is a {side.reference_phase} trace but the replays did "
+               f"not align with it closely enough to take its phase (their phase is unknown, 'graph'): it is probably "
+               f"of another phase or batch shape, so modules of other kernels are taken for the replays' (alignment "
+               f"confidence {conf if conf is not None else 'n/a'}); pass an eager step of the replays' phase, model "
+               "and batch, or their graph capture")
     elif side.reference_phase and own and side.reference_phase != own:
-        side.attribution_suspect = True
-        side.warnings.append(Warning_(code=WarningCode.reference_mismatch, message=(
-            f"{side.label}: the reference trace {reference} is a {side.reference_phase} trace but the compared "
-            f"kernels are {own}: replays are attributed by aligning them with the reference's eager kernels, so "
-            f"modules of another phase (other shapes, other kernels) are taken for this one's (alignment confidence "
-            f"{conf if conf is not None else 'n/a'}); pass an eager {own} trace of the same model and batch")))
+        why = (f"{side.label}: the reference trace {reference} is a {side.reference_phase} trace but the compared "
+               f"kernels are {own}: replays are attributed by aligning them with the reference's eager kernels, so "
+               f"modules of another phase (other shapes, other kernels) are taken for this one's (alignment "
+               f"confidence {conf if conf is not None else 'n/a'}); pass an eager {own} trace of the same model and "
+               "batch")
     elif conf is not None and conf < LOW_CONFIDENCE:
-        side.attribution_suspect = True
-        side.warnings.append(Warning_(code=WarningCode.reference_mismatch, message=(
-            f"{side.label}: replay attribution from {reference} has mean confidence {conf:.2f} (under "
-            f"{LOW_CONFIDENCE}): module blocks of this side may be wrong")))
+        why = (f"{side.label}: replay attribution from {reference} has mean confidence {conf:.2f} (under "
+               f"{LOW_CONFIDENCE}): module blocks of this side may be wrong")
+    else:
+        return
+    side.attribution_suspect = True
+    side.warnings.append(Warning_(code=WarningCode.reference_mismatch, message=why))
 
 
 def _load_report(p: Path, label: str, rules: CategoryRules, purpose: Purpose) -> Side:
