@@ -139,13 +139,12 @@ class _Run:
         for p in sorted(props, key=lambda q: (not (q.kernel and q.matches(sel.kernel, sel.short_name)), q.index)):
             if p.id in self.tried or any(s.proposal_id == p.id for s in self.skipped):
                 continue
-            if p.fingerprint in settled:
-                st, cid = settled[p.fingerprint]
-                if st != "pending":
-                    self.skipped.append(LoopSkip(proposal_id=p.id, candidate_id=cid, reason=(
-                        f"already {_settled_word(st)} (candidate {cid}); edit the proposal or give it a new "
-                        "id to try again")))
-                    continue
+            st, cid = settled.get(p.fingerprint, ("pending", 0))
+            if st != "pending":  # decided in an earlier run
+                self.skipped.append(LoopSkip(proposal_id=p.id, candidate_id=cid, reason=(
+                    f"already {_settled_word(st)} (candidate {cid}); edit the proposal or give it a new id to try "
+                    "again")))
+                continue
             if not p.matches(sel.kernel, sel.short_name):
                 continue
             if p.change.problem is not None:  # refused before anything is applied: an error, then the next
@@ -178,12 +177,11 @@ class _Run:
         for p in props:
             if p.id in handled:
                 continue
-            if p.fingerprint in settled:
-                st, cid = settled[p.fingerprint]
-                if st != "pending":
-                    self.skipped.append(LoopSkip(proposal_id=p.id, candidate_id=cid,
-                                                 reason=f"already {_settled_word(st)} (candidate {cid})"))
-                    continue
+            st, cid = settled.get(p.fingerprint, ("pending", 0))
+            if st != "pending":
+                self.skipped.append(LoopSkip(proposal_id=p.id, candidate_id=cid,
+                                             reason=f"already {_settled_word(st)} (candidate {cid})"))
+                continue
             if sel is not None and sel.kernel is not None and not p.matches(sel.kernel, sel.short_name):
                 reason = f"for kernel {p.kernel!r}, not the selected {sel.kernel}"
             else:
