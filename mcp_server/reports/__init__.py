@@ -10,7 +10,7 @@ Reading (``reader``):
   ``KERNEL_COLUMNS`` shape), ``read_kernel_table(path)``, ``is_kernelscope_report(path)``,
   ``Report``, ``DetailSheet``, ``Source``, ``ALL_PARTS``.
 Writing (``xlsx_writer``):
-  ``write_analysis_report(analysis, path)``, ``atomic_save(workbook, path)``, ``file_sha256``,
+  ``write_analysis_report(analysis, path)``, ``atomic_save(workbook, path)``,
   ``gpu_time_rows(breakdown, rank=None)`` (the rows of the GPU Time sheet).
 Editing (``edit``):
   ``plan_recategorize(path, rules) -> (EditPlan, source)``, ``write_plan(plan, out)``, ``EditPlan``.
@@ -38,20 +38,20 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
         read_kernel_table,
         read_report,
     )
-    from mcp_server.reports.xlsx_writer import atomic_save, file_sha256, gpu_time_rows, write_analysis_report
+    from mcp_server.reports.xlsx_writer import atomic_save, gpu_time_rows, write_analysis_report
 
 _EXPORTS = {
     "ALL_PARTS": "reader", "DetailSheet": "reader", "Report": "reader", "Source": "reader",
     "is_kernelscope_report": "reader", "kernel_table": "reader", "read_kernel_table": "reader",
     "read_report": "reader",
-    "atomic_save": "xlsx_writer", "file_sha256": "xlsx_writer", "write_analysis_report": "xlsx_writer",
+    "atomic_save": "xlsx_writer", "write_analysis_report": "xlsx_writer",
     "gpu_time_rows": "xlsx_writer",
     "EditPlan": "edit", "plan_recategorize": "edit", "write_plan": "edit",
     "pyplot": "plots", "place_labels": "plots",
 }
 
 __all__ = [
-    "ALL_PARTS", "DetailSheet", "EditPlan", "Report", "Source", "atomic_save", "file_sha256",
+    "ALL_PARTS", "DetailSheet", "EditPlan", "Report", "Source", "atomic_save",
     "gpu_time_rows", "is_kernelscope_report", "kernel_table", "layout", "place_labels", "plan_recategorize", "pyplot",
     "read_kernel_table", "read_report", "write_analysis_report", "write_plan",
 ]

@@ -10,7 +10,6 @@ atomically (temp file in the same directory, then ``os.replace``).
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import re
@@ -642,11 +641,3 @@ def add_dimensions(src: str | os.PathLike, dst: str | os.PathLike) -> None:
             if info.filename.startswith("xl/worksheets/") and info.filename.endswith(".xml"):
                 data = _pad_sheet(data)
             zout.writestr(info, data)
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
