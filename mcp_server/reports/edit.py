@@ -317,11 +317,7 @@ class _GpuKernels:
 
 
 def _plan_gpu_kernels(plan: EditPlan, book, rules) -> _GpuKernels:
-    gk = book.rows(L.GPU_KERNELS)
-    if not gk:
-        raise book.missing(L.GPU_KERNELS, "empty sheet")
-    gidx = _header_index(gk[0])
-    _require(book, L.GPU_KERNELS, gidx, L.GPU_KERNELS_REQUIRED, 1)
+    gk, gidx = book.headed(L.GPU_KERNELS, L.GPU_KERNELS_REQUIRED)
     changed = _reclassify_column(plan, L.GPU_KERNELS, gk, 1, gidx["Kernel Name"], gidx["Category"], rules)
     truncated = any(_s(_cell(r, 0)).startswith(L.TRUNCATED_PREFIX) for r in gk[1:])
     return _GpuKernels(gk, gidx, changed, truncated)
@@ -340,11 +336,7 @@ class _FullTables:
 def _plan_full_tables(plan: EditPlan, book, rules) -> _FullTables:
     out = _FullTables([s for s in book.names if L.is_full_table_sheet(s)])
     for s in out.sheets:
-        rows = book.rows(s)
-        if not rows:
-            raise book.missing(s, "empty sheet")
-        fidx = _header_index(rows[0])
-        _require(book, s, fidx, ["name", "category", "dur_us"], 1)
+        rows, fidx = book.headed(s, ["name", "category", "dur_us"])
         ni, ci, di = fidx["name"], fidx["category"], fidx["dur_us"]
         pi = fidx.get("module_path")
         changed = _reclassify_column(plan, s, rows, 1, ni, ci, rules, stop_on_truncated=False)

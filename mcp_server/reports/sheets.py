@@ -102,6 +102,17 @@ class _Book:
     def missing(self, sheet: str, what: str) -> ReportFormatError:
         return ReportFormatError(f"sheet '{sheet}': {what}", path=self.path)
 
+    def headed(self, sheet: str, cols: Iterable[str], empty: str = "empty sheet",
+               ) -> tuple[list[list[Any]], dict[str, int]]:
+        """A sheet whose row 1 is its header: its rows and the header's column -> index; a typed error when
+        the sheet is empty (``empty`` says so) or the header lacks one of ``cols``."""
+        rows = self.rows(sheet)
+        if not rows:
+            raise self.missing(sheet, empty)
+        idx = _header_index(rows[0])
+        _require(self, sheet, idx, cols, 1)
+        return rows, idx
+
 
 def _s(v: Any) -> str:
     if v is None:
@@ -159,11 +170,8 @@ def _count(book: "_Book", sheet: str, row: int, v: Any) -> int:
 
 def _read_gpu_kernels(book: _Book) -> tuple[pd.DataFrame, bool]:
     sheet = L.GPU_KERNELS
-    rows = book.rows(sheet)
-    if not rows:
-        raise book.missing(sheet, "empty sheet (expected the header row 'Kernel Name, Category, ...')")
-    idx = _header_index(rows[0])
-    _require(book, sheet, idx, L.GPU_KERNELS_REQUIRED, 1)
+    rows, idx = book.headed(sheet, L.GPU_KERNELS_REQUIRED,
+                            "empty sheet (expected the header row 'Kernel Name, Category, ...')")
     ni, ci, ti, ki = (idx[c] for c in L.GPU_KERNELS_REQUIRED)
     ai, pi, mi = idx.get("Avg (us)"), idx.get("% of Total"), idx.get("Module Types")
     out: dict[str, list] = {k: [] for k in ("name", "category", "total_us", "count", "avg_us", "pct_total",
@@ -243,11 +251,7 @@ def _split_label(label: str) -> tuple[int, str]:
 
 def _read_tree(book: _Book) -> pd.DataFrame:
     sheet = L.MODULE_TREE
-    rows = book.rows(sheet)
-    if not rows:
-        raise book.missing(sheet, "empty sheet")
-    idx = _header_index(rows[0])
-    _require(book, sheet, idx, ["Module", "Total Time (us)", "Breakdown"], 1)
+    rows, idx = book.headed(sheet, ["Module", "Total Time (us)", "Breakdown"])
     mi, ti, ki, bi = idx["Module"], idx["Total Time (us)"], idx.get("Kernels/Ops"), idx["Breakdown"]
     phi, pai = idx.get("Phase"), idx.get(L.TREE_PATH_HEADER)
     out: dict[str, list] = {k: [] for k in ("module", "module_type", "depth", "total_us", "kernel_count",
@@ -274,11 +278,7 @@ def _read_tree(book: _Book) -> pd.DataFrame:
 
 def _read_overview(book: _Book) -> pd.DataFrame:
     sheet = L.OVERVIEW
-    rows = book.rows(sheet)
-    if not rows:
-        raise book.missing(sheet, "empty sheet")
-    idx = _header_index(rows[0])
-    _require(book, sheet, idx, ["Module Type", "Total (us)"], 1)
+    rows, idx = book.headed(sheet, ["Module Type", "Total (us)"])
     cols = {"Module Type": "label", "Depth": "depth", "Count": "count", "Mean (us)": "mean_us", "Std (us)": "std_us",
             "Min (us)": "min_us", "Max (us)": "max_us", "Total (us)": "total_us", "% of Parent": "pct_of_parent",
             "Top Kernel": "top_kernel"}
@@ -418,11 +418,8 @@ def _read_full(book: _Book) -> pd.DataFrame:
 
     frames = []
     for sheet in [s for s in book.names if L.is_full_table_sheet(s)]:
-        rows = book.rows(sheet)
-        if not rows:
-            raise book.missing(sheet, "empty sheet (expected the kernel columns header)")
-        idx = _header_index(rows[0])
-        _require(book, sheet, idx, ["name", "category", "dur_us"], 1)
+        rows, idx = book.headed(sheet, ["name", "category", "dur_us"],
+                                "empty sheet (expected the kernel columns header)")
         width = max((len(r) for r in rows[:1]), default=0)
         data = rows[1:]
         if any(len(r) != width for r in data[:1]):
