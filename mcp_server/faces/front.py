@@ -249,6 +249,23 @@ def _pump(src: IO[bytes], sink: Callable[[bytes], None]) -> None:
     sink(b"")
 
 
+def _sender(dst: IO[bytes]) -> Callable[[Optional[bytes]], None]:
+    """The front's ``send`` to a backend: each line written and flushed, ``None`` closes ``dst``; a backend
+    that has gone is not an error."""
+
+    def send(line: Optional[bytes]) -> None:
+        try:
+            if line is None:
+                dst.close()
+            else:
+                dst.write(line)
+                dst.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    return send
+
+
 # --------------------------------------------------------------------------- python -m mcp_server
 
 def _fingerprint() -> str:
@@ -354,18 +371,6 @@ def serve_in_process(run_server: Callable[[], None]) -> None:
     front = Front(client_out, cache=AnswerCache())
     threading.Thread(target=_pump, args=(client_in, front.from_client), name="front-in", daemon=True).start()
 
-    to_sdk = os.fdopen(to_sdk_w, "wb")
-
-    def send(line: Optional[bytes]) -> None:
-        try:
-            if line is None:
-                to_sdk.close()
-            else:
-                to_sdk.write(line)
-                to_sdk.flush()
-        except (BrokenPipeError, ValueError):
-            pass
-
     def from_sdk() -> None:
         with os.fdopen(from_sdk_r, "rb") as src:
             for line in src:
@@ -377,6 +382,7 @@ def serve_in_process(run_server: Callable[[], None]) -> None:
 
     out = threading.Thread(target=from_sdk, name="front-out", daemon=True)
     out.start()
+    send = _sender(os.fdopen(to_sdk_w, "wb"))
     threading.Thread(target=front.attach, args=(send,), name="front-attach", daemon=True).start()
     try:
         run_server()
@@ -463,19 +469,7 @@ def bootstrap(launcher: str, log: str) -> int:
         return 1
     child = subprocess.Popen(["sh", launcher], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert child.stdin is not None and child.stdout is not None
-    child_in = child.stdin
-
-    def send(line: Optional[bytes]) -> None:
-        try:
-            if line is None:
-                child_in.close()
-            else:
-                child_in.write(line)
-                child_in.flush()
-        except (BrokenPipeError, ValueError):
-            pass
-
-    front.attach(send)
+    front.attach(_sender(child.stdin))
     for line in child.stdout:
         front.from_backend(line)
     return child.wait()
