@@ -79,33 +79,30 @@ def _decode_warnings(dec: Decoded) -> list[Warning_]:
         w.append(Warning_(code=WarningCode.truncation_possible, count=st.truncated_lanes, message=(
             f"{st.truncated_lanes} writer(s) recorded in the buffer's last round: if they recorded more, "
             "it was written past the end (no bounds check) or lost; size the buffer with spare rounds")))
-    if st.unmatched_begins:
-        w.append(Warning_(code=WarningCode.unmatched_begin, count=st.unmatched_begins,
-                          message=f"{st.unmatched_begins} begin record(s) without a matching end (excluded)"))
-    if st.unmatched_ends:
-        w.append(Warning_(code=WarningCode.unmatched_end, count=st.unmatched_ends,
-                          message=f"{st.unmatched_ends} end record(s) without a preceding begin (excluded)"))
-    if st.zero_slots:
-        w.append(Warning_(code=WarningCode.zero_slots, count=st.zero_slots, message=(
-            f"{st.zero_slots} zero slot(s) inside writers' records (holes): a writer skipped a slot, or the "
-            "buffer was partly overwritten")))
-    if st.tag_mismatches:
-        w.append(Warning_(code=WarningCode.tag_mismatch, count=st.tag_mismatches, message=(
-            f"{st.tag_mismatches} record(s) whose tag names another block than their slot position "
-            f"({dec.tag_layout} layout); positions were used. Wrong ngroups in the header, wrong tag layout, "
-            "or writers sharing a lane")))
-    if st.bad_type:
-        w.append(Warning_(code=WarningCode.bad_type, count=st.bad_type,
-                          message=f"{st.bad_type} record(s) with event type 3 (not begin/end/instant), ignored"))
-    if st.timer_wraps:
-        w.append(Warning_(code=WarningCode.timer_wrap, count=st.timer_wraps, message=(
-            f"the 32-bit timer wrapped on {st.timer_wraps} writer(s); unwrapped (exact while consecutive records "
-            "of a writer are < 4.29 s apart)")))
-    if st.non_monotonic:
-        w.append(Warning_(code=WarningCode.non_monotonic, count=st.non_monotonic, message=(
-            f"{st.non_monotonic} step(s) of more than 2.1 s between consecutive records of a writer after "
-            "unwrapping: a record earlier than its predecessor (out of order, corrupted buffer) shows up as a "
-            "~4.29 s jump; or a real stall that long")))
+    # the decoder's counts of records it excluded, repaired or doubts: (count, code, message), in this order
+    counted = (
+        (st.unmatched_begins, WarningCode.unmatched_begin,
+         f"{st.unmatched_begins} begin record(s) without a matching end (excluded)"),
+        (st.unmatched_ends, WarningCode.unmatched_end,
+         f"{st.unmatched_ends} end record(s) without a preceding begin (excluded)"),
+        (st.zero_slots, WarningCode.zero_slots,
+         f"{st.zero_slots} zero slot(s) inside writers' records (holes): a writer skipped a slot, or the "
+         "buffer was partly overwritten"),
+        (st.tag_mismatches, WarningCode.tag_mismatch,
+         f"{st.tag_mismatches} record(s) whose tag names another block than their slot position "
+         f"({dec.tag_layout} layout); positions were used. Wrong ngroups in the header, wrong tag layout, "
+         "or writers sharing a lane"),
+        (st.bad_type, WarningCode.bad_type,
+         f"{st.bad_type} record(s) with event type 3 (not begin/end/instant), ignored"),
+        (st.timer_wraps, WarningCode.timer_wrap,
+         f"the 32-bit timer wrapped on {st.timer_wraps} writer(s); unwrapped (exact while consecutive records "
+         "of a writer are < 4.29 s apart)"),
+        (st.non_monotonic, WarningCode.non_monotonic,
+         f"{st.non_monotonic} step(s) of more than 2.1 s between consecutive records of a writer after "
+         "unwrapping: a record earlier than its predecessor (out of order, corrupted buffer) shows up as a "
+         "~4.29 s jump; or a real stall that long"),
+    )
+    w += [Warning_(code=code, count=n, message=text) for n, code, text in counted if n]
     if st.partial_round:
         w.append(Warning_(code=WarningCode.partial_round, message=(
             "buffer length is not header + a whole number of rounds (nblocks*ngroups slots): "
