@@ -140,13 +140,12 @@ def step_tracesets(console: Console) -> None:
     from mcp_server.tracesets.render import render_compare, render_set
 
     sets = demo_file("tracesets")
-    for name, what in (("straggler", "rank 1 does extra work in every layer"),
-                       ("moving", "layer L's extra work runs on rank L % 4")):
-        _rule(console, f"analyze tracesets/{name}/ (4 ranks: {what})")
+    for name, what in (("straggler", "4 ranks: rank 1 does extra work in every layer"),
+                       ("moving", "4 ranks: layer L's extra work runs on rank L % 4"),
+                       ("tp4_gloo_straggler", "4 TP ranks, gloo all-reduces; rank 2 starts each all-reduce late, "
+                                              "host-side")):
+        _rule(console, f"analyze tracesets/{name}/ ({what})")
         render_set(analyze_trace_set([str(sets / name)]), console)
-    _rule(console, "analyze tracesets/tp4_gloo_straggler/ (4 TP ranks, gloo all-reduces; rank 2 starts each "
-                   "all-reduce late, host-side)")
-    render_set(analyze_trace_set([str(sets / "tp4_gloo_straggler")]), console)
     _rule(console, "compare tracesets/balanced/ tracesets/tokens/ (rank 3 given 8x the tokens)")
     render_compare(compare_trace_sets(str(sets / "balanced"), str(sets / "tokens")), console)
 
@@ -161,7 +160,7 @@ STEPS: list[Callable[[Console], None]] = [
 ]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main() -> int:
     from mcp_server.core.textable import PipeConsole, quiet_stdout
 
     console = PipeConsole(highlight=False, emoji=False)
