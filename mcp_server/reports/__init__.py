@@ -7,7 +7,7 @@ facts); the modules behind them are private to this package (import-linter's
 
 Reading (``reader``):
   ``read_report(path, need=...) -> Report``, ``kernel_table(report)`` (the
-  ``KERNEL_COLUMNS`` shape), ``read_kernel_table(path)``, ``is_kernelscope_report(path)``,
+  ``KERNEL_COLUMNS`` shape), ``is_kernelscope_report(path)``,
   ``Report``, ``DetailSheet``, ``Source``, ``ALL_PARTS``.
 Writing (``xlsx_writer``):
   ``write_analysis_report(analysis, path)``, ``atomic_save(workbook, path)``,
@@ -35,15 +35,13 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
         Source,
         is_kernelscope_report,
         kernel_table,
-        read_kernel_table,
         read_report,
     )
     from mcp_server.reports.xlsx_writer import atomic_save, gpu_time_rows, write_analysis_report
 
 _EXPORTS = {
     "ALL_PARTS": "reader", "DetailSheet": "reader", "Report": "reader", "Source": "reader",
-    "is_kernelscope_report": "reader", "kernel_table": "reader", "read_kernel_table": "reader",
-    "read_report": "reader",
+    "is_kernelscope_report": "reader", "kernel_table": "reader", "read_report": "reader",
     "atomic_save": "xlsx_writer", "write_analysis_report": "xlsx_writer",
     "gpu_time_rows": "xlsx_writer",
     "EditPlan": "edit", "plan_recategorize": "edit", "write_plan": "edit",
@@ -53,7 +51,7 @@ _EXPORTS = {
 __all__ = [
     "ALL_PARTS", "DetailSheet", "EditPlan", "Report", "Source", "atomic_save",
     "gpu_time_rows", "is_kernelscope_report", "kernel_table", "layout", "place_labels", "plan_recategorize", "pyplot",
-    "read_kernel_table", "read_report", "write_analysis_report", "write_plan",
+    "read_report", "write_analysis_report", "write_plan",
 ]
 
 

@@ -350,9 +350,3 @@ def kernel_table(report: Report) -> pd.DataFrame:
                 df[c] = _UNKNOWN.get(c, "")
     extra = [c for c in ("sheet", "detail_module") if c in df.columns]
     return df[list(KERNEL_COLUMNS) + extra].reset_index(drop=True)
-
-
-def read_kernel_table(path: str | os.PathLike) -> tuple[pd.DataFrame, Report]:
-    """Read a report and return (``kernel_table``, report with ``gpu_kernels`` and ``summary``)."""
-    rep = read_report(path, need=("kernels", "gpu_kernels", "metadata"))
-    return kernel_table(rep), rep
