@@ -339,19 +339,16 @@ class AnswerCache:
                 pass
 
 
-def front_enabled() -> bool:
-    return os.environ.get("KERNELSCOPE_FRONT", "1").lower() not in ("0", "off", "no", "false")
-
-
 def serve_stdio() -> None:
-    """``python -m mcp_server`` / ``kernelscope serve``: the MCP server on stdio, behind the front."""
+    """``python -m mcp_server`` / ``kernelscope serve``: the MCP server on stdio, behind the front (unless
+    ``KERNELSCOPE_FRONT=0``)."""
 
     def run() -> None:
         from mcp_server.faces.server import main
 
         main()
 
-    if front_enabled():
+    if os.environ.get("KERNELSCOPE_FRONT", "1").lower() not in ("0", "off", "no", "false"):
         serve_in_process(run)
     else:
         run()

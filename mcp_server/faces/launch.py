@@ -20,14 +20,10 @@ NEEDED = ("rich", "pydantic", "msgspec", "numpy", "pandas")
 _GUARD = "KERNELSCOPE_SCRIPT_REEXEC"
 
 
-def missing_modules() -> list[str]:
-    return [m for m in NEEDED if importlib.util.find_spec(m) is None]
-
-
 def ensure_dependencies(script: str) -> None:
     """Return when this interpreter can run kernelscope; otherwise re-execute ``script`` under the
     checkout's venv, or exit 2 with a one-line hint."""
-    missing = missing_modules()
+    missing = [m for m in NEEDED if importlib.util.find_spec(m) is None]
     if not missing:
         return
     root = Path(__file__).resolve().parents[2]  # the checkout

@@ -78,11 +78,6 @@ def _progress_bridge(ctx: Optional[Context]):
     return progress
 
 
-def isolation_enabled() -> bool:
-    """Engine calls run in supervised worker processes unless ``KERNELSCOPE_ISOLATION=0``."""
-    return enabled("KERNELSCOPE_ISOLATION")
-
-
 _POOL: Optional[WorkerPool] = None
 
 
@@ -139,7 +134,7 @@ def make_tool_function(op: Operation):
             roots = [*await _client_roots(ctx), *roots_from_env()] if op.outputs else roots_from_env()
             if op.outputs:
                 check_outputs(op, req, roots)
-            if isolation_enabled():
+            if enabled("KERNELSCOPE_ISOLATION"):  # engine calls run in supervised worker processes
                 stop = threading.Event()
                 try:
                     data = await anyio.to_thread.run_sync(

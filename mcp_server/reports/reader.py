@@ -78,10 +78,6 @@ class Report:
     #: upstream reports: (summary total, kernel-table total) when they differ by more than 1 %
     unreconciled: Optional[tuple[float, float]] = None
 
-    @property
-    def has_full_table(self) -> bool:
-        return any(L.is_full_table_sheet(s) for s in self.sheets)
-
     def stored_categories(self) -> dict[str, str]:
         """Kernel name -> category as stored in the report (full table, else GPU Kernels, else details)."""
         out: dict[str, str] = {}
@@ -140,7 +136,7 @@ def read_report(path: str | os.PathLike, *, need: Iterable[str] = ALL_PARTS) -> 
         rep.tree = _read_tree(book)
     if "overview" in need:
         rep.overview = _read_overview(book)
-    use_full = "kernels" in need and rep.has_full_table
+    use_full = "kernels" in need and any(L.is_full_table_sheet(s) for s in names)
     want_detail_rows = "kernels" in need and not use_full
     if "details" in need or want_detail_rows:
         book.prefetch([s for s in names if s not in L.NON_DETAIL_SHEETS])
