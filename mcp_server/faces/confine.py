@@ -28,10 +28,11 @@ from mcp_server.core.errors import ConfinementError
 __all__ = ["ConfinementError", "check_outputs", "inside", "roots_from_env", "roots_from_uris"]
 
 
-def roots_from_env(cwd: str | os.PathLike | None = None) -> list[Path]:
+def roots_from_env() -> list[Path]:
+    """The roots ``KERNELSCOPE_ROOTS`` names, else the working directory."""
     env = envvars.env("KERNELSCOPE_ROOTS") or ""
     roots = [Path(p) for p in env.split(os.pathsep) if p.strip()]
-    return roots or [Path(cwd or os.getcwd())]
+    return roots or [Path(os.getcwd())]
 
 
 def roots_from_uris(uris: Iterable[str]) -> list[Path]:

@@ -97,8 +97,8 @@ def _env_table() -> list[str]:
     return out
 
 
-def render_reference(ops: list[Operation] | None = None) -> str:
-    ops = operations() if ops is None else ops
+def render_reference() -> str:
+    ops = operations()
     out = [
         "# kernelscope reference: every MCP tool and CLI verb",
         "",

@@ -69,8 +69,8 @@ class _Book:
                 raise ReportFormatError(f"sheet '{sheet}' cannot be read ({exc})", path=self.path) from None
         return self._cache[sheet]
 
-    def prefetch(self, sheets: list[str], workers: int = 2) -> None:
-        """Parse several sheets on worker threads (calamine parses without the GIL)."""
+    def prefetch(self, sheets: list[str]) -> None:
+        """Parse several sheets on two worker threads (calamine parses without the GIL)."""
         todo = [s for s in sheets if s not in self._cache and s in self.names]
         if len(todo) < 4:
             return
@@ -90,14 +90,14 @@ class _Book:
             except Exception:
                 return name, None  # rows() re-reads it and raises the typed error
 
-        with ThreadPoolExecutor(max_workers=workers) as ex:
+        with ThreadPoolExecutor(max_workers=2) as ex:
             for name, rows in ex.map(one, todo):
                 if rows is not None:
                     self._cache[name] = rows
 
-    def head(self, sheet: str, n: int = 2) -> list[list[Any]]:
-        """The first ``n`` rows (the whole sheet is parsed once and cached)."""
-        return self.rows(sheet)[:n]
+    def head(self, sheet: str) -> list[list[Any]]:
+        """The first two rows (the whole sheet is parsed once and cached)."""
+        return self.rows(sheet)[:2]
 
     def missing(self, sheet: str, what: str) -> ReportFormatError:
         return ReportFormatError(f"sheet '{sheet}': {what}", path=self.path)

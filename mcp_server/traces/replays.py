@@ -64,13 +64,13 @@ def _eager_reference(rt: RawTrace, lk: Linked, table: PathTable, path_code: np.n
     return ref
 
 
-def _main_phase(codes: np.ndarray, share: float = 0.9) -> str:
-    """The phase of at least ``share`` of the kernels (prefill or decode), else ''."""
+def _main_phase(codes: np.ndarray) -> str:
+    """The phase of at least 90 % of the kernels (prefill or decode), else ''."""
     if not len(codes):
         return ""
     n = np.bincount(codes.astype(np.int64), minlength=len(PHASE_CODES))
     for c in (1, 2):
-        if n[c] >= share * len(codes):
+        if n[c] >= 0.9 * len(codes):
             return PHASE_CODES[c]
     return ""
 
