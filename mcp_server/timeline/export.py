@@ -174,6 +174,13 @@ def _colours(plt, runs) -> tuple[dict, dict]:
     return {e: cmap(i % cmap.N) for i, e in enumerate(events)}, {e: names.get(e, f"event{e}") for e in events}
 
 
+def _save(fig, path) -> Path:
+    """Write the figure (tests/test_plots.py looks at the drawn figure here, before it is written)."""
+    with atomic_target(path, what="Gantt PNG", suffix=".png") as tmp:
+        fig.savefig(tmp, format="png")
+    return Path(path)
+
+
 def write_gantt_png(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.PathLike], *,
                     max_lanes: int = 512) -> Path:
     """Gantt chart: one row per writer (block/group), bars coloured by phase, instants as ticks."""
@@ -199,9 +206,7 @@ def write_gantt_compare_png(runs, path: Union[str, os.PathLike], *, max_lanes: i
                           loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=7, ncol=min(len(colour), 6),
                           frameon=False, borderaxespad=0.2)
         fig.tight_layout()
-        with atomic_target(path, what="Gantt PNG", suffix=".png") as tmp:
-            fig.savefig(tmp, format="png")
-        return Path(path)
+        return _save(fig, path)
     finally:
         plt.close(fig)
 
