@@ -182,6 +182,21 @@ def test_named_capture_launches_align_by_kernel_name():
     assert conf.count(1.0) == len(names) - 1 and conf[50] == 0.5 and set(ph) == {"decode"}
 
 
+
+def test_replay_launches_the_capture_lacks_all_take_the_phase_around_them():
+    """A run of several replay kernels the capture does not hold takes the phase of the captured launches
+    on both sides when they agree: every kernel of the run, not only its first."""
+    from mcp_server.traces.graph import Capture, attribute_from_capture
+
+    k = run("capture_eager").kernels.sort_values("ts_us")
+    names, paths = list(k["name"]), list(k["module_path"])
+    keep = names[:50] + names[53:]
+    cap = Capture(kinds=[0] * len(keep), kernels=keep, paths=paths[:50] + paths[53:], phases=["decode"] * len(keep))
+    got = attribute_from_capture(names, [0] * len(names), [cap])
+    assert got is not None
+    _, conf, ph = got
+    assert conf[50:53] == [0.5, 0.5, 0.5] and ph[50:53] == ["decode"] * 3 and set(ph) == {"decode"}
+
 # ---- phase: decode only with evidence ----
 
 def test_replays_without_evidence_are_graph_not_decode():

@@ -266,9 +266,11 @@ def attribute_from_capture(seq: Sequence[str], kinds: Sequence[int], captures: S
             for k in range(j2 - j1):
                 phases[j1 + k] = cap.phases[i1 + k]
         elif tag in ("replace", "insert") and j2 > j1:
+            # the phase of the captured kernels around the run, when they agree on one
             ph = {cap.phases[i] for i in range(max(i1 - 1, 0), min(i2 + 1, len(cap.phases)))}
+            one = next(iter(ph)) if len(ph) == 1 else ""
             for k in range(j1, j2):
-                phases[k] = ph.pop() if len(ph) == 1 else ""
+                phases[k] = one
     return out, conf, phases
 
 
