@@ -24,9 +24,10 @@ import pandas as pd
 
 from mcp_server.compare.models import CategoryMismatch, SideKind
 from mcp_server.core.categories import CategoryRules, load_categories
-from mcp_server.core.errors import FileMissingError, InputError, ToolMissingError
+from mcp_server.core.errors import FileMissingError, InputError
 from mcp_server.core.models import Warning_
 from mcp_server.core.vocab import PHASES, WarningCode
+from mcp_server.traces import analyze_trace  # the read-ahead entry (mcp_server/traces/__init__ loads it lazily)
 
 Purpose = Literal["budget", "diff"]
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -154,13 +155,7 @@ def _check_phase(phase: str) -> None:
 
 
 def _load_trace(p: Path, label: str, categories, rules: CategoryRules, reference=None) -> Side:
-    try:
-        from mcp_server.traces import analyze_trace
-    except ImportError:  # pragma: no cover - depends on the build
-        raise ToolMissingError("the trace analyzer is not available in this build; pass a report "
-                               "(.xlsx)", path=p) from None
-    res = analyze_trace(str(p), categories=str(categories) if categories else None,
-                        reference_trace=str(reference) if reference else None)
+    res = analyze_trace(p, categories=categories or None, reference_trace=reference or None)
     df = res.kernels
     if df is None:
         raise InputError("the trace analysis returned no kernel table", path=p)
@@ -191,10 +186,8 @@ def _majority_phase(phases) -> str:
 def _check_reference(side: Side, res, reference, categories) -> None:
     """Warn when the reference trace's phase is not the compared kernels' phase, or the replay
     alignment's confidence is low: the module blocks of this side are then not to be trusted."""
-    from mcp_server.traces import analyze_trace
-
     try:
-        ref = analyze_trace(str(reference), categories=str(categories) if categories else None)
+        ref = analyze_trace(reference, categories=categories or None)
         side.reference_phase = _majority_phase(ref.phases)
     except Exception:  # noqa: BLE001 - the attribution already read it; a second read failing leaves phase unknown
         side.reference_phase = ""
