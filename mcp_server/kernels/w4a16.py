@@ -191,15 +191,8 @@ def _w4a16_dot_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, K: tl.constexp
             s_out = tl.load(s_ptr + b * NG * N + offs_n[:, None] + offs_m[None, :] * 0)
             s_blk = None
             z_blk = None
-        elif CH == 8:
-            s_blk = tl.load(s_row).to(tl.float32)
-            if HAS_ZERO:
-                z_blk = tl.load(z_row).to(tl.float32)
-            else:
-                z_blk = s_blk            # unused
         else:
-            s_blk = None
-            z_blk = None
+            s_blk, z_blk = _blk_scales(s_row, z_row, 0, N, GROUP, HAS_ZERO)
         xs = _load_x8(x_cols, m_mask)
         p = tl.load(qw_rows)
         if DEP and UNPACK == 0:
@@ -220,25 +213,17 @@ def _w4a16_dot_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, K: tl.constexp
                 z_nxt = tl.load(z_row)
         for k0 in range(0, K, 128):
             xs = _load_x8(x_cols + k0, m_mask)
-            if CH == 8:
-                if PF:
-                    s_blk = s_nxt.to(tl.float32)
-                    nxt = (k0 + 128) // GROUP
-                    s_nxt = tl.load(s_row + nxt * N, mask=(k0 + 128 < K) & (offs_n < N), other=0.0)
-                    if HAS_ZERO:
-                        z_blk = z_nxt.to(tl.float32)
-                        z_nxt = tl.load(z_row + nxt * N, mask=(k0 + 128 < K) & (offs_n < N), other=0.0)
-                    else:
-                        z_blk = s_blk
+            if CH == 8 and PF:
+                s_blk = s_nxt.to(tl.float32)
+                nxt = (k0 + 128) // GROUP
+                s_nxt = tl.load(s_row + nxt * N, mask=(k0 + 128 < K) & (offs_n < N), other=0.0)
+                if HAS_ZERO:
+                    z_blk = z_nxt.to(tl.float32)
+                    z_nxt = tl.load(z_row + nxt * N, mask=(k0 + 128 < K) & (offs_n < N), other=0.0)
                 else:
-                    s_blk = tl.load(s_row + (k0 // GROUP) * N).to(tl.float32)
-                    if HAS_ZERO:
-                        z_blk = tl.load(z_row + (k0 // GROUP) * N).to(tl.float32)
-                    else:
-                        z_blk = s_blk
+                    z_blk = s_blk
             else:
-                s_blk = None
-                z_blk = None
+                s_blk, z_blk = _blk_scales(s_row, z_row, k0, N, GROUP, HAS_ZERO)
             p = tl.load(qw_rows + k0 // 8)
             ws = _unpack8(p, UNPACK)
             acc = _mma_block(acc, ws, xs, s_blk, z_blk, k0, s_row, z_row, N, GROUP, HAS_ZERO, UNPACK,
@@ -257,9 +242,9 @@ def _blk_scales(s_row, z_row, k0, N, GROUP: tl.constexpr, HAS_ZERO: tl.constexpr
             z = tl.load(z_row + (k0 // GROUP) * N).to(tl.float32)
         else:
             z = s
-    else:
-        s = None
-        z = None
+    else:                        # per-chunk scales: _mma_block loads them, these stay unused
+        s = tl.zeros(s_row.shape, tl.float32)
+        z = s
     return s, z
 
 
@@ -378,33 +363,15 @@ def _w4a16_persistent_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, H, K: t
             if CH == 8:
                 sel = offs_blk[None, :] == k0 // 128
                 s_blk = tl.sum(tl.where(sel, s_cur, 0.0), axis=1)
+                z_blk = s_blk
                 if HAS_ZERO:
                     z_blk = tl.sum(tl.where(sel, z_cur, 0.0), axis=1)
+            else:
+                s_blk = None
+                z_blk = None
             p = tl.load(qw_rows + k0 // 8)
-            ws = _unpack8(p, UNPACK)
-            for g in tl.static_range(8 // CH):
-                part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-                xsum = tl.zeros([BLOCK_M], dtype=tl.float32)
-                for jj in tl.static_range(CH):
-                    xj = xs[g * CH + jj]
-                    if UNPACK == 2:
-                        part = tl.dot(ws[g * CH + jj], xj.to(tl.float32), part)
-                    else:
-                        part = tl.dot(ws[g * CH + jj], xj, part)
-                    if HAS_ZERO:
-                        xsum += tl.sum(xj.to(tl.float32), axis=0)
-                if CH == 8:
-                    s = s_blk
-                    if HAS_ZERO:
-                        z = z_blk
-                else:
-                    grp = (k0 + g * CH * 16) // GROUP
-                    s = tl.load(s_row + grp * N).to(tl.float32)
-                    if HAS_ZERO:
-                        z = tl.load(z_row + grp * N).to(tl.float32)
-                if HAS_ZERO:
-                    part += (8.0 - z)[:, None] * xsum[None, :]
-                acc += part * s[:, None]
+            acc = _mma_block(acc, _unpack8(p, UNPACK), xs, s_blk, z_blk, k0, s_row, z_row, N, GROUP, HAS_ZERO,
+                             UNPACK, BLOCK_N, BLOCK_M)
         out = out_ptr + b * M * N + offs_m[None, :] * N + offs_n[:, None]
         tl.store(out, acc.to(tl.bfloat16), mask=m_mask)
 
