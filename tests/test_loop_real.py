@@ -154,7 +154,8 @@ print(json.dumps(res.model_dump(mode="json")))
 
 def _child(root: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", CHILD, str(FIXTURE)], cwd=root, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                                [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])))
 
 
 def _validating(root: Path) -> bool:
