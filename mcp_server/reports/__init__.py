@@ -9,9 +9,9 @@ Reading (``reader``):
   ``read_report(path, need=...) -> Report``, ``kernel_table(report)`` (the
   ``KERNEL_COLUMNS`` shape), ``is_kernelscope_report(path)``,
   ``Report``, ``DetailSheet``, ``Source``, ``ALL_PARTS``.
-Writing (``xlsx_writer``):
-  ``write_analysis_report(analysis, path)``, ``atomic_save(workbook, path)``,
-  ``gpu_time_rows(breakdown, rank=None)`` (the rows of the GPU Time sheet).
+Writing (``xlsx_writer``, on ``workbook``'s sheets and atomic save):
+  ``write_analysis_report(analysis, path)``, ``gpu_time_rows(breakdown, rank=None)`` (the rows
+  of the GPU Time sheet), ``atomic_save(workbook, path)``.
 Editing (``edit``):
   ``plan_recategorize(path, rules) -> (EditPlan, source)``, ``write_plan(plan, out)``, ``EditPlan``.
 Figures (``plots``):
@@ -37,12 +37,13 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
         kernel_table,
         read_report,
     )
-    from mcp_server.reports.xlsx_writer import atomic_save, gpu_time_rows, write_analysis_report
+    from mcp_server.reports.workbook import atomic_save
+    from mcp_server.reports.xlsx_writer import gpu_time_rows, write_analysis_report
 
 _EXPORTS = {
     "ALL_PARTS": "reader", "DetailSheet": "reader", "Report": "reader", "Source": "reader",
     "is_kernelscope_report": "reader", "kernel_table": "reader", "read_report": "reader",
-    "atomic_save": "xlsx_writer", "write_analysis_report": "xlsx_writer",
+    "atomic_save": "workbook", "write_analysis_report": "xlsx_writer",
     "gpu_time_rows": "xlsx_writer",
     "EditPlan": "edit", "plan_recategorize": "edit", "write_plan": "edit",
     "pyplot": "plots", "place_labels": "plots",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -20,9 +19,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from mcp_server import __version__
-from mcp_server.core.atomic import atomic_target, check_output_path, new_temp, probe_writable, unlink_quietly
+from mcp_server.core.atomic import check_output_path, probe_writable
 from mcp_server.core.vocab import KERNEL_COLUMNS
 from mcp_server.reports import layout as L
+from mcp_server.reports.workbook import Sheet, atomic_save
 
 #: Excel's row limit is 1,048,576; the full table is split into sheets of this many rows.
 FULL_SHEET_ROWS = 1_000_000
@@ -153,91 +153,6 @@ def plan_details(roots: list[_Node]) -> tuple[dict[tuple[str, str], list[str]], 
     return chains, plans
 
 
-# --------------------------------------------------------------------------- cell helpers
-
-
-def _clean(v: Any) -> Any:
-    """Values openpyxl can store: NaN -> None, numpy scalars -> Python, illegal XML chars removed."""
-    if v is None:
-        return None
-    if isinstance(v, str):
-        if _ILLEGAL.search(v):
-            v = _ILLEGAL.sub("", v)
-        return v
-    if hasattr(v, "item") and not isinstance(v, (list, tuple)):
-        try:
-            v = v.item()
-        except (AttributeError, ValueError):
-            pass
-    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
-        return None
-    return v
-
-
-class _Sheet:
-    """A write-only sheet with header styling and per-row outline levels."""
-
-    def __init__(self, wb, title: str, widths: dict[str, float] | None = None):
-        from openpyxl.styles import Font, PatternFill
-
-        self.ws = wb.create_sheet(title=title)
-        self.row = 0
-        self._bold = Font(bold=True)
-        self._title = Font(bold=True, size=12)
-        self._fill = PatternFill(start_color="CCE5FF", end_color="CCE5FF", fill_type="solid")
-        for col, w in (widths or {}).items():
-            self.ws.column_dimensions[col].width = w
-
-    def _cell(self, value, *, font=None, fill=None):
-        from openpyxl.cell import WriteOnlyCell
-
-        c = WriteOnlyCell(self.ws, value=_clean(value))
-        if isinstance(value, str) and value.startswith("="):
-            c.data_type = "s"
-        if font is not None:
-            c.font = font
-        if fill is not None:
-            c.fill = fill
-        return c
-
-    def header(self, values: list[Any]) -> None:
-        self.append([self._cell(v, font=self._bold, fill=self._fill) for v in values], raw=True)
-
-    def bold(self, values: list[Any]) -> None:
-        self.append([self._cell(v, font=self._bold) if v is not None else None for v in values], raw=True)
-
-    def title(self, values: list[Any]) -> None:
-        self.append([self._cell(values[0], font=self._title)] + list(values[1:]), raw=False)
-
-    def append(self, values: list[Any], *, raw: bool = False, outline: int = 0) -> None:
-        self.row += 1
-        if outline:
-            self.ws.row_dimensions[self.row].outline_level = outline
-        if raw:
-            self.ws.append(values)
-            return
-        self.ws.append([self.guard(v) for v in values])
-
-    def guard(self, v: Any) -> Any:
-        """A data value safe to append: strings never become formulas, odd values cleaned."""
-        if isinstance(v, str):
-            if v.startswith("=") or _ILLEGAL.search(v):
-                return self._cell(v)
-            return v
-        return _clean(v)
-
-    def blank(self) -> None:
-        self.append([])
-
-
-try:  # openpyxl's own definition of characters XML cannot hold
-    from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE as _ILLEGAL
-except ImportError:  # pragma: no cover
-    import re
-
-    _ILLEGAL = re.compile(r"[\000-\010]|[\013-\014]|[\016-\037]")
-
-
 # --------------------------------------------------------------------------- sheets
 
 
@@ -251,7 +166,7 @@ def _category_table(df) -> list[tuple[str, int, float]]:
 
 
 def _write_summary(wb, analysis, df, roots, chains, plans) -> None:
-    s = _Sheet(wb, L.SUMMARY, {"A": 40, "B": 18, "C": 18, "D": 30, "E": 15})
+    s = Sheet(wb, L.SUMMARY, {"A": 40, "B": 18, "C": 18, "D": 30, "E": 15})
     total = float(df["dur_us"].sum()) if df is not None and len(df) else float(analysis.total_kernel_us)
     s.header(L.SUMMARY_HEADERS)
     s.bold([L.SUMMARY_TOTAL_LABEL, round(total, 1), "100.0%"])
@@ -294,7 +209,7 @@ def _write_summary(wb, analysis, df, roots, chains, plans) -> None:
 
 
 def _write_overview(wb, analysis, roots) -> None:
-    s = _Sheet(wb, L.OVERVIEW, {"A": 45, "J": 80})
+    s = Sheet(wb, L.OVERVIEW, {"A": 45, "J": 80})
     s.header(L.OVERVIEW_HEADERS)
     stats = {m.type: m for m in analysis.modules}
     done: set[str] = set()
@@ -318,7 +233,7 @@ def _write_overview(wb, analysis, roots) -> None:
 def _write_tree(wb, roots) -> None:
     from openpyxl.worksheet.properties import Outline
 
-    s = _Sheet(wb, L.MODULE_TREE, {"A": 50, "D": 80, "F": 60})
+    s = Sheet(wb, L.MODULE_TREE, {"A": 50, "D": 80, "F": 60})
     s.ws.sheet_properties.outlinePr = Outline(summaryBelow=False, summaryRight=False)
     max_depth = max((n.depth for n in _walk(roots)), default=0)
     s.ws.sheet_format.outlineLevelRow = min(max_depth, 7)
@@ -330,7 +245,7 @@ def _write_tree(wb, roots) -> None:
 
 
 def _write_gpu_kernels(wb, df) -> None:
-    s = _Sheet(wb, L.GPU_KERNELS, {"A": 80, "G": 50})
+    s = Sheet(wb, L.GPU_KERNELS, {"A": 80, "G": 50})
     s.header(L.GPU_KERNEL_HEADERS)
     if df is None or len(df) == 0:
         return
@@ -389,7 +304,7 @@ def _flops_cells(op: str, dims: str, dur_us: float, peak: float | None) -> tuple
 
 
 def _write_detail(wb, plan: DetailPlan, df, peak: float | None = None) -> None:
-    s = _Sheet(wb, plan.sheet, {"A": 35, "B": 60, "C": 80, "G": 24, "J": 70})
+    s = Sheet(wb, plan.sheet, {"A": 35, "B": 60, "C": 80, "G": 24, "J": 70})
     k = _detail_rows(df, plan.rep, plan.phase)
     n = 0 if k is None else len(k)
     parent = plan.rep.path.rsplit("/", 1)[0] if "/" in plan.rep.path else ""
@@ -434,7 +349,7 @@ def _write_full(wb, df) -> list:
     parts = []
     for ci in range(chunks):
         title = L.full_table_sheet_name(ci)
-        s = _Sheet(wb, title, {"A": 80, "K": 60})
+        s = Sheet(wb, title, {"A": 80, "K": 60})
         s.header(cols)
         if n:
             parts.append((title, df.iloc[ci * FULL_SHEET_ROWS:(ci + 1) * FULL_SHEET_ROWS]))
@@ -444,7 +359,7 @@ def _write_full(wb, df) -> list:
 def _write_metadata(wb, analysis, df, plans, peak: float | None = None, peak_src: str = "") -> None:
     import json
 
-    s = _Sheet(wb, L.METADATA, {"A": 30, "B": 100})
+    s = Sheet(wb, L.METADATA, {"A": 30, "B": 100})
     s.header(["Key", "Value"])
     sha = analysis.categories_sha256
     src = analysis.categories_source
@@ -490,7 +405,7 @@ def _write_gpu_time(wb, analysis) -> None:
     b = getattr(analysis, "breakdown", None)
     if b is None:
         return
-    s = _Sheet(wb, L.GPU_TIME, {"A": 12, "E": 14, "F": 14, "G": 14, "H": 16, "I": 18, "J": 18, "K": 24, "L": 24})
+    s = Sheet(wb, L.GPU_TIME, {"A": 12, "E": 14, "F": 14, "G": 14, "H": 16, "I": 18, "J": 18, "K": 24, "L": 24})
     s.bold([f"Window: {b.window} ({b.window_note})"])
     s.header(L.GPU_TIME_HEADERS)
     for row in gpu_time_rows(b):
@@ -526,118 +441,3 @@ def write_analysis_report(analysis, path: str | os.PathLike, *, force: bool = Fa
     parts = _write_full(wb, df)
     _write_metadata(wb, analysis, df, plans, peak, peak_src)
     atomic_save(wb, out, full_tables=parts, force=force)
-
-
-def atomic_save(wb, out: Path, full_tables: list | None = None, *, force: bool = False) -> None:
-    """Save an openpyxl workbook to ``out`` atomically (``mcp_server.core.atomic``).
-
-    ``full_tables``: [(sheet, DataFrame)] whose rows are appended below those sheets'
-    header rows as raw XML (``fast_table``), from a first temp file into the final one.
-    """
-    try:
-        _save(wb, out, full_tables, KERNEL_COLUMNS, force)
-    except BaseException:
-        _discard(wb)
-        raise
-
-
-def _discard(wb) -> None:
-    """Close a write-only workbook's sheets after a failed save (else their row writers
-    print "Exception ignored ... I/O operation on closed file" when collected)."""
-    for ws in getattr(wb, "_sheets", []):
-        close = getattr(ws, "close", None)
-        if close is None or getattr(ws, "closed", True):
-            continue
-        try:
-            close()
-        except Exception:  # noqa: BLE001 - best effort: the save already failed with a typed error
-            pass
-
-
-def _save(wb, out: Path, full_tables: list | None, columns, force: bool) -> None:
-    with atomic_target(out, what="report", force=force) as tmp:
-        first = new_temp(out)
-        try:
-            wb.save(first)
-            if not full_tables:
-                add_dimensions(first, tmp)
-                return
-            from mcp_server.reports.fast_table import fill_full_tables
-
-            second = new_temp(out)
-            try:
-                add_dimensions(first, second)
-                fill_full_tables(second, tmp, full_tables, list(columns), target=str(out))
-            finally:
-                unlink_quietly(second)
-        finally:
-            unlink_quietly(first)
-
-
-_ROW_RE = re.compile(rb'<row\b([^>]*?)(/>|>(.*?)</row>)', re.S)
-_ROW_NUM_RE = re.compile(rb'\br="(\d+)"')
-_CELL_REF_RE = re.compile(rb'<c\b[^>]*?\br="([A-Z]+)(\d+)"')
-
-
-def _pad_sheet(xml: bytes) -> bytes:
-    """One worksheet's XML with a ``<dimension>`` element and every row padded to its width.
-
-    openpyxl's write-only mode writes neither; readers that users run (openpyxl in read-only
-    mode, hence the upstream ``compare_analysis.py``) size rows by the dimension and yield an
-    empty tuple for a blank row without it."""
-    from mcp_server.reports.xlsx_patch import col_index, col_letter
-
-    start = xml.find(b"<sheetData")
-    end = xml.rfind(b"</sheetData>")
-    if start < 0 or b"<dimension" in xml[:start]:
-        return xml
-    body_start = xml.find(b">", start) + 1
-    if xml[body_start - 2:body_start] == b"/>":  # <sheetData/>: an empty sheet
-        body, end = b"", body_start
-    else:
-        body = xml[body_start:end]
-    rows: list[tuple[int, bytes, bytes]] = []
-    width = 0
-    for m in _ROW_RE.finditer(body):
-        attrs, inner = m.group(1), m.group(3) or b""
-        rn = _ROW_NUM_RE.search(attrs)
-        r = int(rn.group(1)) if rn else (rows[-1][0] + 1 if rows else 1)
-        refs = _CELL_REF_RE.findall(inner)
-        if refs:
-            width = max(width, col_index(refs[-1][0]) + 1)
-        rows.append((r, attrs, inner))
-    width = max(width, 1)
-    last = rows[-1][0] if rows else 1
-    out = []
-    prev = 0
-    for r, attrs, inner in rows:
-        for gap in range(prev + 1, r):  # rows openpyxl skipped entirely
-            out.append(b'<row r="%d"><c r="A%d"/></row>' % (gap, gap))
-        refs = _CELL_REF_RE.findall(inner)
-        have = col_index(refs[-1][0]) + 1 if refs else 0
-        pad = b"".join(b'<c r="%s%d"/>' % (col_letter(i).encode(), r) for i in range(have, width))
-        out.append(b"<row" + attrs + b">" + inner + pad + b"</row>")
-        prev = r
-    dim = b'<dimension ref="A1:%s%d"/>' % (col_letter(width - 1).encode(), last)
-    head = xml[:start]
-    pos = head.find(b"</sheetPr>")
-    if pos >= 0:
-        pos += len(b"</sheetPr>")
-    else:
-        pr = re.search(rb"<sheetPr\b[^>]*/>", head)
-        pos = pr.end() if pr else head.find(b">", head.find(b"<worksheet")) + 1
-    head = head[:pos] + dim + head[pos:]
-    return head + b"<sheetData>" + b"".join(out) + b"</sheetData>" + xml[end + len(b"</sheetData>"):]
-
-
-def add_dimensions(src: str | os.PathLike, dst: str | os.PathLike) -> None:
-    """Copy workbook ``src`` to ``dst`` with every worksheet given its dimension and padded rows."""
-    import zipfile
-
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", compression=zipfile.ZIP_DEFLATED,
-                                                      compresslevel=6) as zout:
-        for info in zin.infolist():
-            data = zin.read(info)
-            if info.filename.startswith("xl/worksheets/") and info.filename.endswith(".xml"):
-                data = _pad_sheet(data)
-            zout.writestr(info, data)
