@@ -276,7 +276,7 @@ def test_triton_helper_layout_on_cpu():
 
 def _general(buf):
     """Decode through the general (nesting-aware) matcher only, for comparison."""
-    from mcp_server.timeline import decode as D
+    from mcp_server.timeline import pairing
 
     d = decode_buffer(buf)
     raw = np.asarray(buf, dtype=np.uint64)
@@ -292,9 +292,10 @@ def _general(buf):
     lane = np.repeat(np.arange(nl, dtype=np.int32), nz.sum(axis=1))[keep]
     event = ((tag >> 2) & 0x3FF).astype(np.int16)[keep]
     # pairing does not look at times: compare which (event, lane, occurrence) pairs each path finds
-    st = D.DecodeStats()
     zeros = np.zeros(lane.size, dtype=np.int64)
-    return d, D._pair(kind[keep].astype(np.int8), event, lane, zeros, np.zeros(lane.size, np.int16), st), st
+    gen, unmatched_begins, unmatched_ends = pairing._pair(kind[keep].astype(np.int8), event, lane, zeros,
+                                                          np.zeros(lane.size, np.int16))
+    return d, gen, (unmatched_begins, unmatched_ends)
 
 
 @pytest.mark.parametrize("nested", [False, True])
@@ -303,8 +304,8 @@ def test_fast_paths_match_general_matcher(nested):
     lanes = {(b, g): [(ev, k, 100 * i + 7 * b + g) for i, (ev, k) in enumerate(pattern * 3)]
              for b in range(5) for g in range(2)}
     buf = build(5, 2, lanes)
-    d, gen, st = _general(buf)
-    assert st.unmatched_begins == st.unmatched_ends == 0
+    d, gen, unmatched = _general(buf)
+    assert unmatched == (0, 0)  # unmatched begins, ends
     fast = sorted(zip(d.event.tolist(), d.lane.tolist(), d.occurrence.tolist()))
     slow = sorted(zip(gen[0].tolist(), gen[1].tolist(), gen[2].tolist()))
     assert fast == slow and len(fast) == 10 * 6
@@ -317,8 +318,8 @@ def test_real_fixture_fast_path_matches_general_matcher():
     from conftest import FIXTURES
 
     buf = np.fromfile(FIXTURES / "timeline" / "imbalanced_probe.bin", dtype="<u8")
-    d, gen, st = _general(buf)
-    assert st.unmatched_begins == st.unmatched_ends == 0
+    d, gen, unmatched = _general(buf)
+    assert unmatched == (0, 0)  # unmatched begins, ends
     assert sorted(zip(d.event.tolist(), d.lane.tolist(), d.occurrence.tolist())) == \
         sorted(zip(gen[0].tolist(), gen[1].tolist(), gen[2].tolist()))
 
