@@ -173,16 +173,14 @@ CATALOGUE: dict[str, MetricDef] = {d.canonical: d for d in _DEFS}
 #: ncu metric name -> canonical name (every alternative spelling).
 BY_NCU_NAME: dict[str, str] = {n: d.canonical for d in _DEFS for n in d.names}
 
+#: ncu metric name -> its place among the spellings of its canonical name (0: the preferred one).
+NAME_RANK: dict[str, int] = {n: k for d in _DEFS for k, n in enumerate(d.names)}
+
 #: ncu sections the default collection adds (stable identifiers across architectures).
 DEFAULT_SECTIONS = (
     "SpeedOfLight", "LaunchStats", "Occupancy", "ComputeWorkloadAnalysis",
     "MemoryWorkloadAnalysis", "WarpStateStats", "SchedulerStats",
 )
-
-
-def canonical(ncu_name: str) -> str | None:
-    """The canonical name of an ncu metric name, or None when the catalogue does not know it."""
-    return BY_NCU_NAME.get(ncu_name.strip())
 
 
 def collect_names(arch: str | None = None) -> list[str]:

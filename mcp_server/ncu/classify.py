@@ -95,13 +95,8 @@ def _memory_level(m: dict, v: _Verdict) -> Optional[str]:
 
 
 def _compute_pipe(m: dict, v: _Verdict) -> Optional[str]:
-    pipes = {"tensor": m.get("tensor_pipe_pct"), "fma": m.get("fma_pipe_pct"), "alu": m.get("alu_pipe_pct")}
+    pipes = {k: v.need(m, f"{k}_pipe_pct") for k in ("tensor", "fma", "alu")}
     known = {k: x for k, x in pipes.items() if x is not None}
-    for k in pipes:
-        if k not in known:
-            v.missing.append(f"{k}_pipe_pct")
-    if len(known) < len(pipes):
-        v.penalty += 0.1 * (len(pipes) - len(known))
     if known:
         top_pipe, top = max(known.items(), key=lambda t: t[1])
         if top >= PIPE_HIGH:
@@ -112,8 +107,7 @@ def _compute_pipe(m: dict, v: _Verdict) -> Optional[str]:
     if issue is not None and issue >= ISSUE_HIGH:
         v.ev("issue_active_pct", issue, ISSUE_HIGH, f"issue slots {_pct(issue)} busy: instruction-issue bound")
         return "issue"
-    if known:
-        top_pipe, top = max(known.items(), key=lambda t: t[1])
+    if known:  # top_pipe, top: the busiest pipe found above
         v.ev(f"{top_pipe}_pipe_pct", top, PIPE_HIGH, f"busiest pipe {top_pipe} at {_pct(top)}, under the "
                                                        f"{PIPE_HIGH:.0f}% rule threshold")
         v.penalty += 0.15

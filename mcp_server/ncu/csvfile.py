@@ -58,14 +58,14 @@ def _nvtx_value(cell: str) -> Optional[str]:
     return "/".join(names)
 
 
-def _split_csv_lines(text: str) -> tuple[list[list[str]], int, int]:
-    """Rows of the CSV part; counts of ``==`` lines and of other (application) lines dropped.
+def _split_csv_lines(text: str) -> tuple[list[list[str]], int]:
+    """Rows of the CSV part; the count of other (application) lines dropped (ncu's ``==`` lines are dropped too).
 
     A record may span lines (a quoted rule description with newlines): lines are joined while
     a quote is open.
     """
     records: list[str] = []
-    prof = other = 0
+    other = 0
     buf: list[str] = []
     for line in text.splitlines():
         if buf:
@@ -75,10 +75,7 @@ def _split_csv_lines(text: str) -> tuple[list[list[str]], int, int]:
                 buf = []
             continue
         s = line.strip()
-        if not s:
-            continue
-        if s.startswith("=="):
-            prof += 1
+        if not s or s.startswith("=="):
             continue
         if not s.startswith('"'):
             other += 1
@@ -95,7 +92,7 @@ def _split_csv_lines(text: str) -> tuple[list[list[str]], int, int]:
             rows.extend(csv.reader(io.StringIO(rec)))
         except csv.Error:
             other += 1
-    return rows, prof, other
+    return rows, other
 
 
 def _find_header(rows: list[list[str]]) -> int:
@@ -111,7 +108,7 @@ def read_csv(path: Path) -> RawProfile:
     if not text.strip():
         raise NcuFormatError("the CSV is empty", path=path,
                              hint="export with `ncu --import R.ncu-rep --page raw --csv > R.csv`")
-    rows, _, n_other = _split_csv_lines(text)
+    rows, n_other = _split_csv_lines(text)
     hi = _find_header(rows)
     if hi < 0:
         if "==ERROR==" in text or "ERR_NVGPUCTRPERM" in text:
@@ -138,7 +135,7 @@ def read_csv(path: Path) -> RawProfile:
     if not launches:
         raise NcuFormatError("the CSV has a header but no kernel rows", path=path,
                              hint="the ncu run profiled no kernel, or the file was cut; re-export it")
-    return RawProfile(path=str(path), format=fmt, launches=launches, warnings=warnings,
+    return RawProfile(format=fmt, launches=launches, warnings=warnings,
                       cache_control=cache_control_in_log(text), unrecognized=sorted(set(unknown)))
 
 
@@ -169,10 +166,9 @@ def _raw_rows(path: Path, header: list[str], body: list[list[str]], unknown: lis
             f"(first: {', '.join(metric_cols[:3]) or 'none'})", path=path,
             hint="collect with `kernelscope ncu run` or ncu --section SpeedOfLight; see mcp_server/ncu/catalogue.py")
     # preferred spelling first: for each canonical keep the column of its earliest-listed name
-    order = {n: k for d in cat.CATALOGUE.values() for k, n in enumerate(d.names)}
     best: dict[str, int] = {}
     for i, c in known:
-        if c not in best or order[header[i]] < order[header[best[c]]]:
+        if c not in best or cat.NAME_RANK[header[i]] < cat.NAME_RANK[header[best[c]]]:
             best[c] = i
     unknown.extend(h for h in metric_cols if h not in cat.BY_NCU_NAME and not h.startswith(NOT_KERNEL_METRICS))
     out: list[RawLaunch] = []
@@ -193,7 +189,6 @@ def _details_rows(path: Path, header: list[str], body: list[list[str]], unknown:
     si, ni, ui, vi = col.get("Section Name"), col["Metric Name"], col.get("Metric Unit"), col["Metric Value"]
     by_id: dict[int, RawLaunch] = {}
     rank: dict[tuple[int, str], int] = {}  # an ncu name in catalogue order first, then a section label
-    order = {n: k for d in cat.CATALOGUE.values() for k, n in enumerate(d.names)}
     seen_any = False
     for r in body:
         ident = parse_number(r[col["ID"]])
@@ -206,7 +201,7 @@ def _details_rows(path: Path, header: list[str], body: list[list[str]], unknown:
         if not mname:
             continue  # a rule row
         canon = cat.BY_NCU_NAME.get(mname)
-        prio = order.get(mname, 0)
+        prio = cat.NAME_RANK.get(mname, 0)
         if canon is None and si is not None:
             canon = cat.DETAILS_LABELS.get((r[si].strip(), mname))
             prio = 1000

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Optional
 
 from mcp_server.core.errors import FileMissingError, InputError
+from mcp_server.core.kernel_names import display_kernel_name
 from mcp_server.core.operation import engine
 from mcp_server.ncu import catalogue as cat
 from mcp_server.ncu.csvfile import read_csv
@@ -68,12 +69,6 @@ def read_sidecar(path: Path) -> tuple[Optional[dict], Optional[Path]]:
                 return None, cand
             return (data if isinstance(data, dict) else None), cand
     return None, None
-
-
-def _short(name: str) -> str:
-    from mcp_server.core.kernel_names import display_kernel_name
-
-    return display_kernel_name(name, 60)
 
 
 #: Per-launch rows keep the headline metrics (every metric of every launch stays in the report itself).
@@ -132,7 +127,7 @@ def _aggregate(launches: list[RawLaunch]) -> list[KernelProfile]:
         missing = [c for c in all_canon if c in expected and metrics.get(c) is None]
         metrics = {c: v for c, v in metrics.items() if v is not None}  # n/a and absent: named in `missing`
         kp = KernelProfile(
-            id=ls[0].id, name=name, short_name=_short(name), launches=len(ls), duration_ns=stats,
+            id=ls[0].id, name=name, short_name=display_kernel_name(name, 60), launches=len(ls), duration_ns=stats,
             grid=grid, block=block, nvtx="/".join(dict.fromkeys(la.nvtx for la in ls if la.nvtx)) or None,
             metrics=metrics, missing=missing,
             launch_rows=[LaunchRow(id=la.id, duration_ns=la.metrics.get("duration_ns"), nvtx=la.nvtx,
@@ -224,7 +219,7 @@ def parse_ncu(req: ParseNcuRequest) -> NcuProfile:
     if all_na:
         warnings.append(warn("metric_missing", "no kernel has " + ", ".join(all_na) +
                               " (absent or n/a): collect the SpeedOfLight section"))
-    version = (side or {}).get("ncu_version") or raw.ncu_version
+    version = (side or {}).get("ncu_version")
     if version:
         mv = re.search(r"(\d{4}\.\d+(\.\d+)*)", str(version))
         version = mv.group(1) if mv else str(version)

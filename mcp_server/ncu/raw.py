@@ -16,6 +16,7 @@ from typing import Iterable, Optional
 
 from mcp_server.core.errors import InputError
 from mcp_server.core.models import Warning_
+from mcp_server.core.vocab import WarningCode
 
 
 class NcuFormatError(InputError):
@@ -107,39 +108,32 @@ class RawLaunch:
 
 @dataclass
 class RawProfile:
-    path: str
     format: str
     launches: list[RawLaunch]
     warnings: list[Warning_] = field(default_factory=list)
-    ncu_version: Optional[str] = None
     cache_control: Optional[str] = None
-    clock_control: Optional[str] = None
     unrecognized: list[str] = field(default_factory=list)  # metric names / labels the catalogue does not map
 
 
 def warn(code: str, message: str, count: int = 1) -> Warning_:
-    try:
-        from mcp_server.core.vocab import WarningCode
+    return Warning_(code=WarningCode(code), message=message, count=count)
 
-        code = WarningCode(code)
-    except (ImportError, ValueError):
-        pass
-    return Warning_(code=code, message=message, count=count)
+
+def read_uncompressed(path: Path) -> tuple[bytes, bool]:
+    """The file's bytes, unpacked when it is xz or gzip (by suffix or magic); and whether it was."""
+    data = path.read_bytes()
+    try:
+        if path.suffix == ".xz" or data[:6] == b"\xfd7zXZ\x00":
+            return lzma.decompress(data), True
+        if path.suffix == ".gz" or data[:2] == b"\x1f\x8b":
+            return gzip.decompress(data), True
+    except (lzma.LZMAError, OSError, EOFError) as exc:
+        raise NcuFormatError(f"cannot decompress ({exc})", path=path) from None
+    return data, False
 
 
 def open_text(path: Path) -> str:
-    data = path.read_bytes()
-    if path.suffix == ".xz" or data[:6] == b"\xfd7zXZ\x00":
-        try:
-            data = lzma.decompress(data)
-        except lzma.LZMAError as exc:
-            raise NcuFormatError(f"cannot decompress ({exc})", path=path) from None
-    elif path.suffix == ".gz" or data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise NcuFormatError(f"cannot decompress ({exc})", path=path) from None
-    return data.decode("utf-8", "replace").lstrip("\ufeff")
+    return read_uncompressed(path)[0].decode("utf-8", "replace").lstrip("\ufeff")
 
 
 def uncompressed_name(name: str) -> str:

@@ -4,8 +4,6 @@ ncu's own ``extras/python/ncu_report.py``. Compressed reports (``.xz``, ``.gz``)
 from __future__ import annotations
 
 import contextlib
-import gzip
-import lzma
 import math
 import tempfile
 from pathlib import Path
@@ -13,7 +11,14 @@ from typing import Optional
 
 from mcp_server.core.errors import ToolMissingError
 from mcp_server.ncu import catalogue as cat
-from mcp_server.ncu.raw import NOT_KERNEL_METRICS, NcuFormatError, RawLaunch, RawProfile, parse_number
+from mcp_server.ncu.raw import (
+    NOT_KERNEL_METRICS,
+    NcuFormatError,
+    RawLaunch,
+    RawProfile,
+    parse_number,
+    read_uncompressed,
+)
 
 #: where an Nsight Compute install keeps its Python report module (``extras/python/ncu_report.py``)
 _EXTRAS = Path("extras") / "python"
@@ -48,12 +53,6 @@ def ncu_python_dirs() -> list[Path]:
     return out
 
 
-def _import_package():
-    import ncu_report
-
-    return ncu_report
-
-
 def _import_from_install(d: Path):
     """Load ``d/ncu_report.py`` (SWIG; it imports ``_ncu_report`` from its own folder) as a private module."""
     import importlib.util
@@ -78,47 +77,40 @@ _from_install: dict[Path, object] = {}  # extras/python folder -> its module, lo
 def _load_ncu_report():
     """NVIDIA's report module: the ``ncu-report`` package, else the installed ncu's ``extras/python``."""
     try:
-        mod = _import_package()
+        import ncu_report
+
+        return ncu_report
     except ImportError:
-        mod = None
-        errors = []
-        for d in ncu_python_dirs():
-            try:
-                mod = _from_install.get(d) or _import_from_install(d)
-                _from_install[d] = mod
-                break
-            except Exception as exc:  # noqa: BLE001 - a foreign module may fail in any way; try the next
-                errors.append(f"{d}: {type(exc).__name__}")
-        if mod is None:
-            where = (f"; the ncu installs' own modules failed to load ({', '.join(errors)})" if errors else
-                     "; no Nsight Compute install with extras/python/ncu_report.py was found (PATH, $NCU, "
-                     "$CUDA_HOME, /usr/local/cuda*/nsight-compute*, /opt/nvidia/nsight-compute*)")
-            raise ToolMissingError("reading .ncu-rep needs NVIDIA's ncu-report package" + where,
-                                   hint="pip install ncu-report, or export a CSV with `ncu --import R --csv`") from None
-    return mod
+        pass
+    errors = []
+    for d in ncu_python_dirs():
+        try:
+            mod = _from_install.get(d) or _import_from_install(d)
+            _from_install[d] = mod
+            return mod
+        except Exception as exc:  # noqa: BLE001 - a foreign module may fail in any way; try the next
+            errors.append(f"{d}: {type(exc).__name__}")
+    where = (f"; the ncu installs' own modules failed to load ({', '.join(errors)})" if errors else
+             "; no Nsight Compute install with extras/python/ncu_report.py was found (PATH, $NCU, "
+             "$CUDA_HOME, /usr/local/cuda*/nsight-compute*, /opt/nvidia/nsight-compute*)")
+    raise ToolMissingError("reading .ncu-rep needs NVIDIA's ncu-report package" + where,
+                           hint="pip install ncu-report, or export a CSV with `ncu --import R --csv`")
 
 
 def read_report(path: Path) -> RawProfile:
     ncu_report = _load_ncu_report()
-    tmp = None
+    raw, packed = read_uncompressed(path)
+    if not raw:
+        raise NcuFormatError("the report is empty (0 bytes)", path=path,
+                             hint="the ncu run was killed before writing; run it again")
+    if raw[:3] != b"NVR":
+        raise NcuFormatError("not an Nsight Compute report (no NVR header)", path=path)
     real = path
-    data_head = path.read_bytes()[:6]
-    if path.suffix in (".xz", ".gz") or data_head[:6] == b"\xfd7zXZ\x00" or data_head[:2] == b"\x1f\x8b":
-        raw = path.read_bytes()
-        try:
-            raw = lzma.decompress(raw) if (path.suffix == ".xz" or raw[:6] == b"\xfd7zXZ\x00") else gzip.decompress(raw)
-        except (lzma.LZMAError, OSError, EOFError) as exc:
-            raise NcuFormatError(f"cannot decompress ({exc})", path=path) from None
-        tmp = tempfile.NamedTemporaryFile(suffix=".ncu-rep", delete=False)
-        tmp.write(raw)
-        tmp.close()
+    if packed:  # the library reads a file: the unpacked report goes to a temporary one
+        with tempfile.NamedTemporaryFile(suffix=".ncu-rep", delete=False) as tmp:
+            tmp.write(raw)
         real = Path(tmp.name)
     try:
-        if real.stat().st_size == 0:
-            raise NcuFormatError("the report is empty (0 bytes)", path=path,
-                                 hint="the ncu run was killed before writing; run it again")
-        if real.read_bytes()[:3] != b"NVR":
-            raise NcuFormatError("not an Nsight Compute report (no NVR header)", path=path)
         try:
             ctx = ncu_report.load_report(str(real))
         except Exception as exc:  # noqa: BLE001 - the library raises plain exceptions
@@ -126,12 +118,12 @@ def read_report(path: Path) -> RawProfile:
                                  hint="the file is truncated or from an unsupported ncu version") from None
         launches, unknown = _report_launches(ctx)
     finally:
-        if tmp is not None:
-            Path(tmp.name).unlink(missing_ok=True)
+        if packed:
+            real.unlink(missing_ok=True)
     if not launches:
         raise NcuFormatError("the report holds no profiled kernel", path=path,
                              hint="truncated, or the run's filters matched nothing")
-    return RawProfile(path=str(path), format="ncu-rep", launches=launches, unrecognized=unknown)
+    return RawProfile(format="ncu-rep", launches=launches, unrecognized=unknown)
 
 
 def _metric_value(action, name: str) -> tuple[bool, Optional[float]]:
