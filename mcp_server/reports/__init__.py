@@ -3,7 +3,8 @@
 Other packages use only the names below (and ``reports.layout``, the sheet and header
 facts); the modules behind them are private to this package (import-linter's
 "protected" contract in pyproject.toml). Names are loaded on first use, so importing
-``mcp_server.reports`` costs nothing until a workbook is touched.
+``mcp_server.reports`` costs nothing until a workbook is touched (``layout``, constants
+only, comes with the package).
 
 Reading (``reader``):
   ``read_report(path, need=...) -> Report``, ``kernel_table(report)`` (the
@@ -20,10 +21,10 @@ Figures (``plots``):
 """
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mcp_server.core.lazy import lazy_names
+from mcp_server.reports import layout  # sheet names and headers: constants, loaded with the package
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from mcp_server.reports.edit import EditPlan, plan_recategorize, write_plan
@@ -55,12 +56,7 @@ __all__ = [
     "read_report", "write_analysis_report", "write_plan",
 ]
 
-
-_lazy = lazy_names(__name__, _EXPORTS, globals())
-
-
-def __getattr__(name: str) -> Any:
-    return import_module("mcp_server.reports.layout") if name == "layout" else _lazy(name)
+__getattr__ = lazy_names(__name__, _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

@@ -18,18 +18,11 @@ import numpy as np
 import pandas as pd
 
 from mcp_server.core.errors import WriteError
-from mcp_server.reports.xlsx_patch import col_letter, sheet_parts
+from mcp_server.reports.xlsx_patch import col_letter, sheet_parts, xml_text
 
 CHUNK_ROWS = 50_000
-_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 _SST_CT = "application/vnd.openxmlformats-officedocument.spreadsheetml.sharedStrings+xml"
 _SST_REL = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/sharedStrings"
-
-
-def _esc(s: str) -> str:
-    if _ILLEGAL.search(s):
-        s = _ILLEGAL.sub("", s)
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 class _Strings:
@@ -54,7 +47,7 @@ class _Strings:
                  f'"http://schemas.openxmlformats.org/spreadsheetml/2006/main" count="{self.count}" '
                  f'uniqueCount="{len(self.index)}">']
         for s in self.index:  # insertion order = index order
-            e = _esc(s)
+            e = xml_text(s)
             space = ' xml:space="preserve"' if e != e.strip() else ""
             parts.append(f"<si><t{space}>{e}</t></si>")
         parts.append("</sst>")
@@ -148,10 +141,7 @@ def fill_full_tables(src: str, dst: str, parts: list[tuple[str, pd.DataFrame]], 
     with zipfile.ZipFile(src) as zin:
         members = sheet_parts(zin, src)
         targets = {members[s]: (s, d) for s, d in parts}
-        ct = zin.read("[Content_Types].xml")
-        rels = zin.read("xl/_rels/workbook.xml.rels")
-        has_sst = "xl/sharedStrings.xml" in zin.namelist()
-        if has_sst:  # openpyxl's write-only mode writes inline strings only
+        if "xl/sharedStrings.xml" in zin.namelist():  # openpyxl's write-only mode writes inline strings only
             raise WriteError("cannot append the full kernel table: the workbook openpyxl wrote has a "
                              "shared-strings part (this writer expects inline strings only)", path=target or dst,
                              hint="an openpyxl version that changed write-only mode; install openpyxl 3.1")
@@ -163,13 +153,9 @@ def fill_full_tables(src: str, dst: str, parts: list[tuple[str, pd.DataFrame]], 
                     xml = zin.read(info)
                     cut = xml.rindex(b"</sheetData>")
                     last = 1 + len(d)
-                    head = xml[:cut]
-                    if b"<dimension" in head:
-                        ref = f"A1:{col_letter(len(cols) - 1)}{last}".encode()
-
-                        def dimension(m: re.Match[bytes], ref: bytes = ref) -> bytes:
-                            return m.group(1) + ref + m.group(2)
-                        head = re.sub(rb'(<dimension\b[^>]*\bref=")[^"]*(")', dimension, head, count=1)
+                    ref = f"A1:{col_letter(len(cols) - 1)}{last}".encode()
+                    head = re.sub(rb'(<dimension\b[^>]*\bref=")[^"]*(")', rb"\g<1>" + ref + rb"\g<2>", xml[:cut],
+                                  count=1)
                     zi = zipfile.ZipInfo(info.filename, date_time=info.date_time)
                     zi.compress_type = zipfile.ZIP_DEFLATED
                     with zout.open(zi, "w", force_zip64=True) as w:
@@ -180,10 +166,10 @@ def fill_full_tables(src: str, dst: str, parts: list[tuple[str, pd.DataFrame]], 
                     continue
                 data = zin.read(info)
                 if info.filename == "[Content_Types].xml":
-                    data = ct.replace(b"</Types>", f'<Override PartName="/xl/sharedStrings.xml" '
+                    data = data.replace(b"</Types>", f'<Override PartName="/xl/sharedStrings.xml" '
                                                    f'ContentType="{_SST_CT}"/></Types>'.encode())
                 elif info.filename == "xl/_rels/workbook.xml.rels":
-                    data = rels.replace(b"</Relationships>", f'<Relationship Id="rIdKsSst" Type="{_SST_REL}" '
+                    data = data.replace(b"</Relationships>", f'<Relationship Id="rIdKsSst" Type="{_SST_REL}" '
                                                              f'Target="sharedStrings.xml"/></Relationships>'.encode())
                 zi = zipfile.ZipInfo(info.filename, date_time=info.date_time)
                 zi.compress_type = info.compress_type

@@ -35,22 +35,16 @@ def _shape(x) -> Optional[Shape]:
     return None
 
 
-def _prod(xs) -> int:
-    return int(math.prod(xs)) if xs else 1
-
-
 def _mm(a: Shape, b: Shape) -> Optional[int]:
     """2*M*K*N for a @ b with numpy broadcasting of batch dims."""
-    if len(a) < 1 or len(b) < 1:
-        return None
     if len(b) == 1:  # matrix-vector
-        return 2 * _prod(a)
+        return 2 * math.prod(a)
     k = a[-1]
     if b[-2] != k:
         return None
     n = b[-1]
     m = a[-2] if len(a) >= 2 else 1
-    batch = max(_prod(a[:-2]), _prod(b[:-2]))
+    batch = max(math.prod(a[:-2]), math.prod(b[:-2]))
     return 2 * batch * m * k * n
 
 
@@ -71,7 +65,7 @@ def launch_flops(cpu_op: str, input_dims: str) -> Optional[tuple[str, float]]:
             x, w = shapes[0], shapes[1]
             if x[-1] != w[1]:
                 return None
-            return "2*M*K*N", float(2 * _prod(x[:-1]) * w[1] * w[0])
+            return "2*M*K*N", float(2 * math.prod(x[:-1]) * w[1] * w[0])
         qkv = [s for s in shapes[:3] if s is not None and len(s) == 4]
         if any(t in op for t in _ATTN) and len(qkv) == 3:
             q, k, v = qkv

@@ -38,8 +38,7 @@ def is_full_table_sheet(sheet: str) -> bool:
 
 def is_kernelscope_workbook(sheets) -> bool:
     """kernelscope's own reports carry the full kernel table and/or the Metadata sheet; upstream's neither."""
-    names = set(sheets)
-    return FULL_KERNELS in names or METADATA in names
+    return FULL_KERNELS in sheets or METADATA in sheets
 
 #: upstream caps GPU Kernels and each detail kernel table at this many rows
 MAX_ROWS = 1000
@@ -136,9 +135,8 @@ def parse_number(v) -> float | None:
     """A cell value as float: numbers, ``"12.5%"``, ``"1,234.5"``; None when empty/unparseable."""
     if v is None:
         return None
-    if isinstance(v, bool):
-        return float(v)
-    if isinstance(v, (int, float)):
+    if isinstance(v, (int, float)):  # bool too
+
         return float(v)
     s = str(v).strip().replace(",", "")
     if s.endswith("%"):

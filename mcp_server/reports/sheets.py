@@ -95,10 +95,6 @@ class _Book:
                 if rows is not None:
                     self._cache[name] = rows
 
-    def head(self, sheet: str) -> list[list[Any]]:
-        """The first two rows (the whole sheet is parsed once and cached)."""
-        return self.rows(sheet)[:2]
-
     def missing(self, sheet: str, what: str) -> ReportFormatError:
         return ReportFormatError(f"sheet '{sheet}': {what}", path=self.path)
 
@@ -458,7 +454,7 @@ def detect_source(book: _Book) -> Source:
     for s in book.names:
         if s in L.NON_DETAIL_SHEETS:
             continue
-        t = _detail_title(book.head(s))
+        t = _detail_title(book.rows(s))
         if t is not None:
             return "upstream-new" if t[0] == "new" else "upstream-old"
     return "upstream-old"

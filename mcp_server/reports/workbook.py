@@ -17,16 +17,13 @@ from typing import Any
 
 from mcp_server.core.atomic import atomic_target, new_temp, unlink_quietly
 from mcp_server.core.vocab import KERNEL_COLUMNS
+from mcp_server.reports.xlsx_patch import ILLEGAL_XML, col_index, col_letter
 
 
 def _clean(v: Any) -> Any:
     """Values openpyxl can store: NaN -> None, numpy scalars -> Python, illegal XML chars removed."""
-    if v is None:
-        return None
     if isinstance(v, str):
-        if _ILLEGAL.search(v):
-            v = _ILLEGAL.sub("", v)
-        return v
+        return ILLEGAL_XML.sub("", v)
     if hasattr(v, "item") and not isinstance(v, (list, tuple)):
         try:
             v = v.item()
@@ -84,21 +81,13 @@ class Sheet:
     def guard(self, v: Any) -> Any:
         """A data value safe to append: strings never become formulas, odd values cleaned."""
         if isinstance(v, str):
-            if v.startswith("=") or _ILLEGAL.search(v):
+            if v.startswith("=") or ILLEGAL_XML.search(v):
                 return self._cell(v)
             return v
         return _clean(v)
 
     def blank(self) -> None:
         self.append([])
-
-
-try:  # openpyxl's own definition of characters XML cannot hold
-    from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE as _ILLEGAL
-except ImportError:  # pragma: no cover
-    import re
-
-    _ILLEGAL = re.compile(r"[\000-\010]|[\013-\014]|[\016-\037]")
 
 
 def atomic_save(wb, out: Path, full_tables: list | None = None, *, force: bool = False) -> None:
@@ -158,8 +147,6 @@ def _pad_sheet(xml: bytes) -> bytes:
     openpyxl's write-only mode writes neither; readers that users run (openpyxl in read-only
     mode, hence the upstream ``compare_analysis.py``) size rows by the dimension and yield an
     empty tuple for a blank row without it."""
-    from mcp_server.reports.xlsx_patch import col_index, col_letter
-
     start = xml.find(b"<sheetData")
     end = xml.rfind(b"</sheetData>")
     if start < 0 or b"<dimension" in xml[:start]:

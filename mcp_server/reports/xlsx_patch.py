@@ -30,9 +30,12 @@ _REF_SPLIT_RE = re.compile(rb'( r="[A-Z]*)(\d+)(?=")')  # attributes separated b
 _REF_SPLIT_WS_RE = re.compile(rb'(\sr="[A-Z]*)(\d+)(?=")')  # any whitespace (slower)
 _A1_RE = re.compile(rb"([A-Z]{1,3})(\d+)")
 _DIM_RE = re.compile(rb'(<dimension\b[^>]*\bref=")([^"]*)(")')
+_SPANS_RE = re.compile(rb'\sspans="[^"]*"')
 _SHEET_RE = re.compile(rb"<sheet\b[^>]*?/>", re.S)
 _ATTR_RE = re.compile(rb'([\w:]+)="([^"]*)"')
 _REL_RE = re.compile(rb"<Relationship\b[^>]*?/>", re.S)
+#: the characters XML 1.0 cannot hold (the same set openpyxl refuses)
+ILLEGAL_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
 def col_letter(idx0: int) -> str:
@@ -52,9 +55,9 @@ def col_index(letters: bytes) -> int:
     return n - 1
 
 
-def _xml_text(v: str) -> str:
-    v = re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", "", v)
-    return escape(v)
+def xml_text(v: str) -> str:
+    """Text as XML character data: illegal characters dropped, ``&``, ``<``, ``>`` escaped."""
+    return escape(ILLEGAL_XML.sub("", v))
 
 
 def cell_xml(ref: str, value: Any, style: Optional[bytes]) -> bytes:
@@ -69,8 +72,16 @@ def cell_xml(ref: str, value: Any, style: Optional[bytes]) -> bytes:
         return b'<c r="' + r + b'"' + s_attr + b"><v>" + txt.encode() + b"</v></c>"
     text = str(value)
     space = b' xml:space="preserve"' if text != text.strip() else b""
-    return (b'<c r="' + r + b'"' + s_attr + b' t="inlineStr"><is><t' + space + b">" + _xml_text(text).encode()
+    return (b'<c r="' + r + b'"' + s_attr + b' t="inlineStr"><is><t' + space + b">" + xml_text(text).encode()
             + b"</t></is></c>")
+
+
+def _open_tag(row_xml: bytes) -> bytes:
+    """A row's opening tag, to be followed by its cells: never self-closed, and without ``spans`` (they go stale)."""
+    tag = row_xml[:row_xml.index(b">") + 1]
+    if tag.endswith(b"/>"):
+        tag = tag[:-2] + b">"
+    return _SPANS_RE.sub(b"", tag)
 
 
 @dataclass
@@ -250,10 +261,7 @@ class SheetXml:
         for r in old:
             styles = {c: (_CELL_S_RE.search(cx, 0, cx.index(b">") + 1) or [None, None])[1]
                       for c, cx in self._cells(r)}
-            open_tag = r.xml[:r.xml.index(b">") + 1]
-            if open_tag.endswith(b"/>"):
-                open_tag = open_tag[:-2] + b">"
-            templates.append((open_tag, styles))
+            templates.append((_open_tag(r.xml), styles))
         if not templates:
             templates = [(b'<row r="0">', {})]
         delta = len(new_rows) - (last - first + 1)
@@ -262,7 +270,6 @@ class SheetXml:
             open_tag, styles = templates[min(i, len(templates) - 1)]
             num = first + i
             open_tag = _ROW_R_RE.sub(b'r="' + str(num).encode() + b'"', open_tag, count=1)
-            open_tag = re.sub(rb'\sspans="[^"]*"', b"", open_tag)
             cells = [[c, cell_xml(f"{col_letter(c)}{num}", v, styles.get(c))] for c, v in enumerate(values)
                      if v is not None or styles.get(c)]
             built.append(_Row(num, open_tag + b"</row>", cells=cells, dirty=True))
@@ -289,11 +296,7 @@ class SheetXml:
     def _row_xml(self, row: _Row) -> bytes:
         if not row.dirty:
             return row.xml
-        open_tag = row.xml[:row.xml.index(b">") + 1]
-        if open_tag.endswith(b"/>"):
-            open_tag = open_tag[:-2] + b">"
-        open_tag = re.sub(rb'\sspans="[^"]*"', b"", open_tag)
-        return open_tag + b"".join(cx for _, cx in self._cells(row)) + b"</row>"
+        return _open_tag(row.xml) + b"".join(cx for _, cx in self._cells(row)) + b"</row>"
 
     def to_bytes(self) -> bytes:
         head = self.head
