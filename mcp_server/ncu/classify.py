@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from mcp_server.core.gpu_specs import GpuSpec, find_gpu, load_gpu_specs
+from mcp_server.core.gpu_specs import GpuSpec, find_gpu, gpu_spec, load_gpu_specs
 from mcp_server.core.models import Warning_
 from mcp_server.core.operation import engine
 from mcp_server.ncu.models import (
@@ -186,19 +186,16 @@ def classify_kernel(k: KernelProfile, cache_control: Optional[str] = None,
     limiter: Optional[str]
     if top < LOW:
         cls = "latency_bound"
+        issue = m.get("issue_active_pct")
         if _small_grid(k, v, spec.sm_count if spec else None):
             limiter = "small_grid"
+        elif _occupancy(k, v) is not None:
+            limiter = "occupancy"
+        elif issue is not None and issue >= ISSUE_HIGH:
+            v.ev("issue_active_pct", issue, ISSUE_HIGH, f"issue slots {_pct(issue)} busy")
+            limiter = "issue"
         else:
-            occ = _occupancy(k, v)
-            if occ is not None:
-                limiter = "occupancy"
-            else:
-                issue = m.get("issue_active_pct")
-                if issue is not None and issue >= ISSUE_HIGH:
-                    v.ev("issue_active_pct", issue, ISSUE_HIGH, f"issue slots {_pct(issue)} busy")
-                    limiter = "issue"
-                else:
-                    limiter = "latency"
+            limiter = "latency"
         if k.top_stalls:
             r, c = k.top_stalls[0]
             v.ev(f"stall_{r}", c, None,
@@ -327,8 +324,6 @@ def resolve_gpu(gpu: Optional[str], device: Optional[str],
     spec = find_gpu(name, specs) if name else None
     if spec is None:
         if gpu:
-            from mcp_server.core.gpu_specs import gpu_spec
-
             gpu_spec(gpu)  # raises the typed error naming the known GPUs
         warnings.append(warn("gpu_unknown", f"device {device!r} is not in gpu_specs.toml: no roofline ceilings"
                               if device else "no GPU named and none recorded in the profile: no roofline ceilings"))

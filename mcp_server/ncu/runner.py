@@ -71,7 +71,6 @@ NSIGHT_GLOB = "/opt/nvidia/nsight-compute/*/ncu"
 
 def find_ncu(explicit: Optional[str] = None) -> str:
     """``--ncu PATH``, ``$NCU``, ``PATH``, ``/usr/local/cuda/bin``, ``/opt/nvidia/nsight-compute/*``."""
-    tried: list[str] = []
     cands: list[str] = []
     if explicit:
         cands.append(explicit)
@@ -83,14 +82,13 @@ def find_ncu(explicit: Optional[str] = None) -> str:
             cands.append(w)
         cands.append(CUDA_NCU)
         cands += sorted(glob.glob(NSIGHT_GLOB), reverse=True)
-    for c in cands:
-        tried.append(c)
+    for c in cands:  # the first that is an executable file
         p = shutil.which(c) if os.sep not in c else (c if os.path.isfile(c) and os.access(c, os.X_OK) else None)
         if p:
             return p
     where = "the ncu given" if explicit else (
         "$NCU" if os.environ.get("NCU") else "PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute/*")
-    raise NcuNotFoundError(f"ncu (Nsight Compute CLI) not found: looked in {where} ({', '.join(tried) or 'nothing'})",
+    raise NcuNotFoundError(f"ncu (Nsight Compute CLI) not found: looked in {where} ({', '.join(cands) or 'nothing'})",
                            hint="install Nsight Compute, or pass --ncu PATH / set NCU")
 
 
