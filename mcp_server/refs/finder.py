@@ -182,13 +182,8 @@ def _sections(specs: list[SourceSpec], results: dict[str, RefSection],
 def _outcomes(sections: list[RefSection]) -> list[Outcome]:
     """What was found: upstream_pr / local_hit / jira_ticket, else nothing_found (every source
     answered live and completely) or unknown."""
-    outcomes: list[Outcome] = []
-    if any(s.items for s in sections if s.kind == "github-prs"):
-        outcomes.append("upstream_pr")
-    if any(s.items for s in sections if s.kind == "local-git"):
-        outcomes.append("local_hit")
-    if any(s.items for s in sections if s.kind == "jira"):
-        outcomes.append("jira_ticket")
+    found: dict[str, Outcome] = {"github-prs": "upstream_pr", "local-git": "local_hit", "jira": "jira_ticket"}
+    outcomes = [o for kind, o in found.items() if any(s.items for s in sections if s.kind == kind)]
     if not outcomes:
         all_live = all(s.method in _LIVE and not s.incomplete for s in sections)
         outcomes.append("nothing_found" if all_live else "unknown")

@@ -33,10 +33,6 @@ def web_base() -> str:
     return (os.environ.get("GITHUB_SERVER_URL") or "https://github.com").rstrip("/")
 
 
-def _token() -> str | None:
-    return os.environ.get("GITHUB_TOKEN") or os.environ.get("GH_TOKEN") or None
-
-
 def search_terms(keyword: str) -> str:
     """The keyword as GitHub search terms: quotes removed, a phrase quoted."""
     kw = " ".join(keyword.replace('"', " ").split())
@@ -166,7 +162,7 @@ def _gh_item(row: dict) -> RefItem:
 
 def _via_rest(spec: SourceSpec, p: SearchParams, n: int, q: str, url: str, sw: Stopwatch,
               notes: list[str]) -> tuple[RefSection | None, str]:
-    token = _token()
+    token = os.environ.get("GITHUB_TOKEN") or os.environ.get("GH_TOKEN")
     mode = "token" if token else "anon"
     limit_name = f"github-{urlparse(api_base()).hostname or 'api'}-{mode}"
     until = p.cache.limited_until(limit_name)

@@ -29,10 +29,6 @@ def code_search_url(spec: SourceSpec, keyword: str) -> str | None:
     return f"{web_base()}/search?type=code&q={quote_plus(f'repo:{spec.repo} {search_terms(keyword)}')}"
 
 
-def _git() -> str | None:
-    return shutil.which("git")
-
-
 def _toplevel(path: Path, timeout: float) -> str | None:
     if not path.is_dir():
         return None
@@ -84,7 +80,7 @@ def search_local(spec: SourceSpec, p: SearchParams) -> RefSection:
     url = code_search_url(spec, p.keyword)
     kw = " ".join(p.keyword.split())
     base = dict(source=spec.key, kind=spec.kind, query=kw, url=url)
-    if _git() is None:
+    if shutil.which("git") is None:
         return RefSection(**base, method="url-only" if url else "unavailable", degraded=True,
                           reason="git not installed", elapsed_s=sw.elapsed())
     root, how = find_checkout(spec, timeout=min(3.0, max(p.timeout_s * 0.2, 0.2)))

@@ -46,12 +46,7 @@ class Registry:
         if not keys:
             return [s for s in self.sources if s.enabled]
         known = {s.key for s in self.sources}
-        wanted: set[str] = set()
-        for k in keys:
-            for part in str(k).split(","):
-                part = part.strip()
-                if part:
-                    wanted.add(part)
+        wanted = {part.strip() for k in keys for part in str(k).split(",")} - {""}
         unknown = sorted(wanted - known)
         if unknown:
             raise InputError(
@@ -67,11 +62,7 @@ def default_registry_path() -> Path:
 
 
 def _cells(line: str) -> list[str]:
-    s = line.strip()
-    if s.startswith("|"):
-        s = s[1:]
-    if s.endswith("|"):
-        s = s[:-1]
+    s = line.strip().removeprefix("|").removesuffix("|")
     return [c.strip().strip("`").strip() for c in s.split("|")]
 
 
@@ -87,10 +78,8 @@ def parse_registry(text: str, source: str = "<string>") -> Registry:
     if header_at is None:
         raise InputError("no sources table (a Markdown table whose header begins with 'key | kind')", path=source,
                          hint="see the Format section of _shared/data-sources.md")
-    header = [c.lower() for c in _cells(lines[header_at])]
-    missing = [c for c in ("key", "kind") if c not in header]
-    unknown_cols = [c for c in header if c and c not in COLUMNS]
-    if missing or unknown_cols:
+    header = [c.lower() for c in _cells(lines[header_at])]  # begins with key, kind (found so)
+    if any(c and c not in COLUMNS for c in header):
         at = ", ".join(str(i + 1) for i, c in enumerate(header) if c and c not in COLUMNS)
         raise InputError(f"line {header_at + 1}: the sources table header has unknown columns (column {at})",
                          path=source,
@@ -127,7 +116,7 @@ def parse_registry(text: str, source: str = "<string>") -> Registry:
                              path=where, hint="name the variable holding the checkout root or the Jira site URL")
         if kind == "jira" and env is None:
             env = "JIRA_SERVER"
-        en = row.get("enabled", "yes").lower() if "enabled" in header else "yes"
+        en = row.get("enabled", "yes").lower()  # a row has every header column
         if en not in _TRUE | _FALSE:
             raise InputError(f"source {key!r}: the enabled column must be yes or no", path=where)
         specs.append(SourceSpec(

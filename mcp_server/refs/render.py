@@ -50,9 +50,7 @@ def render_references(res: ReferenceResult, console: Console) -> None:
                     t.add_row(it.id or "", escape(it.state or ""), escape(it.title or ""),
                               f"[dim]{escape(it.url or '')}[/]")
             t.print(console)
-        elif sec.method in ("url-only", "unavailable"):
-            pass
-        else:
+        elif sec.method not in ("url-only", "unavailable"):
             console.print("  [dim]no hits[/]")
         if sec.url and (sec.method == "url-only" or not sec.items):
             console.print(f"  search by hand: {escape(sec.url)}")
