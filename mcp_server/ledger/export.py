@@ -160,11 +160,7 @@ def _candidate(v: CandidateView, out: list[str], base: Optional[str] = None) -> 
 
 
 def _env_line(env: dict[str, Any]) -> str:
-    parts = []
-    for k in ("python", "torch", "triton", "ncu", "kernelscope"):
-        if env.get(k):
-            parts.append(f"{k} {env[k]}")
-    return ", ".join(parts)
+    return ", ".join(f"{k} {env[k]}" for k in ("python", "torch", "triton", "ncu", "kernelscope") if env.get(k))
 
 
 def experiment_markdown(s: LedgerShowResult) -> list[str]:
