@@ -92,8 +92,8 @@ def load_blocks(path: str | os.PathLike | None = None) -> BlockRules:
     return _parsed(resolved, text)
 
 
-def module_keys(df: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
-    """Per kernel (in ``df`` row order = execution order): module key, parent instance path, module type.
+def module_keys(df: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """Per kernel (in ``df`` row order = execution order): module key and parent instance path.
 
     A generic leaf is ``@post`` when its parent's current call launched kernels of its own
     before it and none after it (o_proj after the attention core, down_proj after act*up),
@@ -102,37 +102,30 @@ def module_keys(df: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
     """
     n = len(df)
     if n == 0:
-        return [], [], []
+        return [], []
     empty = {"", "nan", "None"}
     def col(c):
         return df[c].astype(str).to_numpy(dtype=object) if c in df else np.full(n, "", dtype=object)
     codes, uniq = pd.factorize(col("module_path"))
     uniq = [str(u) for u in uniq]
-    u_chain, u_parent, u_type, u_generic = [], [], [], []
+    u_chain, u_parent, u_generic = [], [], []
     for u in uniq:
         if u in empty:
             u_chain.append("")
             u_parent.append("")
-            u_type.append("")
             u_generic.append(False)
             continue
         parent, _, leaf = u.rpartition("/")
-        t = module_type(leaf)
         u_chain.append("/".join(module_type(x) for x in u.split("/")))
         u_parent.append(parent)
-        u_type.append(t)
-        u_generic.append(t in GENERIC_LEAVES and bool(parent))
-    keys_u = np.asarray(u_chain, dtype=object)
-    keys = keys_u[codes]
+        u_generic.append(module_type(leaf) in GENERIC_LEAVES and bool(parent))
+    keys = np.asarray(u_chain, dtype=object)[codes]
     parents = np.asarray(u_parent, dtype=object)[codes]
-    types = np.asarray(u_type, dtype=object)[codes]
     # Rows without a module path: the module type (or the instance's) is the key.
     no_path = np.asarray([u in empty for u in uniq], dtype=bool)[codes]
     if no_path.any():
         mt, md = col("module_type")[no_path], col("module")[no_path]
-        fb = [t if t not in empty else (module_type(m) if m not in empty else "") for t, m in zip(mt, md)]
-        keys[no_path] = fb
-        types[no_path] = fb
+        keys[no_path] = [t if t not in empty else (module_type(m) if m not in empty else "") for t, m in zip(mt, md)]
     generic_u = np.asarray(u_generic, dtype=bool)
     if generic_u.any():
         code_of = {u: i for i, u in enumerate(uniq)}
@@ -168,7 +161,7 @@ def module_keys(df: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
             suffix[cr] = np.where(post, "@post", "@pre")
         g = suffix != ""
         keys[g] = keys[g] + suffix[g]
-    return keys.tolist(), parents.tolist(), types.tolist()
+    return keys.tolist(), parents.tolist()
 
 
 def _fallback(key: str) -> str:
@@ -178,7 +171,7 @@ def _fallback(key: str) -> str:
 def assign_blocks(df: pd.DataFrame, rules: BlockRules, *, columns: list[str] | None = None) -> pd.DataFrame:
     """Return ``df`` (execution order; only ``columns`` of it when given) with columns
     ``module_key``, ``group``, ``block``, ``role``."""
-    keys, parents, _types = module_keys(df)
+    keys, parents = module_keys(df)
     out = df[columns].copy() if columns is not None else df.copy()
     n = len(out)
     out["module_key"] = keys

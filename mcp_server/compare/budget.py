@@ -19,7 +19,8 @@ from mcp_server.core.operation import engine
 from mcp_server.core.vocab import MODULE_ATTRIBUTION_WARNINGS, WarningCode
 
 
-def _ratio(a: float, b: float) -> Optional[float]:
+def ratio(a: float, b: float) -> Optional[float]:
+    """b / a; None when a is not positive."""
     return (b / a) if a > 0 else None
 
 
@@ -94,12 +95,12 @@ def budget(req: BudgetRequest) -> BudgetResult:
             a_pct=100.0 * a_us / tot_a if tot_a > 0 else 0.0,
             b_pct=100.0 * b_us / tot_b if tot_b > 0 else 0.0,
             a_count=int(ga["count"].get(c, 0)), b_count=int(gb["count"].get(c, 0)),
-            gap_us=b_us - a_us, ratio=_ratio(a_us, b_us),
+            gap_us=b_us - a_us, ratio=ratio(a_us, b_us),
         ))
     rows.sort(key=lambda r: (-abs(r.gap_us), r.category))
     return BudgetResult(
         a=side_info(sa, total_us=tot_a, count=_kernels_read(sa, ga), table=ta, phase=phase, phases=phases[id(sa)]),
         b=side_info(sb, total_us=tot_b, count=_kernels_read(sb, gb), table=tb, phase=phase, phases=phases[id(sb)]),
-        rows=rows, total_a_us=tot_a, total_b_us=tot_b, gap_us=tot_b - tot_a, ratio=_ratio(tot_a, tot_b),
+        rows=rows, total_a_us=tot_a, total_b_us=tot_b, gap_us=tot_b - tot_a, ratio=ratio(tot_a, tot_b),
         mismatches=sa.mismatches + sb.mismatches, warnings=warnings,
     )

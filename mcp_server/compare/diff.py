@@ -21,7 +21,7 @@ from collections import Counter
 from typing import Optional
 
 from mcp_server.compare.blocks import BlockRules, assign_blocks, load_blocks
-from mcp_server.compare.budget import side_info
+from mcp_server.compare.budget import ratio, side_info
 from mcp_server.compare.inputs import STEP_WEIGHT, Side, distinct_labels, load_sides, resolve_per_step
 from mcp_server.compare.matching import Item, align, dims_key, segments
 from mcp_server.compare.models import Annotation, BlockDiff, DiffResult, KernelMatch, KernelRow
@@ -34,10 +34,6 @@ from mcp_server.core.vocab import WarningCode
 
 IMPROVE_RATIO = 1.5
 IMPROVE_MIN_SHARE = 0.01
-
-
-def short_name(name: str, width: int = 72) -> str:
-    return display_kernel_name(name, width)
 
 
 def _block_tables(side: Side, rules: BlockRules) -> tuple[dict[str, list[Item]], dict[str, tuple[str, list[str]]]]:
@@ -90,10 +86,6 @@ def _n(count: float) -> int:
     return max(1, round(count)) if count > 0 else 0
 
 
-def _ratio(a: float, b: float) -> Optional[float]:
-    return (b / a) if a > 0 else None
-
-
 def _annotate(a: list[Item], b: list[Item], pairs, la: str, lb: str) -> list[Annotation]:
     """A block's notes (see the module doc): MISSING, then FUSION, then IMPROVE."""
     return _missing(a, b, la, lb) + _fusions(a, b, pairs, la, lb) + _improvements(a, b, pairs, la, lb)
@@ -107,7 +99,7 @@ def _missing(a: list[Item], b: list[Item], la: str, lb: str) -> list[Annotation]
             ks = [x for x in mine if x.category == cat]
             notes.append(Annotation(kind="MISSING", side=lacking, category=cat, kernels=[x.name for x in ks], message=(
                 f"{cat} only on {lm}: {sum(x.count for x in ks)} launches, {sum(x.us for x in ks):.1f} us "
-                f"({', '.join(short_name(x.name, 48) for x in ks[:3])})")))
+                f"({', '.join(display_kernel_name(x.name, 48) for x in ks[:3])})")))
     return notes
 
 
@@ -132,8 +124,8 @@ def _fusions(a: list[Item], b: list[Item], pairs, la: str, lb: str) -> list[Anno
         lm, lf = (la, lb) if side == "a" else (lb, la)
         fused_sides.add(side)
         notes.append(Annotation(kind="FUSION", side=side, kernels=[ml[i].name for i in many], message=(
-            f"{lm} runs {len(many)} kernels ({', '.join(short_name(ml[i].name, 40) for i in many)}) "
-            f"where {lf} runs {len(few)} ({', '.join(short_name(fl[j].name, 40) for j in few)}): "
+            f"{lm} runs {len(many)} kernels ({', '.join(display_kernel_name(ml[i].name, 40) for i in many)}) "
+            f"where {lf} runs {len(few)} ({', '.join(display_kernel_name(fl[j].name, 40) for j in few)}): "
             f"they could merge into one fused kernel")))
     # FUSION: one side covers the same categories with fewer launches
     for mine, other, lm, lo, side in ((a, b, la, lb, "a"), (b, a, lb, la, "b")):
@@ -150,7 +142,7 @@ def _fusions(a: list[Item], b: list[Item], pairs, la: str, lb: str) -> list[Anno
             continue
         notes.append(Annotation(kind="FUSION", side=side, kernels=[x.name for x in cand], message=(
             f"{lo} covers the same categories with {n_mine - n_other} fewer launches ({n_other} vs {n_mine}); "
-            f"{lm}'s {', '.join(short_name(x.name, 40) for x in cand[:4])} could merge")))
+            f"{lm}'s {', '.join(display_kernel_name(x.name, 40) for x in cand[:4])} could merge")))
     return notes
 
 
@@ -179,8 +171,8 @@ def _improvements(a: list[Item], b: list[Item], pairs, la: str, lb: str) -> list
         ls, lf = (lb, la) if slow_is_b else (la, lb)
         notes.append(Annotation(kind="IMPROVE", side="b" if slow_is_b else "a", category=x.category,
                                 kernels=[s.name, f.name], message=(
-            f"{x.category}: {ls} {short_name(s.name, 48)} takes {s.us / max(s.count, 1):.2f} us per launch "
-            f"({s.count}x, {s.us:.1f} us) vs {lf} {short_name(f.name, 48)} {f.us / max(f.count, 1):.2f} us "
+            f"{x.category}: {ls} {display_kernel_name(s.name, 48)} takes {s.us / max(s.count, 1):.2f} us per launch "
+            f"({s.count}x, {s.us:.1f} us) vs {lf} {display_kernel_name(f.name, 48)} {f.us / max(f.count, 1):.2f} us "
             f"({f.count}x, {f.us:.1f} us): {hi / lo:.1f}x slower")))
     return notes
 
@@ -248,7 +240,7 @@ def _block_diff(blk: str, role: str, keys: list[str], xa: list[Item], xb: list[I
         a_dims=xa[p.a].dims if p.a is not None else "", b_dims=xb[p.b].dims if p.b is not None else "",
         segment=p.segment) for p in pairs]
     return BlockDiff(
-        block=blk, role=role, a_us=a_us, b_us=b_us, gap_us=b_us - a_us, ratio=_ratio(a_us, b_us),
+        block=blk, role=role, a_us=a_us, b_us=b_us, gap_us=b_us - a_us, ratio=ratio(a_us, b_us),
         a_count=_n(sum(x.count for x in xa)), b_count=_n(sum(x.count for x in xb)),
         slower=("b" if b_us > a_us else "a" if a_us > b_us else None), module_types=keys,
         a_kernels=[KernelRow(name=x.name, category=x.category, us=x.us, count=_n(x.count), cpu_op=x.cpu_op,
@@ -279,7 +271,7 @@ def _result(sa: Side, sb: Side, phase: Optional[str], blocks: list[BlockDiff], s
     return DiffResult(
         a=side_info(sa, total_us=tot_a, count=len(ka), table="kernels", phase=phase, phases=sa.phases),
         b=side_info(sb, total_us=tot_b, count=len(kb), table="kernels", phase=phase, phases=sb.phases),
-        blocks=blocks, total_a_us=tot_a, total_b_us=tot_b, gap_us=tot_b - tot_a, ratio=_ratio(tot_a, tot_b),
+        blocks=blocks, total_a_us=tot_a, total_b_us=tot_b, gap_us=tot_b - tot_a, ratio=ratio(tot_a, tot_b),
         top_block=star.block if star is not None else None, blocks_source=rules.source,
         mismatches=sa.mismatches + sb.mismatches, warnings=warnings,
     )

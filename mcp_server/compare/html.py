@@ -12,7 +12,7 @@ import io
 import os
 from pathlib import Path
 
-from mcp_server.compare.models import BlockDiff, DiffResult, side_reference
+from mcp_server.compare.models import BlockDiff, DiffResult, fmt_ratio, side_reference
 from mcp_server.compare.xlsx import category_budget
 from mcp_server.core.atomic import atomic_write_text, check_output_path
 from mcp_server.core.kernel_names import display_kernel_name
@@ -44,10 +44,6 @@ def _num(x: float) -> str:
 def _gap(g: float) -> str:
     cls = "pos" if g > 0 else "neg" if g < 0 else ""
     return f'<td class="num {cls}">{g:+,.1f}</td>'
-
-
-def _ratio(r) -> str:
-    return "—" if r is None else f"{r:.2f}x"
 
 
 def budget_svg(res: DiffResult) -> str:
@@ -102,7 +98,7 @@ def _panel(b: BlockDiff, la: str, lb: str) -> str:
     return (
         f'<div class="{cls}" id="block-{_e(b.block)}"><h3>{star}{_e(b.block)} '
         f'<span class="muted">{_e(b.role)} — {_e(la)} {_num(b.a_us)} us ({b.a_count}) vs {_e(lb)} '
-        f'{_num(b.b_us)} us ({b.b_count}), gap {b.gap_us:+,.1f} us, {_ratio(b.ratio)}</span></h3>'
+        f'{_num(b.b_us)} us ({b.b_count}), gap {b.gap_us:+,.1f} us, {fmt_ratio(b.ratio)}</span></h3>'
         f'<table class="matches"><thead><tr><th>{_e(la)} kernel</th><th>category</th><th>us</th><th>match</th>'
         f'<th>{_e(lb)} kernel</th><th>category</th><th>us</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
         f"{notes}</div>"
@@ -118,12 +114,12 @@ def render_diff_html(res: DiffResult) -> str:
             f'<tr class="{"optimize" if b.optimize else ""}"><td>{"★" if b.optimize else ""}</td>'
             f'<td><a href="#block-{_e(b.block)}">{_e(b.block)}</a></td><td>{_e(b.role)}</td>'
             f'<td class="num">{_num(b.a_us)}</td><td class="num">{_num(b.b_us)}</td>{_gap(b.gap_us)}'
-            f'<td class="num">{_ratio(b.ratio)}</td><td '
+            f'<td class="num">{fmt_ratio(b.ratio)}</td><td '
             f'class="num">{b.a_count}/{b.b_count}</td><td>{_e(kinds)}</td></tr>'
         )
     block_rows.append(
         f'<tr><td></td><td><b>total</b></td><td></td><td class="num">{_num(res.total_a_us)}</td>'
-        f'<td class="num">{_num(res.total_b_us)}</td>{_gap(res.gap_us)}<td class="num">{_ratio(res.ratio)}</td>'
+        f'<td class="num">{_num(res.total_b_us)}</td>{_gap(res.gap_us)}<td class="num">{fmt_ratio(res.ratio)}</td>'
         "<td></td><td></td></tr>"
     )
     sides = "".join(

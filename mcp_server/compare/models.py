@@ -53,6 +53,11 @@ def side_reference(s: SideInfo) -> str:
     return "".join(parts)
 
 
+def fmt_ratio(r: Optional[float]) -> str:
+    """A ratio for the text faces: ``1.25x``, ``—`` when there is none."""
+    return "—" if r is None else f"{r:.2f}x"
+
+
 class CategoryMismatch(Model):
     """A kernel whose stored category (in a report) differs from the current rules."""
 

@@ -8,7 +8,7 @@ columns. The CLI's ``--width`` sets the console width.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from rich import box
 from rich.console import Console, Group
@@ -18,8 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from mcp_server.compare.matching import dims_key
-from mcp_server.compare.models import BlockDiff, BudgetResult, DiffResult, KernelMatch, side_reference
-from mcp_server.core.kernel_names import display_kernel_name
+from mcp_server.compare.models import BlockDiff, BudgetResult, DiffResult, KernelMatch, fmt_ratio, side_reference
+from mcp_server.core.kernel_names import display_kernel_name as short
 from mcp_server.core.textable import Col, TextTable, print_line, print_warnings
 
 MATCH_LABEL = {"same": "=", "renamed": "≈", "category": "→ cat", "time": "→ time", "gone": "gone", "new": "new"}
@@ -28,20 +28,13 @@ WIDE = 120  # role and launch counts in the blocks table from here
 SIDE_BY_SIDE = 140  # panels show A and B side by side from here
 
 
-def fmt_ratio(r: Optional[float]) -> str:
-    return "—" if r is None else f"{r:.2f}x"
-
-
 def fmt_gap(g: float) -> str:
     return f"{g:+,.1f}"
 
 
-def short(name: Optional[str], width: int = 60) -> str:
-    return display_kernel_name(name, width)
-
-
-def _gap_style(g: float) -> str:
-    return "red" if g > 0 else "green" if g < 0 else ""
+def _gap_text(g: float) -> Text:
+    """The gap, red where B spends more, green where less."""
+    return Text(fmt_gap(g), style="red" if g > 0 else "green" if g < 0 else "")
 
 
 def _side_line(res) -> str:
@@ -73,10 +66,10 @@ def render_budget(res: BudgetResult, console: Console, request: Any = None) -> N
                   title="Budget by category (sorted by |gap|; A, B as above)", title_justify="left")
     for r in res.rows:
         t.add_row(escape(r.category), f"{r.a_us:,.1f}", f"{r.a_pct:.1f}", f"{r.b_us:,.1f}", f"{r.b_pct:.1f}",
-                  Text(fmt_gap(r.gap_us), style=_gap_style(r.gap_us)), fmt_ratio(r.ratio))
+                  _gap_text(r.gap_us), fmt_ratio(r.ratio))
     t.add_section()
     t.add_row("[bold]total[/]", f"{res.total_a_us:,.1f}", "100.0", f"{res.total_b_us:,.1f}", "100.0",
-              Text(fmt_gap(res.gap_us), style=_gap_style(res.gap_us)), fmt_ratio(res.ratio))
+              _gap_text(res.gap_us), fmt_ratio(res.ratio))
     t.print(console)
     _mismatches(console, res)
 
@@ -161,16 +154,14 @@ def blocks_table(res: DiffResult, width: int) -> TextTable:
         row: list[str | Text] = ["★" if b.optimize else "", escape(b.block)]
         if wide:
             row.append(escape(b.role))
-        row += [f"{b.a_us:,.1f}", f"{b.b_us:,.1f}", Text(fmt_gap(b.gap_us), style=_gap_style(b.gap_us)),
-                fmt_ratio(b.ratio)]
+        row += [f"{b.a_us:,.1f}", f"{b.b_us:,.1f}", _gap_text(b.gap_us), fmt_ratio(b.ratio)]
         row += ([f"{b.a_count}/{b.b_count}"] if wide else []) + [notes]
         t.add_row(*row)
     t.add_section()
     total: list[str | Text] = ["", "[bold]total[/]"]
     if wide:
         total.append("")
-    total += [f"{res.total_a_us:,.1f}", f"{res.total_b_us:,.1f}",
-              Text(fmt_gap(res.gap_us), style=_gap_style(res.gap_us)), fmt_ratio(res.ratio)]
+    total += [f"{res.total_a_us:,.1f}", f"{res.total_b_us:,.1f}", _gap_text(res.gap_us), fmt_ratio(res.ratio)]
     total += ([""] if wide else []) + [""]
     t.add_row(*total)
     return t

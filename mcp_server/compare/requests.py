@@ -13,6 +13,9 @@ Labels = Optional[NameList]
 LABELS_FIELD = Field(default=None, min_length=2, max_length=2,
                      description="Two labels for A and B (default: file names)")
 PHASE_FIELD = Field(default=None, description="Keep only this phase's kernels")
+PER_STEP_FIELD = Field(default=None, description=(
+    "Divide each side by its step count (graph replays + eager forward calls); default: automatic when the "
+    "counts differ and the kernels per step agree; false keeps whole totals"))
 
 
 class RecategorizeRequest(SizedRequest, WritesOutputs):
@@ -28,9 +31,7 @@ class BudgetRequest(SizedRequest):
     labels: Labels = LABELS_FIELD
     phase: Optional[Literal["prefill", "decode"]] = PHASE_FIELD
     categories: Optional[PathArg] = Field(default=None, description=CATEGORIES_HELP)
-    per_step: Optional[bool] = Field(default=None, description=(
-        "Divide each side by its step count (graph replays + eager forward calls); default: automatic when the "
-        "counts differ and the kernels per step agree; false keeps whole totals"))
+    per_step: Optional[bool] = PER_STEP_FIELD
 
 
 class DiffModulesRequest(SizedRequest, WritesOutputs):
@@ -51,6 +52,4 @@ class DiffModulesRequest(SizedRequest, WritesOutputs):
         "Eager trace of A's model, or A's graph-capture trace, to attribute A's CUDA-graph replays to modules"))
     reference_b: Optional[PathArg] = Field(default=None, description=(
         "Eager trace of B's model, or B's graph-capture trace, to attribute B's CUDA-graph replays to modules"))
-    per_step: Optional[bool] = Field(default=None, description=(
-        "Divide each side by its step count (graph replays + eager forward calls); default: automatic when the "
-        "counts differ and the kernels per step agree; false keeps whole totals"))
+    per_step: Optional[bool] = PER_STEP_FIELD
