@@ -43,26 +43,12 @@ class Interval:
 def ratio_of_medians_ci(baseline: Sequence[float], candidate: Sequence[float], *,
                         confidence: float = 0.95, n_boot: int = N_BOOT_FINAL,
                         seed: int = 0) -> Interval:
-    """Paired percentile-bootstrap interval of median(baseline) / median(candidate).
+    """Paired percentile-bootstrap interval of median(baseline) / median(candidate): the summed medians of one
+    shape (``summed_medians_ci``).
 
     Seeded: the same samples and seed always give the same interval.
     """
-    a = np.asarray(baseline, dtype=np.float64)
-    b = np.asarray(candidate, dtype=np.float64)
-    if a.shape != b.shape or a.ndim != 1:
-        raise ValueError("baseline and candidate must be 1-D sequences of equal length (paired rounds)")
-    n = a.size
-    if n == 0:
-        return Interval(math.nan, math.nan, math.nan, confidence, 0)
-    point = float(np.median(a) / np.median(b))
-    if n < 3:
-        return Interval(point, -math.inf, math.inf, confidence, n)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(n_boot, n))
-    ratios = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    lo, hi = np.quantile(ratios, [alpha, 1.0 - alpha])
-    return Interval(point, float(lo), float(hi), confidence, n)
+    return summed_medians_ci([baseline], [candidate], confidence=confidence, n_boot=n_boot, seed=seed)
 
 
 def summed_medians_ci(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]], *,
