@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -82,19 +84,6 @@ def harness_memory_limit() -> int | None:
     return min(64 << 30, total // 2)
 
 
-def child_config(spec: Spec) -> dict[str, Any]:
-    return {
-        "baseline": spec.baseline.as_dict(),
-        "candidate": spec.candidate.as_dict() if spec.candidate else None,
-        "inputs": spec.inputs.as_dict(),
-        "shapes": spec.shapes, "dtype": spec.dtype, "device": spec.device,
-        "rtol": spec.rtol, "atol": spec.atol, "seeds": spec.seeds, "seed": spec.seed, "mode": spec.mode,
-        "cache": spec.cache, "time_budget_s": spec.time_budget_s, "confidence": spec.confidence,
-        "ci_half_width": spec.ci_half_width, "min_rounds": spec.min_rounds, "max_rounds": spec.max_rounds,
-        "graphs": spec.graphs, "other_cache": spec.other_cache, "threads": spec.threads,
-    }
-
-
 def run_spec(spec: Spec, *, timeout_s: float, progress: ProgressFn | None = None) -> ValidationResult:
     """Run one validation of an already-loaded spec in a fresh child process (under this interpreter)."""
     import importlib.util
@@ -129,7 +118,7 @@ def run_spec(spec: Spec, *, timeout_s: float, progress: ProgressFn | None = None
     env["PYTHONUNBUFFERED"] = "1"
     with tempfile.TemporaryDirectory(prefix="kscope-validate-") as tmp:
         cfg_path = Path(tmp) / "config.json"
-        atomic_write_text(cfg_path, json.dumps(child_config(spec)), what="harness config")
+        atomic_write_text(cfg_path, json.dumps(asdict(spec)), what="harness config")
         py = sys.executable
         memory = harness_memory_limit()
         # the supervisor reaps whatever the candidate starts and holds the time and memory limits (supervise.py)
@@ -167,39 +156,40 @@ def build_result(spec: Spec, raw: dict | None, *, timed_out: bool, rc: int | Non
     correctness = _correctness(spec, raw)
     checks = correctness.checks
     dev = raw.get("device") or {}
-    common = dict(correctness=correctness, mode=spec.mode, device=_device(dev, clocks),
-                  patched=[Patch(**p) for p in raw.get("patched", [])], settings=settings,
-                  wall_s={k: float(v) for k, v in (raw.get("wall") or {}).items() if v is not None})
+    timing, speedup, roofline, error_tail = None, None, None, None
     error = raw.get("error")
+    spec_bad = [c for c in checks if not c.passed and c.name in SPEC_CHECKS]
+    failed = [c for c in checks if not c.passed]
     if error is not None:
         reasons.append(error["message"])
         tb = error.get("traceback") or ""
-        return ValidationResult(accepted=False, verdict="error", reasons=reasons, warnings=warnings,
-                                stderr_tail=("\n".join(tb.strip().splitlines()[-8:]) or stderr_tail), **common)
-    spec_bad = [c for c in checks if not c.passed and c.name in SPEC_CHECKS]
-    if spec_bad:
+        error_tail = "\n".join(tb.strip().splitlines()[-8:]) or stderr_tail
+        verdict = "error"
+    elif spec_bad:
         reasons += [f"{c.name}: {c.detail}" for c in spec_bad]
-        return ValidationResult(accepted=False, verdict="error", reasons=reasons, warnings=warnings, **common)
-    failed = [c for c in checks if not c.passed]
-    reasons += [f"{c.name}: {c.detail}" for c in failed]
-    timing, speedup, roofline = None, None, None
-    raw_t = raw.get("timing")
-    if raw_t:
-        timing, speedup = _timing(spec, raw_t, warnings, raw.get("graph_check"))
-        roofline = _roofline(spec, raw, timing, dev, warnings)
-    if failed:
-        return ValidationResult(accepted=False, verdict="rejected", reasons=reasons, speedup=speedup,
-                                timing=timing, roofline=roofline, warnings=warnings, **common)
-    if timing is None or speedup is None:
-        reasons.append("no timing came back from the harness")
-        return ValidationResult(accepted=False, verdict="error", reasons=reasons, warnings=warnings, **common)
-    if roofline is not None and roofline.implausible and roofline.basis == "spec":
-        reasons.append(f"implausible: {roofline.detail}")
-        return ValidationResult(accepted=False, verdict="rejected", reasons=reasons, speedup=speedup,
-                                timing=timing, roofline=roofline, warnings=warnings, **common)
-    accepted = _faster(spec, speedup, reasons)
-    return ValidationResult(accepted=accepted, verdict="accepted" if accepted else "not_faster", reasons=reasons,
-                            speedup=speedup, timing=timing, roofline=roofline, warnings=warnings, **common)
+        verdict = "error"
+    else:
+        reasons += [f"{c.name}: {c.detail}" for c in failed]
+        raw_t = raw.get("timing")
+        if raw_t:
+            timing, speedup = _timing(spec, raw_t, warnings, raw.get("graph_check"))
+            roofline = _roofline(spec, raw, timing, dev, warnings)
+        if failed:
+            verdict = "rejected"
+        elif timing is None or speedup is None:
+            reasons.append("no timing came back from the harness")
+            verdict = "error"
+        elif roofline is not None and roofline.implausible and roofline.basis == "spec":
+            reasons.append(f"implausible: {roofline.detail}")
+            verdict = "rejected"
+        else:
+            verdict = "accepted" if _faster(spec, speedup, reasons) else "not_faster"
+    return ValidationResult(
+        accepted=verdict == "accepted", verdict=verdict, reasons=reasons, correctness=correctness, speedup=speedup,
+        mode=spec.mode, timing=timing, device=_device(dev, clocks), roofline=roofline,
+        patched=[Patch(**p) for p in raw.get("patched", [])], settings=settings,
+        wall_s={k: float(v) for k, v in (raw.get("wall") or {}).items() if v is not None}, stderr_tail=error_tail,
+        warnings=warnings)
 
 
 def _no_result(spec: Spec, settings: dict[str, Any], stderr_tail: str | None, *, memory: dict | None,
@@ -263,11 +253,11 @@ def _summary(xs: list[float]) -> TimeSummary:
     return TimeSummary(**stats.summary_us(xs))
 
 
-def _speedup(a: list[float], b: list[float], confidence: float, seed: int, n_boot: int) -> Speedup:
-    iv = stats.ratio_of_medians_ci(a, b, confidence=confidence, n_boot=n_boot, seed=seed)
-    hw = iv.half_width
+def _speedup(iv: stats.Interval, a: list[float], b: list[float]) -> Speedup:
+    """The interval as reported, with the share of the rounds ``a``, ``b`` (per-round times) the candidate won."""
     return Speedup(median=_fin(iv.median), ci_low=_fin(iv.ci_low), ci_high=_fin(iv.ci_high),
-                   confidence=confidence, half_width=_fin(hw), fraction_faster=_fin(stats.fraction_faster(a, b)))
+                   confidence=iv.confidence, half_width=_fin(iv.half_width),
+                   fraction_faster=_fin(stats.fraction_faster(a, b)))
 
 
 def _timing(spec: Spec, t: dict, warnings: list[Warning_], graph_check: list | None = None
@@ -278,11 +268,9 @@ def _timing(spec: Spec, t: dict, warnings: list[Warning_], graph_check: list | N
     if len(shapes_a) > 1 and all(len(x) == len(a) for x in shapes_a + shapes_b):
         # several shapes: the ratio of the summed per-shape medians, consistent with the per-shape speedups
         iv = stats.summed_medians_ci(shapes_a, shapes_b, confidence=spec.confidence, seed=spec.seed)
-        speedup = Speedup(median=_fin(iv.median), ci_low=_fin(iv.ci_low), ci_high=_fin(iv.ci_high),
-                          confidence=spec.confidence, half_width=_fin(iv.half_width),
-                          fraction_faster=_fin(stats.fraction_faster(a, b)))
     else:
-        speedup = _speedup(a, b, spec.confidence, spec.seed, stats.N_BOOT_FINAL)
+        iv = stats.ratio_of_medians_ci(a, b, confidence=spec.confidence, seed=spec.seed)
+    speedup = _speedup(iv, a, b)
     per_shape = []
     for shape, ps in zip(spec.shapes, t["per_shape"]):
         sa, sb = _summary(ps["baseline_s"]), _summary(ps["candidate_s"])
@@ -294,10 +282,11 @@ def _timing(spec: Spec, t: dict, warnings: list[Warning_], graph_check: list | N
     other = None
     o = t.get("other")
     if o:
-        other = CacheTiming(cache=o["cache"], baseline_us=_summary(o["baseline_s"]),
-                            candidate_us=_summary(o["candidate_s"]), rounds=o["rounds"],
-                            speedup=_speedup(o["baseline_s"], o["candidate_s"], spec.confidence, spec.seed + 1,
-                                             stats.N_BOOT_CHECK))
+        oa, ob = o["baseline_s"], o["candidate_s"]
+        iv = stats.ratio_of_medians_ci(oa, ob, confidence=spec.confidence, n_boot=stats.N_BOOT_CHECK,
+                                       seed=spec.seed + 1)
+        other = CacheTiming(cache=o["cache"], baseline_us=_summary(oa), candidate_us=_summary(ob), rounds=o["rounds"],
+                            speedup=_speedup(iv, oa, ob))
     if t["stop"] != "ci_narrow" and (speedup.half_width is None or speedup.half_width > spec.ci_half_width):
         hw = "unbounded" if speedup.half_width is None else f"±{speedup.half_width:.2%}"
         warnings.append(Warning_(code=WarningCode.budget_exhausted,
@@ -383,7 +372,7 @@ def _gpu_clocks(device: str) -> dict | None:
     idx = device.split(":", 1)[1] if ":" in device else "0"
     r = proc.run(["nvidia-smi", f"--id={idx}",
                   "--query-gpu=clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,driver_version",
-                  "--format=csv,noheader,nounits"], timeout=10) if _which("nvidia-smi") else None
+                  "--format=csv,noheader,nounits"], timeout=10) if shutil.which("nvidia-smi") else None
     if r is None or r.rc != 0 or not r.stdout.strip():
         return None
     parts = [p.strip() for p in r.stdout.strip().splitlines()[0].split(",")]
@@ -407,8 +396,3 @@ def _cpu_clocks() -> dict[str, float] | None:
         return None
     return {"mean": sum(mhz) / len(mhz), "max": max(mhz)} if mhz else None
 
-
-def _which(name: str) -> bool:
-    import shutil
-
-    return shutil.which(name) is not None

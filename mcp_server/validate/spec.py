@@ -9,7 +9,7 @@ import ast
 import math
 import operator
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +60,6 @@ class FuncRef:
     kind: str       # "file" | "module"
     target: str     # absolute file path, or dotted module name
     func: str
-
-    def as_dict(self) -> dict[str, str]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
