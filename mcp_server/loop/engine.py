@@ -28,19 +28,10 @@ from mcp_server.ledger import record as rec
 from mcp_server.ledger.env import sha256_file, target_key, target_repo_dir, target_repository
 from mcp_server.ledger.store import Ledger
 from mcp_server.loop.changes import AppliedChange
-from mcp_server.loop.models import LoopResult, LoopSkip, LoopStep, StopReason
+from mcp_server.loop.models import LoopResult, LoopSkip, LoopStep, StopReason, speedup_text
 from mcp_server.loop.proposals import Proposal, load_proposals
 from mcp_server.loop.requests import LoopRequest
 from mcp_server.loop.steps import LoopSteps, Selection, default_steps
-
-
-def _speedup_text(sp: Any) -> str:
-    if not isinstance(sp, dict) or not isinstance(sp.get("median"), (int, float)):
-        return ""
-    s = f"speedup {sp['median']:.3f}x"
-    if isinstance(sp.get("ci_low"), (int, float)) and isinstance(sp.get("ci_high"), (int, float)):
-        s += f" [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]"
-    return s
 
 
 def _why(result: dict[str, Any]) -> str:
@@ -48,8 +39,8 @@ def _why(result: dict[str, Any]) -> str:
     reasons = result.get("reasons") or []
     if reasons:
         return f"{result.get('verdict')}: {reasons[0]}"
-    sp = _speedup_text(result.get("speedup"))
-    return f"{result.get('verdict')}" + (f": {sp}" if sp else "")
+    sp = speedup_text(result.get("speedup"))
+    return f"{result.get('verdict')}" + (f": speedup {sp}" if sp else "")
 
 
 class _Run:
@@ -232,8 +223,6 @@ class _Run:
             self.tell(f"validating {cand['proposal_id']} on {cand['kernel'] or 'the target'}")
             try:
                 res = self.steps.validate(Path(cand["spec"]) if isinstance(cand["spec"], str) else cand["spec"])
-                if hasattr(res, "model_dump"):
-                    res = res.model_dump(mode="json")
                 rec.add_validation(self.led, cid, res, key=f"c{cid}:validation")
             except KernelscopeError as exc:
                 ch.revert()
@@ -246,7 +235,7 @@ class _Run:
         if result.get("accepted") is True:
             ch.apply()
             rec.add_decision(self.led, cid, "accepted", by=self.by, why=why, key=f"c{cid}:decision")
-            ch.keep()
+            ch.drop_backup()
             return self._step(cand, result, "accepted", why, resumed)
         ch.revert()
         rec.add_decision(self.led, cid, "reverted", by=self.by, why=why, key=f"c{cid}:decision")

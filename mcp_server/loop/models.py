@@ -10,6 +10,16 @@ from mcp_server.core.models import Model, Warning_
 StopReason = Literal["iters_done", "no_proposals", "proposals_exhausted", "max_rejects", "no_candidate"]
 
 
+def speedup_text(sp: Any) -> str:
+    """``1.234x [1.200, 1.270]`` from validate_candidate's speedup (its JSON dict); empty without a median."""
+    if not isinstance(sp, dict) or not isinstance(sp.get("median"), (int, float)):
+        return ""
+    s = f"{sp['median']:.3f}x"
+    if isinstance(sp.get("ci_low"), (int, float)) and isinstance(sp.get("ci_high"), (int, float)):
+        s += f" [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]"
+    return s
+
+
 class LoopStep(Model):
     """One proposal tried (validated and decided) in this run."""
 

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from mcp_server.core.textable import print_line, print_warnings
-from mcp_server.loop.models import LoopResult
+from mcp_server.loop.models import LoopResult, speedup_text
 
 _STYLE = {"accepted": "green", "reverted": "red", "abandoned": "yellow", "error": "red"}
 
@@ -18,16 +18,11 @@ def render_loop(res: LoopResult, console: Console, request: Any = None) -> None:
     if res.candidate:
         console.print(f"  selected kernel [bold]{escape(res.candidate)}[/]: {escape(res.diagnosis or '')}")
     for s in res.steps:
-        sp = s.speedup or {}
-        sp_s = ""
-        if isinstance(sp.get("median"), (int, float)):
-            sp_s = f" {sp['median']:.3f}x"
-            if isinstance(sp.get("ci_low"), (int, float)) and isinstance(sp.get("ci_high"), (int, float)):
-                sp_s += f" [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]"
+        sp = speedup_text(s.speedup)
         st = _STYLE.get(s.decision, "")
         again = " [dim](pending from an interrupted run)[/]" if s.resumed else ""
         console.print(f"  candidate {s.candidate_id} [bold]{escape(s.proposal_id)}[/]: [{st}]{s.decision}[/]"
-                      f"{'  ' + s.verdict if s.verdict else ''}{escape(sp_s)}{again}")
+                      f"{'  ' + s.verdict if s.verdict else ''}{escape(' ' + sp) if sp else ''}{again}")
         console.print(f"    [dim]{escape(s.why)}[/]")
     for k in res.skipped:
         console.print(f"  [dim]skipped {escape(k.proposal_id)}: {escape(k.reason)}[/]")
