@@ -59,11 +59,9 @@ class AppliedChange:
             if cur == self.change_sha256:
                 return "applied"
             return "conflict"
-        fwd = self._git("apply", "--check")
-        rev = self._git("apply", "-R", "--check")
-        if fwd.rc == 0:
+        if self._git("apply", "--check").rc == 0:
             return "base"
-        if rev.rc == 0:
+        if self._git("apply", "-R", "--check").rc == 0:
             return "applied"
         return "conflict"
 
@@ -142,10 +140,6 @@ class AppliedChange:
             r = self._git("apply", "-R")
             if r.rc != 0:
                 raise ChangeConflictError(f"git apply -R failed: {r.stderr.strip()[-300:]}", path=self.source)
-
-    def keep(self) -> None:
-        """Accepted: the change stays; the backup goes."""
-        self.drop_backup()
 
     def drop_backup(self) -> None:
         if self.backup is not None:

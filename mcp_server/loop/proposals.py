@@ -52,6 +52,7 @@ from mcp_server.core.atomic import call_roots, inside, real_path
 from mcp_server.core.errors import FileMissingError, ProposalError
 from mcp_server.core.replay_dir import ReproTarget
 from mcp_server.core.userregex import compile_user_regex
+from mcp_server.ledger.env import sha256_file
 from mcp_server.ledger.patches import bad_patch_path, patch_paths, strip_prefix
 
 _SPEC_FILE_FIELDS = ("baseline", "candidate", "inputs")
@@ -122,10 +123,6 @@ class Proposal:
         return self.kernel in names
 
 
-def _sha_file(p: Path) -> str:
-    return hashlib.sha256(p.read_bytes()).hexdigest()
-
-
 def _resolve_spec_fields(fields: dict[str, Any], base: Path) -> dict[str, Any]:
     """Inline spec: make ``path.py:function`` references absolute (relative to the proposals file)."""
     out = dict(fields)
@@ -141,13 +138,13 @@ def _resolve_spec_fields(fields: dict[str, Any], base: Path) -> dict[str, Any]:
 def fingerprint(p: ProposalSpec, spec: Union[Path, dict[str, Any]], change: Change) -> str:
     doc: dict[str, Any] = {"id": p.id, "force": p.force, "kind": change.kind}
     if isinstance(spec, Path):
-        doc["spec"] = _sha_file(spec)
+        doc["spec"] = sha256_file(spec)
     else:
         doc["spec"] = json.dumps(spec, sort_keys=True, default=str)
     if change.problem is not None:
         doc["refused"] = list(change.raw)
     elif change.source is not None:
-        doc["change"] = _sha_file(change.source)
+        doc["change"] = sha256_file(change.source)
         doc["target"] = str(change.target)
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:20]
 

@@ -9,6 +9,7 @@ Tests (and other drivers) pass their own ``LoopSteps``.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
@@ -127,8 +128,5 @@ def validate(spec: SpecArg) -> dict[str, Any]:
 
 def default_steps(gpu: Optional[str] = None, replay: Optional[ReproTarget] = None) -> LoopSteps:
     """The engines; with ``replay`` (a repro op as the target) run_ncu profiles that op alone."""
-    def profile(target: list[str], report: Path, cache_control: Optional[str]) -> Path:
-        return _ncu_profile(target, report, cache_control, replay)
-
-    return LoopSteps(profile=profile if replay is not None else _ncu_profile, select=_ncu_select(gpu),
+    return LoopSteps(profile=functools.partial(_ncu_profile, replay=replay), select=_ncu_select(gpu),
                      validate=validate)
