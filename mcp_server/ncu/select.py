@@ -69,9 +69,6 @@ def change_kinds(k: ClassifiedKernel) -> tuple[list[str], list[str]]:
             nope += [f"{QUANT}: not before a warm (--cache-control none) profile says the bytes come from DRAM"]
     elif cls == "balanced":
         fits += ["fusion (less work on both sides)", "lower precision end to end"]
-    if b.l2_resident and cls == "memory_bound" and QUANT in fits:
-        fits.remove(QUANT)
-        nope.append(f"{QUANT}: the weights are L2-resident")
     return fits, nope
 
 
@@ -94,9 +91,7 @@ def rank(c: Classification, min_share: float) -> tuple[Optional[ClassifiedKernel
     scored.sort(key=lambda t: -t[0])
     best = scored[0][1] if scored else None
     for r in rows:
-        if best is not None and r.id == best.id:
-            r.why_not = None
-        elif r.why_not is None and best is not None:
+        if r.why_not is None and best is not None and r.id != best.id:
             r.why_not = (f"score {r.score:.3f} (share {r.time_share:.1%} x headroom {r.headroom:.0%}) below the "
                          f"candidate's {scored[0][0]:.3f}")
     rows.sort(key=lambda r: -r.score)
@@ -110,12 +105,9 @@ def select_candidate(req: SelectRequest) -> Selection:
     c = classify_bottleneck(req.path, gpu=req.gpu, cache_control=req.cache_control)
     best, rows = rank(c, min_share)
     warnings = list(c.warnings)
-    fits: list[str] = []
-    nope: list[str] = []
+    fits, nope = change_kinds(best) if best is not None else ([], [])
     if best is None:
         warnings.append(warn("no_candidate", f"no kernel reaches {min_share:.0%} of kernel time with a known class"))
-    else:
-        fits, nope = change_kinds(best)
     sel = Selection(source=c.source, gpu=c.gpu, candidate=best, fits=fits, does_not_fit=nope, ranking=rows,
                     min_share=min_share, warnings=warnings)
     if md_path:
