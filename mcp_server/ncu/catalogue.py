@@ -50,8 +50,7 @@ def _sass(op: str) -> tuple[str, ...]:
 
 
 def _sass_rate(op: str) -> tuple[str, ...]:
-    return (f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum.per_cycle_elapsed",
-            f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum.per_cycle_elapsed")
+    return tuple(f"{name}.per_cycle_elapsed" for name in _sass(op))
 
 
 _GMMA = "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"

@@ -346,8 +346,7 @@ def classify_profile(profile: NcuProfile, gpu: Optional[str] = None) -> Classifi
     out: list[ClassifiedKernel] = []
     for k in profile.kernels:
         b = classify_kernel(k, cc, spec)
-        data = k.model_dump()
-        out.append(ClassifiedKernel(**data, bottleneck=b, roofline=roofline_point(k, spec),
+        out.append(ClassifiedKernel(**k.model_dump(), bottleneck=b, roofline=roofline_point(k, spec),
                                     time_share=(k.duration_ns.total / total) if total else 0.0))
     n_unknown = sum(1 for k in out if k.bottleneck.class_ == "unknown")
     if n_unknown:

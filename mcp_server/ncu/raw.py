@@ -68,15 +68,12 @@ def convert(value: Optional[float], unit: str, canonical_unit: str) -> Optional[
     if canonical_unit == "ns":
         return value * _TIME_NS.get(u, 1.0)
     if canonical_unit == "bytes":
-        num = u.split("/")[0]
-        s = _prefix_scale(num, ("byte", "B"))
-        return value * (s if s is not None else 1.0)
+        return value * (_prefix_scale(u.split("/")[0], ("byte", "B")) or 1.0)
     if canonical_unit == "hz":
         if "/" in u:  # cycle/nsecond, cycle/usecond, cycle/second
             den = u.split("/", 1)[1]
             return value * 1e9 / _TIME_NS.get(den, 1e9)
-        s = _prefix_scale(u, ("hz", "Hz", "HZ"))
-        return value * (s if s is not None else 1.0)
+        return value * (_prefix_scale(u, ("hz", "Hz", "HZ")) or 1.0)
     if canonical_unit == "bytes_per_s":
         num, _, den = u.partition("/")
         s = _prefix_scale(num, ("byte", "B")) or 1.0
@@ -85,9 +82,9 @@ def convert(value: Optional[float], unit: str, canonical_unit: str) -> Optional[
         num = u.split("/")[0]
         for base in ("inst", "cycle", "sector", "warp", "thread", "block", "request", "byte", "register"):
             if num.endswith(base) and num != base:
-                s = _prefix_scale(num, (base,))
-                if s is not None:
-                    return value * s
+                scale = _prefix_scale(num, (base,))
+                if scale is not None:
+                    return value * scale
         return value
     return value  # pct: as printed
 
