@@ -10,7 +10,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcp_server.core.errors import InputError, is_secret_env_name
+from mcp_server.core.errors import FileMissingError, InputError, is_secret_env_name
+from mcp_server.core.paths import shared_path
 
 KINDS = ("github-prs", "local-git", "jira")
 COLUMNS = ("key", "kind", "repo", "env", "package", "jql_project", "enabled")
@@ -57,7 +58,6 @@ class Registry:
 
 
 def default_registry_path() -> Path:
-    from mcp_server.core.paths import shared_path
     return shared_path("data-sources.md")
 
 
@@ -131,8 +131,6 @@ def parse_registry(text: str, source: str = "<string>") -> Registry:
 def load_registry(path: str | os.PathLike | None = None) -> Registry:
     p = Path(path) if path is not None else default_registry_path()
     if not p.is_file():
-        from mcp_server.core.errors import FileMissingError
-
         raise FileMissingError("reference-source registry not found", path=p,
                                hint="pass --registry or restore _shared/data-sources.md")
     try:
