@@ -57,22 +57,19 @@ def _kernel_rows(classification: Any) -> list[dict[str, Any]]:
 def _profile(p: ProfileRow, out: list[str], base: Optional[str] = None) -> None:
     rel = _rel(p.report_path, base)
     name = (rel if rel != p.report_path else p.report_path.rsplit("/", 1)[-1]) if p.report_path else "(no report)"
-    out.append(f"### Profile {p.id}: {_code(name)}")
-    out.append("")
+    out += [f"### Profile {p.id}: {_code(name)}", ""]
     meta = [p.created_at]
     if p.report_sha256:
         meta.append(f"sha256 `{p.report_sha256[:16]}`")
     if p.note:
         meta.append(_cell(p.note, 200))
-    out.append(" · ".join(meta))
-    out.append("")
+    out += [" · ".join(meta), ""]
     cls = p.classification
     rows = _kernel_rows(cls)
     if isinstance(cls, dict) and cls.get("cache_control") is not None:
-        out.append(f"Profiled with `--cache-control {cls['cache_control']}`"
-                   + (" (warm: residency verdicts valid)." if cls["cache_control"] == "none"
-                      else " (cold: residency unknown)."))
-        out.append("")
+        out += [f"Profiled with `--cache-control {cls['cache_control']}`"
+                + (" (warm: residency verdicts valid)." if cls["cache_control"] == "none"
+                   else " (cold: residency unknown)."), ""]
     if rows:
         out.append("| kernel | class | limiter | L2-resident | confidence | time share |")
         out.append("|---|---|---|---|---|---|")
@@ -84,14 +81,12 @@ def _profile(p: ProfileRow, out: list[str], base: Optional[str] = None) -> None:
                        f"| {conf} | {share} |")
         out.append("")
     if isinstance(cls, dict) and cls.get("candidate"):
-        out.append(f"Selected: {_code(cls['candidate'])}"
-                   + (f": {_cell(cls.get('diagnosis'), 300)}" if cls.get("diagnosis") else ""))
-        out.append("")
+        out += [f"Selected: {_code(cls['candidate'])}"
+                + (f": {_cell(cls.get('diagnosis'), 300)}" if cls.get("diagnosis") else ""), ""]
         for label, key in (("Changes that fit", "fits"), ("Changes that do not", "does_not_fit")):
             kinds = cls.get(key)
             if isinstance(kinds, list) and kinds:
-                out.append(f"{label}: " + "; ".join(_cell(k, 160) for k in kinds) + ".")
-                out.append("")
+                out += [f"{label}: " + "; ".join(_cell(k, 160) for k in kinds) + ".", ""]
     elif cls is not None and not rows:
         text = json.dumps(cls, indent=1)
         if len(text) > 2000:
