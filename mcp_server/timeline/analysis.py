@@ -46,21 +46,18 @@ def _fmt_ns(ns: float) -> str:
 def _names(dec: Decoded, event_names, warnings: list[Warning_]) -> dict[int, str]:
     names = event_name_list(event_names)
     ids = dec.event_ids
-    out: dict[int, str] = {}
+    out = {i: names[i] if i < len(names) and names[i] else f"event{i}" for i in ids}
     missing = [i for i in ids if i >= len(names) or not names[i]]
-    for i in ids:
-        out[i] = names[i] if i < len(names) and names[i] else f"event{i}"
     if missing:
         warnings.append(Warning_(
             code=WarningCode.names_missing, count=len(missing),
             message=(f"{len(names)} event name(s) given but the buffer holds event id(s) "
                      f"{', '.join(map(str, missing[:10]))}{' ...' if len(missing) > 10 else ''}; "
                      "those are shown as event<id> (names are listed in event-id order, id 0 first)")))
-    if len(names) > (max(ids) + 1 if ids else 0):
+    if len(names) > (max(ids) + 1 if ids else 0):  # so at least the last name is unused
         unused = [n for i, n in enumerate(names) if i not in set(ids)]
-        if unused:
-            warnings.append(Warning_(code=WarningCode.names_unused, count=len(unused),
-                                     message=f"no records for event(s) {', '.join(unused[:10])}"))
+        warnings.append(Warning_(code=WarningCode.names_unused, count=len(unused),
+                                 message=f"no records for event(s) {', '.join(unused[:10])}"))
     return out
 
 
@@ -142,7 +139,8 @@ def analyze_decoded(dec: Decoded, event_names=None, *, overhead: Optional[ProbeO
         source=dec.source, nblocks=dec.nblocks, ngroups=dec.ngroups, tag_layout=dec.tag_layout,
         tag_layout_auto=dec.layout_auto, sm_known=bool((dec.lane_sm >= 0).any()),
         records=dec.stats.records, intervals=int(dec.event.size), instants=instants,
-        event_names=[names[i] for i in sorted(names)], decode=_decode_summary(dec),
+        event_names=[names[i] for i in sorted(names)],
+        decode=DecodeSummary.model_validate(dec.stats, from_attributes=True),  # DecodeStats less ``records``
         span_ns=span_ns, phases=phases, critical_path=segments, verdicts=[], warnings=warnings,
         probe_overhead=overhead,
     )
@@ -242,6 +240,7 @@ def _phases(blk: pd.DataFrame, occ: pd.DataFrame, wait_ev: pd.DataFrame, crit_by
     """One ``Phase`` per event: its occurrences and the per-block statistics over all of them."""
     phases: list[Phase] = []
     bmean = blk.groupby(["event", "block"])["dur"].mean()
+    wait = wait_ev.reindex(occ.index.unique(level=0)).fillna(0.0)  # 0 for an event never followed on its lane
     for ev, o in occ.groupby(level=0, sort=True):
         o = o.droplevel(0)
         occs = []
@@ -255,7 +254,6 @@ def _phases(blk: pd.DataFrame, occ: pd.DataFrame, wait_ev: pd.DataFrame, crit_by
                 skew_ns=int(r["skew"]), last_block=int(r["last_block"]), slowest_block=int(r["slowest_block"])))
         bm = bmean.loc[ev].sort_values(ascending=False, kind="stable")
         last_blocks = [x.last_block for x in occs]
-        has_wait = ev in wait_ev.index
         phases.append(Phase(
             name=names.get(int(ev), f"event{int(ev)}"), event_id=int(ev), occurrences=occs,
             imbalance=max(x.imbalance for x in occs), cv_max=max(x.cv for x in occs),
@@ -267,9 +265,7 @@ def _phases(blk: pd.DataFrame, occ: pd.DataFrame, wait_ev: pd.DataFrame, crit_by
             stragglers_consistent=_consistent(blk[blk["event"] == ev], last_blocks),
             total_wall_ns=int(o["wall"].sum()), total_slowest_ns=int(o["slowest"].sum()),
             total_mean_ns=round(float(o["mean"].sum()), 1), total_skew_ns=int(o["skew"].sum()),
-            wait_after_mean_ns=(round(float(wait_ev.loc[ev, "mean"]), 1)
-                                if has_wait and pd.notna(wait_ev.loc[ev, "mean"]) else 0.0),
-            wait_after_max_ns=int(wait_ev.loc[ev, "max"]) if has_wait and pd.notna(wait_ev.loc[ev, "max"]) else 0,
+            wait_after_mean_ns=round(float(wait.loc[ev, "mean"]), 1), wait_after_max_ns=int(wait.loc[ev, "max"]),
             critical_ns=crit_by_event.get(int(ev), 0),
             imbalance_at_stake_ns=round(float((o["slowest"] - o["mean"]).sum()), 1),
             skew_at_stake_ns=round(float((o["wall"] - o["slowest"]).sum()), 1),
@@ -289,15 +285,6 @@ def _instants(dec: Decoded, names: dict[int, str]) -> list[Instant]:
                                 first_ns=int(d["ts"].min()), last_ns=int(d["ts"].max()),
                                 last_block=int(d["lane"].values[i_last]) // dec.ngroups))
     return instants
-
-
-def _decode_summary(dec: Decoded) -> DecodeSummary:
-    st = dec.stats
-    return DecodeSummary(
-        slots=st.slots, rounds=st.rounds, zero_slots=st.zero_slots, unused_slots=st.unused_slots,
-        unmatched_begins=st.unmatched_begins, unmatched_ends=st.unmatched_ends, bad_type=st.bad_type,
-        tag_mismatches=st.tag_mismatches, truncated_lanes=st.truncated_lanes, timer_wraps=st.timer_wraps,
-        non_monotonic=st.non_monotonic, overflow=st.overflow, partial_round=st.partial_round)
 
 
 def _consistent(blk_ev: pd.DataFrame, last_blocks: list[int]) -> Optional[bool]:

@@ -199,9 +199,7 @@ def decode_buffer(buf: BufferLike, tag_layout: Optional[str] = None) -> Decoded:
     lanes2d = np.broadcast_to(lanes_idx.astype(np.int32)[None, :], (rounds, nlanes))
     i_event, i_ts, i_lane = event[is_inst], ts[is_inst], lanes2d[is_inst]
     iv, st.unmatched_begins, st.unmatched_ends = match_intervals(kind, event, ts, lanes2d, lane_sm)
-    present = np.bincount(iv[0], minlength=N_EVENTS) if iv[0].size else np.zeros(N_EVENTS, np.int64)
-    if i_event.size:
-        present = present + np.bincount(i_event, minlength=N_EVENTS)
+    present = np.bincount(iv[0], minlength=N_EVENTS) + np.bincount(i_event, minlength=N_EVENTS)
     event_ids = np.flatnonzero(present).tolist()
     return Decoded(
         source=where, nblocks=nblocks, ngroups=ngroups, tag_layout=tag_layout, layout_auto=layout_auto,
