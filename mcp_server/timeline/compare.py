@@ -30,8 +30,8 @@ def noise_ns(before: TimelineAnalysis, after: TimelineAnalysis, phase_critical_n
     """Changes below this are noise: 1 % of the longer span, 2 % of the phase's own critical time, or the
     run-to-run spread the overhead files measured (``noise_pct``), whichever is largest."""
     span = max(before.span_ns, after.span_ns, 1)
-    pct = max((po.noise_pct or 0.0) for po in (before.probe_overhead, after.probe_overhead) if po is not None) if (
-        before.probe_overhead or after.probe_overhead) else 0.0
+    pct = max((po.noise_pct or 0.0 for po in (before.probe_overhead, after.probe_overhead) if po is not None),
+              default=0.0)
     return max(NOISE_SPAN_SHARE * span, NOISE_PHASE_SHARE * phase_critical_ns, pct / 100.0 * span)
 
 
@@ -112,12 +112,10 @@ def _phase_findings(rows: list[PhaseDelta], moved: Callable[[PhaseDelta], bool])
                                                         f"{ra.occurrences}: totals are not like for like"))
         if moved(r) or abs(r.d_imbalance or 0) >= 0.1:
             dc = r.d_critical_ns or 0
-            word = "dropped" if dc < 0 else "grew"
-            if not moved(r):
-                word = "unchanged within noise"
+            how = f"{'dropped' if dc < 0 else 'grew'} by {_fmt_ns(abs(dc))}" if moved(r) else "unchanged within noise"
             findings.append((abs(dc), (
                 f"{r.name}: critical {_fmt_ns(rb.critical_ns)} -> {_fmt_ns(ra.critical_ns)} "
-                f"({word}{'' if not moved(r) else ' by ' + _fmt_ns(abs(dc))}); wall {_fmt_ns(r.d_wall_ns or 0)}, "
+                f"({how}); wall {_fmt_ns(r.d_wall_ns or 0)}, "
                 f"slowest {_fmt_ns(r.d_slowest_ns or 0)}, mean {_fmt_ns(r.d_mean_ns or 0)}; "
                 f"imbalance {rb.imbalance:.2f}x -> {ra.imbalance:.2f}x; "
                 f"skew {_fmt_ns(r.d_skew_ns or 0)}; waits {_fmt_ns(r.d_wait_ns or 0)}")))

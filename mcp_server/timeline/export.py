@@ -18,7 +18,7 @@ from mcp_server.core.atomic import atomic_target, atomic_write_bytes
 from mcp_server.core.models import Warning_
 from mcp_server.core.vocab import WarningCode
 from mcp_server.timeline.decode import Decoded
-from mcp_server.timeline.models import IMBALANCE_RATIO, TimelineAnalysis
+from mcp_server.timeline.models import IMBALANCE_RATIO, Phase, TimelineAnalysis
 
 
 def _names(res: TimelineAnalysis) -> dict[int, str]:
@@ -34,13 +34,13 @@ def perfetto_events(dec: Decoded, res: TimelineAnalysis, keep: "np.ndarray | Non
     """Chrome/Perfetto trace events; ``keep``: indices of the intervals to write (default all)."""
     names = _names(res)
     ng = dec.ngroups
-    sm_known = bool((dec.lane_sm >= 0).any())
     lanes_used = np.unique(np.concatenate([dec.lane, dec.instant_lane]).astype(np.int64))
     ev: list[dict] = []
     pids: dict[int, str] = {}
+    lane_pid = {}
     for lane in lanes_used.tolist():
-        sm = int(dec.lane_sm[lane]) if sm_known else -1
-        pid = sm + 1 if sm >= 0 else 0
+        sm = int(dec.lane_sm[lane])  # -1: unknown
+        pid = lane_pid[lane] = sm + 1 if sm >= 0 else 0
         pids.setdefault(pid, f"SM {sm}" if sm >= 0 else "blocks")
         b, g = divmod(lane, ng)
         ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": lane,
@@ -49,10 +49,6 @@ def perfetto_events(dec: Decoded, res: TimelineAnalysis, keep: "np.ndarray | Non
     for pid, pname in pids.items():
         ev.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": pname}})
         ev.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}})
-    lane_pid = {}
-    for lane in lanes_used.tolist():
-        sm = int(dec.lane_sm[lane]) if sm_known else -1
-        lane_pid[lane] = sm + 1 if sm >= 0 else 0
     sel = slice(None) if keep is None else keep
     for e, lane, occ, b, en in zip(dec.event[sel].tolist(), dec.lane[sel].tolist(), dec.occurrence[sel].tolist(),
                                    dec.begin[sel].tolist(), dec.end[sel].tolist()):
@@ -86,7 +82,7 @@ def write_perfetto(dec: Decoded, res: TimelineAnalysis, path: Union[str, os.Path
     return atomic_write_bytes(path, json.dumps(doc, separators=(",", ":")).encode(), what="Perfetto trace")
 
 
-def outlier_blocks(phase) -> list[int]:
+def outlier_blocks(phase: Phase) -> list[int]:
     """Blocks of ``phase`` whose mean duration is at least the imbalance threshold times the block mean."""
     floor = IMBALANCE_RATIO * phase.block_mean_ns
     return [b for b, v in zip(phase.slowest_blocks, phase.slowest_block_mean_ns) if phase.block_mean_ns > 0 and
@@ -98,8 +94,8 @@ def gantt_title(res: TimelineAnalysis, shown_note: str = "") -> str:
     (blocks at or beyond the imbalance threshold; none named when no block is)."""
     title = (f"{Path(res.source).name}: {res.nblocks} blocks x {res.ngroups} groups, span "
              f"{res.span_ns / 1000:.1f} us{shown_note}")
-    worst = max(res.phases, key=lambda p: p.imbalance) if res.phases else None
-    if worst is not None and worst.imbalance >= IMBALANCE_RATIO:
+    worst = _imbalanced(res)
+    if worst is not None:
         out = outlier_blocks(worst)
         title += f"; {worst.name} imbalance {worst.imbalance:.2f}x"
         if out:
@@ -129,7 +125,8 @@ def _draw_gantt(ax, dec: Decoded, res: TimelineAnalysis, colour: dict, max_lanes
     ax.set_ylim(len(row) - 0.5, -0.5)
     ax.set_xlabel("time (us from the first record)")
     ax.set_ylabel("block" + (f" ({ng} rows each: groups 0-{ng - 1})" if ng > 1 else ""))
-    ticks, outliers = block_ticks([int(x) for x in lanes.tolist()], ng, _outliers(res))
+    worst = _imbalanced(res)
+    ticks, outliers = block_ticks([int(x) for x in lanes.tolist()], ng, set(outlier_blocks(worst)) if worst else set())
     ax.set_yticks([t for t, _b in ticks])
     ax.set_yticklabels([str(b) for _t, b in ticks], fontsize=7)
     for lab, (_t, b) in zip(ax.get_yticklabels(), ticks):
@@ -140,9 +137,10 @@ def _draw_gantt(ax, dec: Decoded, res: TimelineAnalysis, colour: dict, max_lanes
     ax.grid(axis="x", alpha=0.3)
 
 
-def _outliers(res: TimelineAnalysis) -> set[int]:
-    worst = max(res.phases, key=lambda p: p.imbalance) if res.phases else None
-    return set(outlier_blocks(worst)) if worst is not None and worst.imbalance >= IMBALANCE_RATIO else set()
+def _imbalanced(res: TimelineAnalysis) -> Phase | None:
+    """The most imbalanced phase when it is at or beyond the imbalance threshold."""
+    worst = max(res.phases, key=lambda p: p.imbalance, default=None)
+    return worst if worst is not None and worst.imbalance >= IMBALANCE_RATIO else None
 
 
 def block_ticks(lanes: list[int], ngroups: int, outliers: set[int] = frozenset(),  # type: ignore[assignment]
@@ -154,11 +152,7 @@ def block_ticks(lanes: list[int], ngroups: int, outliers: set[int] = frozenset()
     for i, lane in enumerate(lanes):
         first.setdefault(lane // ngroups, i)
     blocks = sorted(first)
-    step = 1
-    for s in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000):
-        step = s
-        if len(blocks) / s <= most:
-            break
+    step = next((s for s in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000) if len(blocks) / s <= most), 5000)
     shown = {b for b in outliers if b in first}
     regular = [b for b in blocks if b % step == 0 and all(abs(b - o) * 2 >= step for o in shown)]
     return sorted((first[b], b) for b in set(regular) | shown), shown

@@ -25,9 +25,8 @@ from typing import Callable, Optional, Sequence, Union
 
 from mcp_server.core import proc
 from mcp_server.core.errors import BufferFormatError, FileMissingError, InputError, ToolMissingError
+from mcp_server.timeline import INCLUDE_DIR
 from mcp_server.timeline.models import ProbeOverhead
-
-INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 
 
 def _iqr_rel(xs: Sequence[float]) -> float:

@@ -22,15 +22,10 @@ def _table(title: str, cols: list[str], rows: list[list], right_from: int = 1) -
     return t
 
 
-def _width(con: Console, request) -> bool:
-    """Wide layout? The console's width is the CLI's ``--width`` (or the terminal's, 80 when piped)."""
-    return con.width >= WIDE
-
-
 def render_analysis(res: TimelineAnalysis, con: Console, request=None) -> None:
     from mcp_server.timeline.export import outlier_blocks
 
-    wide = _width(con, request)
+    wide = con.width >= WIDE  # the CLI's --width (or the terminal's, 80 when piped)
     sm = "SM ids known" if res.sm_known else "SM ids unknown"
     print_line(con, f"[bold]{escape(res.source)}[/]: {res.nblocks} blocks x {res.ngroups} groups, tag layout "
                f"{res.tag_layout}{' (auto)' if res.tag_layout_auto else ''}, {sm}; {res.records} records, "
@@ -41,22 +36,20 @@ def render_analysis(res: TimelineAnalysis, con: Console, request=None) -> None:
         how = f"medians of {po.samples}" if po.samples else "medians from the file"
         con.print(f"probe overhead: {po.overhead_pct:+.2f}% ({po.without_median_us:.1f} -> {po.with_median_us:.1f} us, "
                   f"{how}{', within noise' if po.within_noise else ''})")
+    cols = ["phase", "occ", "wall", "slowest", "mean", "imbal", "CV", "skew", "wait after", "critical", "outliers",
+            "last blocks"]
+    in_view = cols if wide else ["phase", "occ", "wall", "imbal", "wait after", "critical", "outliers"]
     rows = []
     for p in res.phases:
         out = outlier_blocks(p)
         outl = ", ".join(map(str, out[:4])) + (f" +{len(out) - 4}" if len(out) > 4 else "") or "-"
-        if wide:
-            rows.append([p.name, len(p.occurrences), _fmt_ns(p.total_wall_ns), _fmt_ns(p.total_slowest_ns),
-                         _fmt_ns(p.total_mean_ns), f"{p.imbalance:.2f}x", f"{p.cv_max:.2f}", _fmt_ns(p.total_skew_ns),
-                         _fmt_ns(p.wait_after_mean_ns), _fmt_ns(p.critical_ns), outl,
-                         ",".join(map(str, p.last_blocks[:6])) + ("…" if len(p.last_blocks) > 6 else "")
-                         + (" (same)" if p.last_block_always_same and len(p.last_blocks) > 1 else "")])
-        else:
-            rows.append([p.name, len(p.occurrences), _fmt_ns(p.total_wall_ns), f"{p.imbalance:.2f}x",
-                         _fmt_ns(p.wait_after_mean_ns), _fmt_ns(p.critical_ns), outl])
-    cols = (["phase", "occ", "wall", "slowest", "mean", "imbal", "CV", "skew", "wait after", "critical", "outliers",
-             "last blocks"] if wide else ["phase", "occ", "wall", "imbal", "wait after", "critical", "outliers"])
-    _table("Phases (totals over occurrences; outliers: blocks >= 1.2x the mean)", cols, rows).print(con)
+        cells = dict(zip(cols, [p.name, len(p.occurrences), _fmt_ns(p.total_wall_ns), _fmt_ns(p.total_slowest_ns),
+                                _fmt_ns(p.total_mean_ns), f"{p.imbalance:.2f}x", f"{p.cv_max:.2f}",
+                                _fmt_ns(p.total_skew_ns), _fmt_ns(p.wait_after_mean_ns), _fmt_ns(p.critical_ns), outl,
+                                ",".join(map(str, p.last_blocks[:6])) + ("…" if len(p.last_blocks) > 6 else "")
+                                + (" (same)" if p.last_block_always_same and len(p.last_blocks) > 1 else "")]))
+        rows.append([cells[c] for c in in_view])
+    _table("Phases (totals over occurrences; outliers: blocks >= 1.2x the mean)", in_view, rows).print(con)
     if res.instants:
         _table("Instants", ["event", "count", "first", "last", "last block"],
                          [[i.name, i.count, _fmt_ns(i.first_ns), _fmt_ns(i.last_ns), i.last_block]
@@ -76,26 +69,18 @@ def render_analysis(res: TimelineAnalysis, con: Console, request=None) -> None:
 
 
 def render_comparison(cmp: TimelineComparison, con: Console, request=None) -> None:
-    wide = _width(con, request)
+    wide = con.width >= WIDE
     print_line(con, f"[bold]before[/] {escape(cmp.before)}\n[bold]after[/]  {escape(cmp.after)}")
     print_warnings(con, cmp.warnings, highlight=False)
     rows = []
     for r in cmp.phases:
         b, a = r.before, r.after
 
-        def pair(fb, fa, fmt=_fmt_ns, b=b, a=a):
-            return f"{fmt(fb) if b else '-'} -> {fmt(fa) if a else '-'}"
-        cells = [
-            r.name,
-            pair(b.critical_ns if b else 0, a.critical_ns if a else 0),
-            pair(b.imbalance if b else 0, a.imbalance if a else 0, lambda x: f"{x:.2f}x"),
-            pair(b.wait_ns if b else 0, a.wait_ns if a else 0),
-        ]
+        def pair(field, fmt=_fmt_ns, b=b, a=a):
+            return f"{fmt(getattr(b, field)) if b else '-'} -> {fmt(getattr(a, field)) if a else '-'}"
+        cells = [r.name, pair("critical_ns"), pair("imbalance", lambda x: f"{x:.2f}x"), pair("wait_ns")]
         if wide:
-            cells += [pair(b.wall_ns if b else 0, a.wall_ns if a else 0),
-                      pair(b.slowest_ns if b else 0, a.slowest_ns if a else 0),
-                      pair(b.mean_ns if b else 0, a.mean_ns if a else 0),
-                      pair(b.skew_ns if b else 0, a.skew_ns if a else 0)]
+            cells += [pair(field) for field in ("wall_ns", "slowest_ns", "mean_ns", "skew_ns")]
         rows.append(cells)
     cols = ["phase", "critical", "imbalance", "waits"] + (["wall", "slowest", "mean", "skew"] if wide else [])
     _table("Phases before -> after (totals over occurrences)", cols, rows).print(con)
