@@ -73,11 +73,7 @@ class SpanSet:
             depth = np.maximum(depth, 0)
             for d in range(1, int(depth.max()) + 1 if n else 0):
                 kids = np.flatnonzero(depth == d)
-                if not len(kids):
-                    continue
                 ups = np.flatnonzero(depth == d - 1)
-                if not len(ups):
-                    continue
                 j = np.searchsorted(ups, kids) - 1
                 ok = j >= 0
                 parent[lo + kids[ok]] = lo + ups[j[ok]]
@@ -93,8 +89,6 @@ class SpanSet:
             return out
         for th in np.unique(q_thread):
             lo, hi = np.searchsorted(self.thread, [th, th + 1])
-            if lo == hi:
-                continue
             qi = np.flatnonzero(q_thread == th)
             t = q_ts[qi]
             idx = np.searchsorted(self.ts[lo:hi], t, side="right") - 1 + lo

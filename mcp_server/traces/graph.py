@@ -46,6 +46,8 @@ else at the repeat period of the kernel-name sequence (the longest run where
 from __future__ import annotations
 
 import difflib
+import functools
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
@@ -111,7 +113,7 @@ def learn_layers(ref: Reference, names: Sequence[str], paths: Sequence[str]) -> 
     which is the same in every layer because the profiler numbers instances per
     type in call order.
     """
-    split = _splitter()
+    split = functools.cache(split_instance)  # memoised for this call: a model has few distinct instance names
     uniq = sorted(set(p for p in paths if p))
     parts_of = {p: p.split("/") for p in uniq}
     # every (parent path, child type) edge of the paths and their ancestors, each node visited once
@@ -175,19 +177,6 @@ def learn_layers(ref: Reference, names: Sequence[str], paths: Sequence[str]) -> 
     ref.blocks = order
 
 
-def _splitter():
-    """``split_instance`` memoised for one call (a model has few distinct instance names per level)."""
-    memo: dict[str, tuple[str, int]] = {}
-
-    def split(x: str) -> tuple[str, int]:
-        r = memo.get(x)
-        if r is None:
-            r = memo[x] = split_instance(x)
-        return r
-
-    return split
-
-
 def _from_opcodes(ops: Sequence[tuple], paths: Sequence[str], n: int, sure: float) -> tuple[list[str], list[float]]:
     """Module path and confidence per kernel of an alignment's target (``ops``: difflib opcodes from ``paths``'
     kernels to the ``n`` targets): an equal run takes its counterparts' paths (confidence ``sure``), a replaced
@@ -208,16 +197,8 @@ def _from_opcodes(ops: Sequence[tuple], paths: Sequence[str], n: int, sure: floa
 
 
 def _lca(paths: Sequence[str]) -> str:
-    parts = [p.split("/") for p in paths if p]
-    if not parts:
-        return ""
-    common = parts[0]
-    for q in parts[1:]:
-        k = 0
-        while k < len(common) and k < len(q) and common[k] == q[k]:
-            k += 1
-        common = common[:k]
-    return "/".join(common)
+    """The longest common ancestor path of ``paths`` ('' ignored; '' when none)."""
+    return "/".join(os.path.commonprefix([p.split("/") for p in paths if p]))
 
 
 def attribute_from_capture(seq: Sequence[str], kinds: Sequence[int], captures: Sequence[Capture]
@@ -354,15 +335,6 @@ def layer_cuts(seq_ids: np.ndarray, is_comm: np.ndarray) -> tuple[np.ndarray, st
     return layer, "period", reps
 
 
-def _common_prefix(a: tuple, b: tuple) -> int:
-    k = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        k += 1
-    return k
-
-
 def _comm_cuts(seq_ids: np.ndarray, is_comm: np.ndarray) -> tuple[np.ndarray, str, int]:
     """Layer cut at collectives.
 
@@ -395,6 +367,6 @@ def _comm_cuts(seq_ids: np.ndarray, is_comm: np.ndarray) -> tuple[np.ndarray, st
     if m > q:
         ref = sig[q]  # leftovers of layer 0, then the start of layer 1
         s0 = sig[0]
-        keep = _common_prefix(tuple(reversed(s0)), tuple(reversed(ref)))
+        keep = len(os.path.commonprefix([s0[::-1], ref[::-1]]))
         layer[: len(s0) - keep] = -1
     return layer, "communication", nl
