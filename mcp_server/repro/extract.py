@@ -226,9 +226,9 @@ def make_repro(req: MakeReproRequest, progress: ProgressFn | None = None) -> Mak
     files = _write(out, res.trace, kept, bad, seq, inst, scope, found.total)
     warnings += _left_out_warnings(ops, kept, bad, found.total, req.top)
     report(4, "done")
-    total = found.total
     rebuilt_us = sum(o.kernel_us for o in kept)
     torch_us = sum(o.kernel_us for o in kept if not o.library)
+    total = found.total
     return MakeReproResult(
         trace=res.trace, output_dir=str(out), files=files, scope=", ".join(scope) or "all eager kernels",
         selected_kernel_us=round(total, 3), rebuilt_kernel_us=round(rebuilt_us, 3),
@@ -296,27 +296,22 @@ def _group_launches(sel: pd.DataFrame, lops: LaunchOps, want_op: Optional[str], 
         if want_op and name != want_op:
             continue
         found.total += dur
+        fresh = {"kernels": defaultdict(list), "calls": set(), "us": 0.0, "path": str(row.module_path)}
         if cop is None:
-            g = found.unlinked.setdefault(f"(no op) {row.name}", {
-                "name": "(no CPU op)", "kernels": defaultdict(list), "calls": set(), "us": 0.0,
-                "path": str(row.module_path)})
-            g["kernels"][str(row.name)].append(dur)
-            g["us"] += dur
-            g["calls"].add(int(row.correlation))
-            continue
-        a = cop.args
-        key = (name, json.dumps([a.get("Input Dims"), a.get("Input type"), a.get("Input Strides"),
-                                 a.get("Concrete Inputs")], default=str))
-        g = found.groups.get(key) or {}
-        if not g:
-            g = found.groups[key] = {"name": name, "args": a, "kernels": defaultdict(list), "calls": set(),
-                                     "us": 0.0, "path": str(row.module_path)}
+            g = found.unlinked.setdefault(f"(no op) {row.name}", {"name": "(no CPU op)", **fresh})
+            call = int(row.correlation)
+        else:
+            a = cop.args
+            key = (name, json.dumps([a.get("Input Dims"), a.get("Input type"), a.get("Input Strides"),
+                                     a.get("Concrete Inputs")], default=str))
+            g = found.groups.setdefault(key, {"name": name, "args": a, **fresh})
+            call = cop.index
+            if inst and (str(row.module_path) == inst or str(row.module_path).startswith(inst + "/")):
+                if not found.order or found.order[-1] != (key, call):
+                    found.order.append((key, call))
         g["kernels"][str(row.name)].append(dur)
         g["us"] += dur
-        g["calls"].add(cop.index)
-        if inst and (str(row.module_path) == inst or str(row.module_path).startswith(inst + "/")):
-            if not found.order or found.order[-1] != (key, cop.index):
-                found.order.append((key, cop.index))
+        g["calls"].add(call)
     return found
 
 
@@ -403,27 +398,23 @@ def _write(out: Path, trace: str, kept: list[ReproOp], bad: list[ReproOp], seq: 
            "ops": [o.model_dump() for o in kept], "not_rebuilt": [o.model_dump() for o in bad],
            "sequence": {"module": inst, "ops": seq} if seq else None}
     files = []
-    atomic_write_text(out / "ops.json", json.dumps(doc, indent=1) + "\n", "ops.json")
-    files.append(str(out / "ops.json"))
+
+    def put(name: str, text: str) -> None:
+        atomic_write_text(out / name, text, name)
+        files.append(str(out / name))
+
+    put("ops.json", json.dumps(doc, indent=1) + "\n")
     template = resources.files("mcp_server.repro").joinpath("repro_template.py").read_text(encoding="utf-8")
     filled = (template.replace("TRACE = \"\"  # filled in", f"TRACE = {json.dumps(os.path.basename(trace))}")
               .replace("OPS: dict = {}  # filled in",
                        "OPS: dict = " + pprint.pformat(table, width=110, sort_dicts=False))
               .replace("SEQUENCE: list = []  # filled in", "SEQUENCE: list = " + repr(seq)))
-    atomic_write_text(out / "repro.py", filled, "repro.py")
-    files.append(str(out / "repro.py"))
-    first = None
-    for o in kept:
-        if not o.spec:
-            continue
-        text = _spec_text(o)
-        atomic_write_text(out / o.spec, text, o.spec)
-        files.append(str(out / o.spec))
-        if first is None:
-            first = text
-    if first is not None:
-        atomic_write_text(out / "spec.toml", first, "spec.toml")
-        files.append(str(out / "spec.toml"))
+    put("repro.py", filled)
+    specs = [o for o in kept if o.spec]
+    for o in specs:
+        put(o.spec, _spec_text(o))
+    if specs:  # the slowest op's spec under the name the answer gives
+        put("spec.toml", _spec_text(specs[0]))
     return files
 
 
