@@ -199,57 +199,45 @@ def blocks(p: Path, block: int = BLOCK, start: int = 0, ahead: int = AHEAD) -> "
     were skipped; fewer when the text is shorter). ``BlockReader.pause_at(n)`` makes the thread wait once it
     has read ``n`` bytes of text, until the consumer asks for a block the queue does not hold.
     """
-    q: "queue.Queue[tuple[str, Any]]" = queue.Queue(maxsize=ahead)
-    stop = threading.Event()
-    resume = threading.Event()
-    pause = [0]  # bytes of text after which the thread waits for ``resume`` (0: never)
-    paused = threading.Event()
-    skipped = [0]
-
-    def work() -> None:
-        try:
-            with GuardedReader(p) as f:
-                if start:
-                    skipped[0] = f.skip(start)
-                while not stop.is_set():
-                    if pause[0] and f.out >= pause[0] and not resume.is_set():
-                        paused.set()
-                        while not resume.wait(0.05):
-                            if stop.is_set():
-                                return
-                    b = f.read(block)
-                    q.put(("data", b))
-                    if not b:
-                        return
-        except BaseException as exc:  # handed to the consumer
-            q.put(("error", exc))
-
-    t = threading.Thread(target=work, name="kernelscope-trace-reader", daemon=True)
-    r = BlockReader(q, stop, t)
-    r._pause, r._paused, r._resume, r._skipped = pause, paused, resume, skipped
-    t.start()
-    return r
+    return BlockReader(p, block, start, ahead)
 
 
 class BlockReader:
     """Iterator over the reader thread's blocks; ``close()`` stops the thread even if never iterated."""
 
-    def __init__(self, q: "queue.Queue[tuple[str, Any]]", stop: threading.Event, thread: threading.Thread) -> None:
-        self._q, self._stop, self._t = q, stop, thread
-        self._done = False
-        self._pause: list[int] = [0]
-        self._paused = threading.Event()
+    def __init__(self, p: Path, block: int, start: int, ahead: int) -> None:
+        self._q: "queue.Queue[tuple[str, Any]]" = queue.Queue(maxsize=ahead)
+        self._stop = threading.Event()
         self._resume = threading.Event()
-        self._skipped = [0]
+        self._paused = threading.Event()
+        self._pause = 0  # bytes of text after which the thread waits for ``_resume`` (0: never)
+        self.skipped = 0  # bytes of text skipped before the first block (``start``); valid once a block was read
+        self._done = False
+        self._t = threading.Thread(target=self._work, args=(p, block, start), name="kernelscope-trace-reader",
+                                   daemon=True)
+        self._t.start()
 
-    @property
-    def skipped(self) -> int:
-        """Bytes of text skipped before the first block (``blocks(start=...)``); valid once a block was read."""
-        return self._skipped[0]
+    def _work(self, p: Path, block: int, start: int) -> None:
+        try:
+            with GuardedReader(p) as f:
+                if start:
+                    self.skipped = f.skip(start)
+                while not self._stop.is_set():
+                    if self._pause and f.out >= self._pause and not self._resume.is_set():
+                        self._paused.set()
+                        while not self._resume.wait(0.05):
+                            if self._stop.is_set():
+                                return
+                    b = f.read(block)
+                    self._q.put(("data", b))
+                    if not b:
+                        return
+        except BaseException as exc:  # handed to the consumer
+            self._q.put(("error", exc))
 
     def pause_at(self, n: int) -> None:
         """Let the thread read no more than about ``n`` bytes of text ahead unless a block is asked for."""
-        self._pause[0] = n
+        self._pause = n
 
     def __iter__(self) -> "BlockReader":
         return self
@@ -259,7 +247,7 @@ class BlockReader:
             raise StopIteration
         while True:
             try:
-                kind, item = self._q.get(timeout=0.05) if self._pause[0] else self._q.get()
+                kind, item = self._q.get(timeout=0.05) if self._pause else self._q.get()
                 break
             except queue.Empty:
                 if self._paused.is_set():

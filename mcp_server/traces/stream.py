@@ -37,40 +37,6 @@ class FallBack(Exception):
     """The text cannot be cut into event chunks: decode the whole document instead."""
 
 
-def _grow(buf: bytearray, block: bytes) -> bytearray:
-    try:
-        buf += block
-    except BufferError:
-        buf = bytearray(buf) + block
-    return buf
-
-
-def _drop_front(buf: bytearray, n: int) -> bytearray:
-    try:
-        del buf[:n]
-    except BufferError:
-        buf = bytearray(buf[n:])
-    return buf
-
-
-def _decode_at(buf: bytearray, cut: int, coll: Collector) -> tuple[bool, bytearray]:
-    """Decode the events of ``buf[1:cut]`` in place (``buf[0]`` is '['); ``buf`` itself is unchanged."""
-    saved = buf[cut]
-    buf[cut] = 0x5D  # ']'
-    ok = False
-    with memoryview(buf) as mv:
-        sub = mv[: cut + 1]
-        try:
-            ok = decode_chunk(sub, coll)
-        finally:
-            try:
-                sub.release()
-            except BufferError:  # a decoded object still points into buf: detach
-                buf = bytearray(buf)
-    buf[cut] = saved
-    return ok, buf
-
-
 class _Body:
     """The events not decoded yet: ``buf[0]`` is '[' (or the byte before the first event, set to '['),
     ``off`` the offset of ``buf[0]`` in the text."""
@@ -86,17 +52,37 @@ class _Body:
         return self.off + len(self.buf)
 
     def grow(self, block: bytes) -> None:
-        self.buf = _grow(self.buf, block)
+        try:
+            self.buf += block
+        except BufferError:  # a decoded object still points into buf: copy it
+            self.buf = bytearray(self.buf) + block
 
     def decode_through(self, cut: int, coll: Collector) -> bool:
-        """Decode the events before ``buf[cut]`` (just past an event's '}') and drop them; False (nothing
-        dropped) when that text is not a list of events."""
-        ok, self.buf = _decode_at(self.buf, cut, coll)
+        """Decode the events before ``buf[cut]`` (just past an event's '}') in place and drop them; False
+        (nothing dropped) when that text is not a list of events."""
+        buf = self.buf
+        saved = buf[cut]
+        buf[cut] = 0x5D  # ']'
+        ok = False
+        with memoryview(buf) as mv:
+            sub = mv[: cut + 1]
+            try:
+                ok = decode_chunk(sub, coll)
+            finally:
+                try:
+                    sub.release()
+                except BufferError:  # a decoded object still points into buf: detach
+                    buf = bytearray(buf)
+        buf[cut] = saved
         if ok:
-            nxt = self.buf.index(b"{", cut)
-            self.buf[nxt - 1] = 0x5B  # '['
-            self.buf = _drop_front(self.buf, nxt - 1)
+            nxt = buf.index(b"{", cut)
+            buf[nxt - 1] = 0x5B  # '['
+            try:
+                del buf[: nxt - 1]
+            except BufferError:
+                buf = bytearray(buf[nxt - 1:])
             self.off += nxt - 1
+        self.buf = buf
         return ok
 
     def decode_ready(self, coll: Collector) -> bool:
