@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Sequence
 
+from mcp_server.compare.models import MatchKind
 from mcp_server.core.kernel_names import normalize_kernel_name
 
 # --------------------------------------------------------------------------- alignment
@@ -79,9 +80,6 @@ def lcs_pairs(a: Sequence[str], b: Sequence[str]) -> list[tuple[int, int]]:
                 else:
                     j += 1
     return head + mid + tail
-
-
-MatchKind = Literal["same", "renamed", "category", "time", "gone", "new"]
 
 
 @dataclass(frozen=True)

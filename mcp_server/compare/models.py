@@ -103,7 +103,7 @@ class KernelRow(Model):
     input_dims: str = Field("", description="Input Dims of that cpu op ('' when not recorded)")
 
 
-MatchKindT = Literal["same", "renamed", "category", "time", "gone", "new"]
+MatchKind = Literal["same", "renamed", "category", "time", "gone", "new"]
 
 
 class KernelMatch(Model):
@@ -115,7 +115,7 @@ class KernelMatch(Model):
     (-1 for LCS-aligned kernels).
     """
 
-    kind: MatchKindT
+    kind: MatchKind
     a_name: Optional[str] = None
     b_name: Optional[str] = None
     a_category: Optional[str] = None

@@ -24,32 +24,19 @@ def category_budget(res: DiffResult) -> list[tuple[str, float, float]]:
 def write_diff_xlsx(res: DiffResult, path: str | os.PathLike) -> Path:
     """The result as a workbook (the sheets of ``_sheets``), the block to optimise first starred."""
     from openpyxl import Workbook
-    from openpyxl.cell import WriteOnlyCell
-    from openpyxl.styles import Font, PatternFill
 
-    from mcp_server.reports import atomic_save
+    from mcp_server.reports import Sheet, atomic_save
 
     out = check_output_path(path, "xlsx diff")
     wb = Workbook(write_only=True)
-    bold = Font(bold=True)
-    fill = PatternFill(start_color="CCE5FF", end_color="CCE5FF", fill_type="solid")
-    star = PatternFill(start_color="FFD7D7", end_color="FFD7D7", fill_type="solid")
-
-    def styled(ws, vals: list, fill: PatternFill, font: Font | None = None) -> list:
-        cells = []
-        for v in vals:
-            cell = WriteOnlyCell(ws, value=v)
-            cell.fill = fill
-            if font is not None:
-                cell.font = font
-            cells.append(cell)
-        return cells
-
     for name, cols, rows in _sheets(res):
-        ws = wb.create_sheet(name)
-        ws.append(styled(ws, cols, fill, bold))
+        sheet = Sheet(wb, name)
+        sheet.header(cols)
         for row in rows:
-            ws.append(styled(ws, row, star) if name == "Blocks" and row[:1] == ["★"] else row)
+            if name == "Blocks" and row[:1] == ["★"]:
+                sheet.highlight(row)
+            else:
+                sheet.append(row)
     atomic_save(wb, out)
     return out
 

@@ -12,7 +12,8 @@ Reading (``reader``):
   ``Report``, ``DetailSheet``, ``Source``, ``ALL_PARTS``.
 Writing (``xlsx_writer``, on ``workbook``'s sheets and atomic save):
   ``write_analysis_report(analysis, path)``, ``gpu_time_rows(breakdown, rank=None)`` (the rows
-  of the GPU Time sheet), ``atomic_save(workbook, path)``.
+  of the GPU Time sheet); for other workbooks ``Sheet(workbook, title)`` (styled header, cleaned
+  values) and ``atomic_save(workbook, path)``.
 Editing (``edit``):
   ``plan_recategorize(path, rules) -> (EditPlan, source)``, ``write_plan(plan, out)``, ``EditPlan``.
 Figures (``plots``):
@@ -38,20 +39,20 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
         kernel_table,
         read_report,
     )
-    from mcp_server.reports.workbook import atomic_save
+    from mcp_server.reports.workbook import Sheet, atomic_save
     from mcp_server.reports.xlsx_writer import gpu_time_rows, write_analysis_report
 
 _EXPORTS = {
     "ALL_PARTS": "reader", "DetailSheet": "reader", "Report": "reader", "Source": "reader",
     "is_kernelscope_report": "reader", "kernel_table": "reader", "read_report": "reader",
-    "atomic_save": "workbook", "write_analysis_report": "xlsx_writer",
+    "Sheet": "workbook", "atomic_save": "workbook", "write_analysis_report": "xlsx_writer",
     "gpu_time_rows": "xlsx_writer",
     "EditPlan": "edit", "plan_recategorize": "edit", "write_plan": "edit",
     "pyplot": "plots", "place_labels": "plots",
 }
 
 __all__ = [
-    "ALL_PARTS", "DetailSheet", "EditPlan", "Report", "Source", "atomic_save",
+    "ALL_PARTS", "DetailSheet", "EditPlan", "Report", "Sheet", "Source", "atomic_save",
     "gpu_time_rows", "is_kernelscope_report", "kernel_table", "layout", "place_labels", "plan_recategorize", "pyplot",
     "read_report", "write_analysis_report", "write_plan",
 ]

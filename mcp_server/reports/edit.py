@@ -94,14 +94,12 @@ def _reclassify_column(plan: EditPlan, sheet: str, rows, start: int, name_i: int
             name = _s(name)
         if not name:
             continue
-        old = r[cat_i] if cat_i < len(r) else ""
-        if not isinstance(old, str):
-            old = _s(old)
+        old = _s(_cell(r, cat_i))
         new = classify(name.strip())
-        if new != old.strip():
-            changed.append((rn, name.strip(), old.strip(), new))
+        if new != old:
+            changed.append((rn, name.strip(), old, new))
             cells.append((rn + 1, cat_i, new))
-            plan.changes[(name.strip(), old.strip(), new)] = None
+            plan.changes[(name.strip(), old, new)] = None
     plan.rows_changed += len(cells)
     plan.set_cells(sheet, cells)
     return changed

@@ -62,15 +62,7 @@ def _column_slots(s: pd.Series, sst: _Strings) -> tuple[np.ndarray, np.ndarray]:
     """
     n = len(s)
     if isinstance(s.dtype, pd.CategoricalDtype):
-        cats = [("" if c is None else str(c)) for c in s.cat.categories]
-        codes = s.cat.codes.to_numpy()
-        g = sst.codes_for(cats)
-        frag = np.array([f'" t="s"><v>{k}</v></c>' for k in g] + [""], dtype=object)
-        empty_cat = np.array([c == "" for c in cats] + [True])
-        idx = np.where(codes < 0, len(cats), codes)
-        empty = empty_cat[idx]
-        sst.count += int((~empty).sum())
-        return frag[idx], empty
+        return _shared_strings([("" if c is None else str(c)) for c in s.cat.categories], s.cat.codes.to_numpy(), sst)
     if s.dtype == bool or s.dtype == np.bool_:
         v = s.to_numpy()
         return np.where(v, '" t="b"><v>1</v></c>', '" t="b"><v>0</v></c>').astype(object), np.zeros(n, bool)
@@ -85,12 +77,14 @@ def _column_slots(s: pd.Series, sst: _Strings) -> tuple[np.ndarray, np.ndarray]:
     # object / string: through the shared strings
     vals = ["" if (x is None or (isinstance(x, float) and x != x)) else
             (x if isinstance(x, str) else str(x)) for x in s.tolist()]
-    uniq = pd.unique(np.array(vals, dtype=object))
-    g = sst.codes_for(list(uniq))
-    pos = {u: i for i, u in enumerate(uniq)}
-    frag = np.array([f'" t="s"><v>{k}</v></c>' for k in g], dtype=object)
-    codes = np.fromiter((pos[x] for x in vals), dtype=np.int64, count=n)
-    empty = np.array([u == "" for u in uniq], dtype=bool)[codes] if n else np.zeros(0, bool)
+    codes, uniq = pd.factorize(np.array(vals, dtype=object))
+    return _shared_strings(list(uniq), codes, sst)
+
+
+def _shared_strings(texts: list[str], codes: np.ndarray, sst: _Strings) -> tuple[np.ndarray, np.ndarray]:
+    """The slots of a column whose row i holds ``texts[codes[i]]`` (code -1: no value), through the shared strings."""
+    frag = np.array([f'" t="s"><v>{k}</v></c>' for k in sst.codes_for(texts)] + [""], dtype=object)
+    empty = np.array([t == "" for t in texts] + [True])[codes]  # code -1 takes the last entry: empty
     sst.count += int((~empty).sum())
     return frag[codes], empty
 

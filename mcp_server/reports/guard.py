@@ -36,6 +36,7 @@ from pathlib import Path
 from mcp_server.core.envvars import env
 from mcp_server.core.errors import LimitError, ReportFormatError
 from mcp_server.core.limits import env_name, human, limit, over
+from mcp_server.reports.xlsx_patch import col_index, sheet_parts
 
 CHUNK = 1 << 20
 RATIO_AFTER = 16 << 20  # the compression-ratio guard starts once a member has given this much
@@ -67,13 +68,6 @@ def _maybe_nonfinite(text: bytes) -> bool:
             or ((b"0e" in z or b"0E" in z) and _EXP.search(text) is not None))
 
 
-def _col_number(letters: bytes) -> int:
-    n = 0
-    for ch in letters.upper():
-        n = n * 26 + (ch - 64)
-    return n
-
-
 def _col_letters(n: int) -> str:
     out = ""
     while n > 0 and len(out) < 12:
@@ -103,7 +97,7 @@ class _SheetScan:
             m = _DIM.search(text, 0, text.find(b"<sheetData") if b"<sheetData" in text else len(text))
             if m:
                 for cm in _REF.finditer(m.group(1)):
-                    self.max_col = max(self.max_col, _col_number(cm.group(1)))
+                    self.max_col = max(self.max_col, col_index(cm.group(1).upper()) + 1)
                     self.max_row = max(self.max_row, int(cm.group(2)))
         # the usual writers put r first (<c r="A1" ...>): a fast pattern, the general one when any cell/row differs
         fast = text.count(b"<c ") == text.count(b'<c r="') and b":c " not in text
@@ -112,7 +106,7 @@ class _SheetScan:
             self.max_row = max(self.max_row, max(map(int, rows)))
         refs = (_CELL_FAST if fast else _CELL_REF).findall(text)
         if refs:
-            self.max_col = max(self.max_col, max(_col_number(x) for x in {c for c, _ in refs}))
+            self.max_col = max(self.max_col, max(col_index(x.upper()) for x in {c for c, _ in refs}) + 1)
             self.max_row = max(self.max_row, max(map(int, {r for _, r in refs})))
         self.s_cells += text.count(b't="s"')
         self.present += text.count(b"<c ") + text.count(b"<c>") + (text.count(b":c ") if not fast else 0)
@@ -219,8 +213,6 @@ def _sheet_label(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: str) -> str:
     name = None
     try:
         if zf.getinfo("xl/workbook.xml").file_size <= (16 << 20):
-            from mcp_server.reports.xlsx_patch import sheet_parts
-
             name = {m: n for n, m in sheet_parts(zf, path).items()}.get(info.filename)
     except Exception:  # only for naming things in a message; the member name serves as well
         pass

@@ -86,11 +86,7 @@ _BREAKDOWN_ITEM_RE = re.compile(r"(?:^|, )(?P<cat>[^:]+?): (?P<us>-?[\d,]+(?:\.\
 
 def detail_sheet_name(module_type: str, phase: str = "", variant: str = "") -> str:
     """Upstream naming: ``Type[:28]`` plus `` (pre|dec[,A])`` within Excel's 31 characters."""
-    parts = []
-    if phase:
-        parts.append(phase[:3])
-    if variant:
-        parts.append(variant)
+    parts = [x for x in (phase[:3], variant) if x]
     if parts:
         suffix = f" ({','.join(parts)})"
         return f"{module_type[:28 - len(suffix)]}{suffix}"
@@ -120,8 +116,6 @@ def format_breakdown(by_cat: dict[str, float], total: float) -> str:
 def parse_breakdown(text: str) -> dict[str, float]:
     """Inverse of ``format_breakdown`` (values as written, i.e. rounded to 1 us)."""
     out: dict[str, float] = {}
-    if not text:
-        return out
     for m in _BREAKDOWN_ITEM_RE.finditer(str(text)):
         out[m.group("cat")] = out.get(m.group("cat"), 0.0) + float(m.group("us").replace(",", ""))
     return out

@@ -1,7 +1,7 @@
 """A write-only openpyxl workbook: its sheets and how it is saved.
 
-``Sheet`` appends rows to a write-only sheet: a styled header, bold and title rows, outline
-levels, and values cleaned so that openpyxl can store them (strings never become formulas).
+``Sheet`` appends rows to a write-only sheet: a styled header, bold, highlighted and title rows,
+outline levels, and values cleaned so that openpyxl can store them (strings never become formulas).
 ``atomic_save`` saves the workbook atomically (``mcp_server.core.atomic``), giving every
 worksheet the ``<dimension>`` element and padded rows that openpyxl's write-only mode leaves
 out, and appends the full kernel table as raw XML (``fast_table``). The report layout that
@@ -45,6 +45,7 @@ class Sheet:
         self._bold = Font(bold=True)
         self._title = Font(bold=True, size=12)
         self._fill = PatternFill(start_color="CCE5FF", end_color="CCE5FF", fill_type="solid")
+        self._red = PatternFill(start_color="FFD7D7", end_color="FFD7D7", fill_type="solid")
         for col, w in (widths or {}).items():
             self.ws.column_dimensions[col].width = w
 
@@ -65,6 +66,10 @@ class Sheet:
 
     def bold(self, values: list[Any]) -> None:
         self.append([self._cell(v, font=self._bold) if v is not None else None for v in values], raw=True)
+
+    def highlight(self, values: list[Any]) -> None:
+        """A row to look at first: every cell on a red fill."""
+        self.append([self._cell(v, fill=self._red) for v in values], raw=True)
 
     def title(self, values: list[Any]) -> None:
         self.append([self._cell(values[0], font=self._title)] + list(values[1:]), raw=False)
