@@ -125,11 +125,10 @@ def _occupancy(k: KernelProfile, v: _Verdict) -> Optional[str]:
              + (f" ({k.registers_per_thread:.0f} registers/thread)"
                 if lim == "registers" and k.registers_per_thread else ""))
         return lim
-    if ach is not None and theo:
-        if ach < OCC_GAP * theo:
-            v.ev("achieved_occupancy_pct", ach, OCC_GAP * theo,
-                 f"achieved occupancy {_pct(ach)} is under half the theoretical {_pct(theo)} (imbalance or tail)")
-            return "achieved"
+    if ach is not None and theo and ach < OCC_GAP * theo:
+        v.ev("achieved_occupancy_pct", ach, OCC_GAP * theo,
+             f"achieved occupancy {_pct(ach)} is under half the theoretical {_pct(theo)} (imbalance or tail)")
+        return "achieved"
     return None
 
 
@@ -167,12 +166,9 @@ def classify_kernel(k: KernelProfile, cache_control: Optional[str] = None,
                     spec: Optional[GpuSpec] = None) -> Bottleneck:
     m = k.metrics
     v = _Verdict()
-    sm, mem = m.get("sm_throughput_pct"), m.get("memory_throughput_pct")
     resident = _residency(k, cache_control, v)
-    if sm is None or mem is None:
-        for name, val in (("sm_throughput_pct", sm), ("memory_throughput_pct", mem)):
-            if val is None:
-                v.missing.append(name)
+    sm, mem = v.need(m, "sm_throughput_pct"), v.need(m, "memory_throughput_pct")
+    if sm is None or mem is None:  # no class: the confidence is 0 whatever the penalty
         v.advice.append("collect the SpeedOfLight section (kernelscope ncu run does by default); "
                         "without it no class is given")
         return Bottleneck(class_="unknown", limiter=None, l2_resident=resident, confidence=0.0,

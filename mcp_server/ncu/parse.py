@@ -182,9 +182,7 @@ def parse_ncu(req: ParseNcuRequest) -> NcuProfile:
             else "give a .ncu-rep or an ncu CSV file; this directory holds none"))
     if not p.exists():
         raise FileMissingError("no such file", path=p, hint="give a .ncu-rep or an ncu CSV")
-    suffix = base_suffix(p)
-    head = p.read_bytes()[:6]
-    is_rep = suffix == ".ncu-rep" or head[:3] == b"NVR"
+    is_rep = base_suffix(p) == ".ncu-rep" or p.read_bytes()[:3] == b"NVR"
     raw = read_report(p) if is_rep else read_csv(p)
     warnings = list(raw.warnings)
     side, side_path = read_sidecar(p)

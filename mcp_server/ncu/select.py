@@ -167,9 +167,8 @@ def _roofline_panel(ax: Any, c: Classification, colour: dict[int, str],
         peaks.append((f"fp32 {fp32:.0f} TFLOP/s", fp32 * 1e12))
     pts = []
     for k in c.kernels:
-        fl = k.flops or 0
-        if fl and k.dram_bytes and k.duration_ns.mean:
-            pts.append((k, fl / k.dram_bytes, fl / (k.duration_ns.mean * 1e-9)))
+        if k.flops and k.dram_bytes and k.duration_ns.mean:
+            pts.append((k, k.flops / k.dram_bytes, k.flops / (k.duration_ns.mean * 1e-9)))
     xs = [p[1] for p in pts] or [1.0]
     lo, hi = min(xs + [0.01]) / 4, max(xs + [1000.0]) * 4
     if bw:
