@@ -236,17 +236,11 @@ def _via_rest(spec: SourceSpec, p: SearchParams, n: int, q: str, url: str, sw: S
 
 
 def _reset_epoch(r: httpx.Response) -> float | None:
-    val = r.headers.get("x-ratelimit-reset")
-    if val:
+    # x-ratelimit-reset: epoch seconds; retry-after: seconds from now
+    for header, offset in (("x-ratelimit-reset", 0.0), ("retry-after", time.time())):
         try:
-            return float(val)
-        except ValueError:
-            pass
-    ra = r.headers.get("retry-after")
-    if ra:
-        try:
-            return time.time() + float(ra)
-        except ValueError:
+            return float(r.headers[header]) + offset
+        except (KeyError, ValueError):
             pass
     return None
 
