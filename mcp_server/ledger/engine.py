@@ -69,8 +69,7 @@ def show(led: Ledger, experiment_id: int, *, full_results: bool = True) -> Ledge
     views = []
     for c in led.candidates(experiment_id):
         vals = []
-        for v in led.validations(c["id"]):
-            v = dict(v)
+        for v in led.validations(c["id"]):  # fresh dicts (Ledger.query decodes each row anew)
             v["accepted"] = bool(v["accepted"])
             if not full_results:
                 v["result"] = validation_summary(v["result"])
