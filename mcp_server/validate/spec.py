@@ -217,11 +217,21 @@ class _Fields:
         return parse_ref(val, base, name, self.where, self.shown(name))
 
     def choice(self, name: str, allowed: tuple[str, ...]) -> str:
-        return _choice(self.values[name], allowed, name, self.where, self.shown(name))
+        val = self.values[name]
+        if val not in allowed:
+            raise InputError(f"{self.where}: '{name}' must be one of {', '.join(allowed)}, got "
+                             f"{_got(val, self.shown(name))}")
+        return str(val)
 
     def num(self, name: str, lo: float | None = None, hi: float | None = None, default: Any = None) -> float:
         val = self.values[name]
-        return _num(val if val is not None else default, name, self.where, lo=lo, hi=hi, shown=self.shown(name))
+        if val is None:
+            val = default
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val):
+            raise InputError(f"{self.where}: '{name}' must be a number, got {_got(val, self.shown(name))}")
+        if (lo is not None and val < lo) or (hi is not None and val > hi):
+            raise InputError(f"{self.where}: '{name}' = {val} is outside [{lo}, {hi}]")
+        return float(val)
 
     def shapes(self) -> list[dict[str, Any]]:
         shapes = self.values["shapes"]
@@ -241,21 +251,6 @@ class _Fields:
             raise InputError(f"{self.where}: 'device' must be \"cuda\", \"cuda:N\" or \"cpu\", got "
                              f"{_got(device, self.shown('device'))}")
         return device
-
-
-def _choice(val: Any, allowed: tuple[str, ...], name: str, where: str, shown: bool = True) -> str:
-    if val not in allowed:
-        raise InputError(f"{where}: '{name}' must be one of {', '.join(allowed)}, got {_got(val, shown)}")
-    return str(val)
-
-
-def _num(val: Any, name: str, where: str, lo: float | None = None, hi: float | None = None,
-         shown: bool = True) -> float:
-    if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val):
-        raise InputError(f"{where}: '{name}' must be a number, got {_got(val, shown)}")
-    if (lo is not None and val < lo) or (hi is not None and val > hi):
-        raise InputError(f"{where}: '{name}' = {val} is outside [{lo}, {hi}]")
-    return float(val)
 
 
 # ---------------------------------------------------------------------------
