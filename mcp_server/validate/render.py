@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from mcp_server.core.textable import Col, TextTable, print_line, print_warnings
+from mcp_server.validate.harness.tensors import shape_str
 from mcp_server.validate.models import ValidationResult
 
 _COLOURS = {"accepted": "green", "rejected": "red", "not_faster": "yellow", "error": "red"}
@@ -16,13 +17,6 @@ def _us(x: float | None) -> str:
     if x is None:
         return "-"
     return f"{x:.3f}" if x < 10 else f"{x:.1f}"
-
-
-def _shape(shape: Any) -> str:
-    """``{M=1, K=64, N=128}``: a shape as the spec writes it."""
-    if isinstance(shape, dict):
-        return "{" + ", ".join(f"{k}={v}" for k, v in shape.items()) + "}"
-    return str(shape)
 
 
 def _g(x: Any) -> str:
@@ -58,7 +52,7 @@ def render(res: ValidationResult, con: Console, request: Any = None) -> None:
         t = TextTable([Col("shape", "text", min_width=12), Col("seed"), Col("out"), Col("index"), Col("candidate"),
                        Col("reference"), Col("abs err")], title="Worst elements", title_justify="left")
         for w in c.worst:
-            t.add_row(escape(_shape(w.shape)), str(w.seed), str(w.output), escape(str(w.index)), _g(w.candidate),
+            t.add_row(escape(shape_str(w.shape)), str(w.seed), str(w.output), escape(str(w.index)), _g(w.candidate),
                       _g(w.reference), _g(w.abs_err))
         t.print(con)
     tm = res.timing
@@ -69,7 +63,7 @@ def render(res: ValidationResult, con: Console, request: Any = None) -> None:
         t = TextTable([Col("shape", "text", min_width=12), Col("baseline"), Col("candidate"), Col("speedup"),
                        Col("floor")], title="Per shape (median per call, us)", title_justify="left")
         for ps in tm.per_shape:
-            t.add_row(escape(_shape(ps.shape)), _us(ps.baseline_us.median), _us(ps.candidate_us.median),
+            t.add_row(escape(shape_str(ps.shape)), _us(ps.baseline_us.median), _us(ps.candidate_us.median),
                       f"{ps.speedup:.4f}", _us(ps.floor_us))
         t.add_section()
         sp = res.speedup.median if res.speedup is not None else None

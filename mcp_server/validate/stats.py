@@ -135,7 +135,6 @@ def sample_adaptively(round_fn: Callable[[int], tuple[float, float]], *,
     a: list[float] = []
     b: list[float] = []
     t0 = clock()
-    interval: Interval | None = None
     stop = "max_rounds"
     for i in range(max_rounds):
         x, y = round_fn(i)
@@ -144,15 +143,12 @@ def sample_adaptively(round_fn: Callable[[int], tuple[float, float]], *,
         n = i + 1
         checked = None
         if n >= min_rounds and (n - min_rounds) % check_every == 0:
-            interval = ratio_of_medians_ci(a, b, confidence=confidence, n_boot=N_BOOT_CHECK, seed=seed + n)
-            checked = interval
-            if interval.half_width < target_half_width:
-                stop = "ci_narrow"
-                if on_round:
-                    on_round(n, checked)
-                break
+            checked = ratio_of_medians_ci(a, b, confidence=confidence, n_boot=N_BOOT_CHECK, seed=seed + n)
         if on_round:
             on_round(n, checked)
+        if checked is not None and checked.half_width < target_half_width:
+            stop = "ci_narrow"
+            break
         if clock() - t0 >= budget_s:
             stop = "budget"
             break

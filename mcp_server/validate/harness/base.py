@@ -62,7 +62,7 @@ class Base:
 
     # ------------------------------------------------------------------ protocol
     def emit(self, obj: dict) -> None:
-        self.proto.write(json.dumps(obj, default=json_default) + "\n")
+        self.proto.write(json.dumps(obj, default=str) + "\n")
         self.proto.flush()
 
     def progress(self, done: float, total: float | None, message: str) -> None:
@@ -116,7 +116,3 @@ class Base:
 def exc_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
-
-
-def json_default(o: Any) -> str:
-    return str(o)

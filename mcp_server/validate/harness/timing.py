@@ -57,15 +57,11 @@ class Timing(Base):
                             float(cfg["ci_half_width"]), int(cfg["seed"]))
         main["method"] = method
         main["overhead_s"] = self.overhead_s
-        other = None
-        if cfg.get("other_cache", True):
-            oc = "warm" if cache == "cold" else "cold"
-            if method == "cuda_graph" and graphs[oc] is None:
-                other = None
-            else:
-                n = max(5, min(20, main["rounds"] // 3))
-                other = self._rounds(plan, oc, max(0.5, 0.25 * budget), n, n, 0.0, int(cfg["seed"]) + 1)
-        main["other"] = other
+        main["other"] = None
+        oc = "warm" if cache == "cold" else "cold"
+        if cfg.get("other_cache", True) and not (method == "cuda_graph" and graphs[oc] is None):
+            n = max(5, min(20, main["rounds"] // 3))
+            main["other"] = self._rounds(plan, oc, max(0.5, 0.25 * budget), n, n, 0.0, int(cfg["seed"]) + 1)
         self.result["timing"] = main
 
     def _input_sets(self, per_shape_args: list[tuple]) -> dict[str, list]:
@@ -123,12 +119,11 @@ class Timing(Base):
         per_call = list(plan.est)
         g = plan.graphs[c] if plan.method == "cuda_graph" else None
         sets = plan.sets[c]
-        if g:  # replays have no launch gaps: size the batches from a replayed pass
-            per_call = [sorted(self._batch(plan.fa, argset, 1, g[s]["a"][0]) for _ in range(3))[1]
+        # replays have no launch gaps, and on CUDA a pass over the copies amortises the sync: size the batches
+        # from a (replayed) pass
+        if g or (self.is_cuda and len(sets[0]) > 1):
+            per_call = [sorted(self._batch(plan.fa, argset, 1, g[s]["a"][0] if g else None) for _ in range(3))[1]
                         for s, argset in enumerate(sets)]
-        elif self.is_cuda and len(sets[0]) > 1:  # a pass over the copies amortises the sync
-            per_call = [sorted(self._batch(plan.fa, argset, 1, None) for _ in range(3))[1]
-                        for argset in sets]
         return [max(1, int(round(plan.batch_s / max(e * len(a), 1e-9)))) for e, a in zip(per_call, sets)]
 
     def _rounds(self, plan: _Plan, c: str, budget_s: float, min_rounds: int, max_rounds: int, target: float,
