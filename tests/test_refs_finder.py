@@ -53,10 +53,16 @@ def test_registry_select_and_disabled(tmp_path):
     assert [s.key for s in reg.select(None)] == ["a"]
     assert [s.key for s in reg.select(["b"])] == ["b"]  # named explicitly: used although disabled
     assert [s.key for s in reg.select(["a,b"])] == ["a", "b"]
+    assert [s.key for s in reg.select([" b ,", ","])] == ["b"]  # blanks and empty parts are no key
     with pytest.raises(InputError, match="unknown source"):
         reg.select(["c"])
     with pytest.raises(InputError, match="no sources table"):
         parse_registry("# nothing here\n", "x.md")
+    with pytest.raises(InputError, match=r"line 1: .*unknown columns \(column 4\)") as ei:
+        parse_registry("| key | kind | repo | secret_col |\n|---|---|---|---|\n| a | github-prs | o/a | x |\n", "r.md")
+    assert "secret_col" not in str(ei.value)
+    no_enabled = parse_registry("| key | kind | repo |\n|---|---|---|\n| a | github-prs | o/a |\n", "r.md")
+    assert [s.enabled for s in no_enabled.sources] == [True]  # without the column every row is enabled
 
 
 def test_offline_no_tokens_no_checkouts_returns_url_only_within_bound(refs_env, monkeypatch):
