@@ -538,7 +538,7 @@ def test_rank_report_paths_follow_the_output_rules(tmp_path):
 
 
 def test_rank_warnings_name_the_ranks_compactly():
-    from mcp_server.tracesets.analyze import rank_ranges
+    from mcp_server.tracesets.combine import rank_ranges
 
     assert rank_ranges([0, 1, 2, 3, 7]) == "0-3, 7" and rank_ranges([9, 1, 3, 4, 5, 10]) == "1, 3-5, 9-10"
     res = analyze_trace_set(_set("tp4_gloo"))

@@ -14,6 +14,7 @@ from typing import Optional
 
 from mcp_server.core.atomic import check_replace
 from mcp_server.core.errors import InputError, TraceSetError
+from mcp_server.core.limits import memory_limit
 from mcp_server.core.models import Warning_
 from mcp_server.core.operation import engine
 from mcp_server.core.vocab import ProgressFn, WarningCode
@@ -25,7 +26,6 @@ from mcp_server.tracesets.executors import (
     run_inline,
     run_pool,
     run_ray,
-    worker_memory,
 )
 from mcp_server.tracesets.models import (
     ModuleDelta,
@@ -68,7 +68,7 @@ class _Run:
     def __init__(self, req: AnalyzeTraceSetRequest | CompareTraceSetsRequest, progress: Optional[ProgressFn]):
         self.executor, self.workers, self.ray_address = req.executor, req.workers, req.ray_address
         self.progress = progress
-        self.memory = worker_memory(req.worker_memory)
+        self.memory = memory_limit(req.worker_memory)  # bytes of address space per worker (None: no limit)
         self.used_workers = 1
 
     def __call__(self, tasks: list[RankTask], labels: dict[str, str]) -> dict[str, tuple[dict | None, str | None]]:
@@ -98,17 +98,6 @@ def _tasks(refs: list[RankRef], categories, reference_trace, output_xlsx, overwr
             for r in refs]
 
 
-def rank_ranges(ranks: list[int]) -> str:
-    """``[0, 1, 2, 3, 7]`` -> ``"0-3, 7"``."""
-    out: list[str] = []
-    for r in sorted(set(ranks)):
-        if out and out[-1].split("-")[-1] == str(r - 1):
-            out[-1] = f"{out[-1].split('-')[0]}-{r}"
-        else:
-            out.append(str(r))
-    return ", ".join(out)
-
-
 def _merge_warnings(summaries: list[RankSummary]) -> list[Warning_]:
     """The ranks' own warnings, one per code: which ranks, and the first rank's message."""
     by_code: dict[str, list[tuple[int, Warning_]]] = defaultdict(list)
@@ -120,7 +109,7 @@ def _merge_warnings(summaries: list[RankSummary]) -> list[Warning_]:
         ranks = sorted({r for r, _ in hits})
         first = hits[0]
         out.append(Warning_(code=code, count=sum(w.count for _, w in hits), message=(
-            f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)}: {first[1].message}"
+            f"rank{'s' if len(ranks) > 1 else ''} {combine.rank_ranges(ranks)}: {first[1].message}"
             + (f" (rank {first[0]}'s figures)" if len(ranks) > 1 else ""))))
     return out
 
@@ -205,9 +194,8 @@ def _module_deltas(a: TraceSetAnalysis, b: TraceSetAnalysis) -> list[ModuleDelta
         assert one is not None
         xa = max(x.per_rank_us.values(), default=0.0) if x else 0.0
         yb = max(y.per_rank_us.values(), default=0.0) if y else 0.0
-        per = {}
-        for r in sorted(set(x.per_rank_us if x else {}) & set(y.per_rank_us if y else {})):
-            per[r] = (y.per_rank_us[r] if y else 0.0) - (x.per_rank_us[r] if x else 0.0)
+        per = ({r: y.per_rank_us[r] - x.per_rank_us[r] for r in sorted(set(x.per_rank_us) & set(y.per_rank_us))}
+               if x and y else {})
         rows.append(ModuleDelta(
             name=one.name, type=one.type, path=path, a_mean_us=x.mean_us if x else 0.0,
             b_mean_us=y.mean_us if y else 0.0, a_max_us=xa, b_max_us=yb,
@@ -241,8 +229,6 @@ def compare_trace_sets(req: CompareTraceSetsRequest, progress: Optional[Progress
         warnings.append(Warning_(code=WarningCode.ranks_differ, count=len(only_one), message=(
             f"ranks present in one run only: {', '.join(map(str, only_one[:32]))}; aggregates use each run's own "
             "ranks")))
-    slow_a = sa.ranks[0].total_kernel_us if sa.ranks else 0.0
-    slow_b = sb.ranks[0].total_kernel_us if sb.ranks else 0.0
     modules = _module_deltas(sa, sb)
     # each run's own reading without its module and category lists (``modules`` holds both runs' figures)
     # and without the list of single collectives (its per-layer and per-rank waits stay)
@@ -250,5 +236,6 @@ def compare_trace_sets(req: CompareTraceSetsRequest, progress: Optional[Progress
                                    s.collectives.model_copy(update={"instances": []})}) for s in (sa, sb))
     return TraceSetComparison(
         labels=[la, lb], a=sa, b=sb, ranks=ranks, modules=modules,
-        total_delta_us=sb.total_kernel_us - sa.total_kernel_us, slowest_rank_delta_us=slow_b - slow_a,
+        total_delta_us=sb.total_kernel_us - sa.total_kernel_us,
+        slowest_rank_delta_us=sb.ranks[0].total_kernel_us - sa.ranks[0].total_kernel_us,  # ranks: slowest first
         warnings=warnings)

@@ -35,6 +35,7 @@ from typing import Any, Optional
 
 from mcp_server.core.models import Warning_
 from mcp_server.core.vocab import COMMUNICATION, WarningCode
+from mcp_server.tracesets.combine import rank_ranges
 from mcp_server.tracesets.models import (
     CollectiveAnalysis,
     CollectiveInstance,
@@ -227,23 +228,11 @@ def _group_of(m: CollectiveMeta, world: Optional[int]) -> Optional[_Group]:
         return None
     label = f"group {m.group or '?'}"
     if ranks is not None:
-        label += f" ranks {_ranges(ranks)}"
+        label += f" ranks {rank_ranges(ranks, sep=',')}"
     elif m.size is not None:
         label += f" ({m.size} ranks)"
     return _Group(label, frozenset(ranks) if ranks is not None else None,
                   len(ranks) if ranks is not None else m.size)
-
-
-def _ranges(ranks: Any) -> str:
-    xs = sorted(set(ranks))
-    out, i = [], 0
-    while i < len(xs):
-        j = i
-        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
-            j += 1
-        out.append(f"{xs[i]}-{xs[j]}" if j > i else str(xs[i]))
-        i = j + 1
-    return ",".join(out)
 
 
 def _keyed(summaries: list[RankSummary], world: Optional[int],
@@ -470,19 +459,20 @@ def _warnings(sk: _Skipped, groups: dict[str, _Group], world: Optional[int], set
         for gid, n in incomplete.most_common(3):
             g = groups[gid]
             miss = sk.missing_of.get(gid)
-            why = (f"its ranks {_ranges(miss)} are not in the set" if miss else
+            why = (f"its ranks {rank_ranges(miss, sep=',')} are not in the set" if miss else
                    f"the set holds {sk.held_of.get(gid, 0)} of its ranks" if g.size is not None else
                    "its size is not recorded")
             parts.append(f"{n} of {gid}: {why}")
         more = f" and {len(incomplete) - 3} more group(s)" if len(incomplete) > 3 else ""
         out.append(Warning_(code=WarningCode.collective_group_incomplete, count=sum(incomplete.values()), message=(
             f"collectives whose process group is not all in the set were not matched, no wait is computed for them: "
-            f"{'; '.join(parts)}{more}; the set holds ranks {_ranges(set_ranks)}. Pass every rank of the group "
-            f"(a collective's waits need all its participants)")))
+            f"{'; '.join(parts)}{more}; the set holds ranks {rank_ranges(set_ranks, sep=',')}. Pass every rank of the "
+            f"group (a collective's waits need all its participants)")))
     if sk.unverified:
         unverified = sk.unverified
         why = ("no trace carries distributedInfo's world size" if world is None else
-               f"ranks {_ranges(set(range(world)) - set_ranks)} of the {world}-rank run are not in the set")
+               f"ranks {rank_ranges(set(range(world)) - set_ranks, sep=',')} of the {world}-rank run are not in the "
+               "set")
         out.append(Warning_(code=WarningCode.collective_set_unverified, count=unverified, message=(
             f"{unverified} collective(s) record no process group and {why}: they were not matched by kind and order "
             f"(their counterparts may be on ranks outside the set), no wait is computed for them. Pass the whole run, "

@@ -5,6 +5,7 @@ executors give the same result by construction (docs/ARCHITECTURE.md, "Trace set
 """
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Iterable, Mapping
 
@@ -20,6 +21,15 @@ from mcp_server.tracesets.models import (
 
 #: the same rank must be slowest in at least this share of the imbalanced layers to be a fixed straggler
 FIXED_SHARE = 0.75
+
+
+def rank_ranges(ranks: Iterable[int], sep: str = ", ") -> str:
+    """``[0, 1, 2, 3, 7]`` -> ``"0-3, 7"``: runs of consecutive ranks (each counted once) as first-last."""
+    runs = []
+    for _, run in itertools.groupby(enumerate(sorted(set(ranks))), key=lambda ir: ir[1] - ir[0]):
+        first, *rest = [r for _, r in run]
+        runs.append(f"{first}-{rest[-1]}" if rest else str(first))
+    return sep.join(runs)
 
 
 def _spread(per_rank: dict[int, float]) -> tuple[float, int, float, float]:

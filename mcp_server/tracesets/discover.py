@@ -55,14 +55,10 @@ def expand(inputs: list[str]) -> list[Path]:
             found += hits
         else:
             found.append(check_path(p))
-    seen: set[Path] = set()
-    unique = []
+    unique: dict[Path, Path] = {}
     for p in found:
-        key = p.resolve()
-        if key not in seen:
-            seen.add(key)
-            unique.append(p)
-    return unique
+        unique.setdefault(p.resolve(), p)
+    return list(unique.values())
 
 
 def distributed_info(p: Path) -> Optional[dict[str, Any]]:
@@ -145,7 +141,6 @@ def resolve_ranks(inputs: list[str]) -> tuple[list[RankRef], Optional[int], list
             info = distributed_info(p)
         except OSError as exc:
             raise FileMissingError(f"cannot read the trace: {exc.strerror or exc}", path=p) from None
-        info = info if isinstance(info, dict) else None
         rank = _as_int((info or {}).get("rank"))
         world = _as_int((info or {}).get("world_size")) or None  # 0 is no world size
         if world is not None:
@@ -158,10 +153,8 @@ def resolve_ranks(inputs: list[str]) -> tuple[list[RankRef], Optional[int], list
                 raise TraceSetError(
                     "the trace has no distributedInfo.rank and its file name carries no rank", path=p,
                     hint="name it like <run>-TP-<rank>.trace.json.gz or <run>.rank<N>.json.gz")
-            check_world(rank, "rank number", p)
             by_name.append(f"{p.name} -> {rank}")
-        else:
-            check_world(rank, "rank number", p)
+        check_world(rank, "rank number", p)
         refs.append(RankRef(rank=rank, path=str(p), world_size=world, rank_source=source))
     _check_unique(refs)
     worlds = sorted({r.world_size for r in refs if r.world_size is not None})

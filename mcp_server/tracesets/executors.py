@@ -56,13 +56,6 @@ def check_workers(executor: str, workers: Optional[int], ray_address: Optional[s
                          f"use, at least {MIN_WORKER_BOUND})", hint=f"pass workers of at most {cap}, or leave it unset")
 
 
-def worker_memory(text: Optional[str]) -> Optional[int]:
-    """Bytes of address space per worker: ``text`` (e.g. 4G; 0 = none), else the MCP workers' limit."""
-    from mcp_server.core.limits import memory_limit
-
-    return memory_limit(text)
-
-
 _OUT_OF_MEMORY = ("out of memory under the worker's address-space limit (raise worker_memory, e.g. 16G, or 0 for "
                   "none)")
 #: how an import or mmap refused by the address-space limit reads

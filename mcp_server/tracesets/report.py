@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import os
 from pathlib import Path
+from types import SimpleNamespace  # a rank's breakdown in the shape gpu_time_rows reads (it has no devices)
 from typing import Any, Iterable
 
 from mcp_server.core.atomic import atomic_write_text, check_output_path
@@ -69,7 +70,7 @@ def write_set_xlsx(res: TraceSetAnalysis, path: str | os.PathLike) -> Path:
     if res.gpu_time:
         sheet(GPU_TIME, ["Rank", *GPU_TIME_HEADERS, "Window"],
               ([*row, g.window] for g in sorted(res.gpu_time, key=lambda g: g.rank)
-               for row in gpu_time_rows(_Rows(g.total, g.streams), g.rank)))
+               for row in gpu_time_rows(SimpleNamespace(total=g.total, devices=[], streams=g.streams), g.rank)))
     col = res.collectives
     if col is not None:
         sheet("Collectives", ["Layer", "Name", *(f"rank {r} wait (us)" for r in ranks), "Late rank", "Lateness (us)"],
@@ -77,14 +78,6 @@ def write_set_xlsx(res: TraceSetAnalysis, path: str | os.PathLike) -> Path:
                 x.late_rank, round(x.lateness_us, 3)] for x in sorted(col.layers, key=lambda x: x.index)))
     atomic_save(wb, out)
     return out
-
-
-class _Rows:
-    """A rank's breakdown in the shape ``gpu_time_rows`` reads (total, devices, streams)."""
-
-    def __init__(self, total, streams) -> None:
-        self.total, self.streams = total, streams
-        self.devices: list[Any] = []
 
 
 def _gpu_time_html(res: TraceSetAnalysis) -> str:
