@@ -263,22 +263,14 @@ def _load_report(p: Path, label: str, rules: CategoryRules, purpose: Purpose) ->
 
 def load_sides(a, b, *, categories: str | os.PathLike | None = None, phase: Optional[str] = None,
                purpose: Purpose = "diff", references: Sequence = (None, None)) -> tuple[Side, Side]:
-    """Load both sides concurrently (the xlsx parser releases the GIL); a ``Side`` passes through.
+    """Load both sides concurrently (the xlsx parser releases the GIL).
     ``references``: per side, an eager trace that attributes that trace's CUDA-graph replays."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def one(x, ref) -> Side:
-        if isinstance(x, Side):
-            return filter_phase(x, phase) if phase else x
-        return load_side(x, categories=categories, phase=phase, purpose=purpose, reference=ref)
-
-    ra, rb = references
-    if isinstance(a, Side) or isinstance(b, Side):
-        sa, sb = one(a, ra), one(b, rb)
-    else:
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="kernelscope-load") as pool:
-            fa, fb = pool.submit(one, a, ra), pool.submit(one, b, rb)
-            sa, sb = fa.result(), fb.result()
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="kernelscope-load") as pool:
+        fa, fb = [pool.submit(load_side, x, categories=categories, phase=phase, purpose=purpose, reference=ref)
+                  for x, ref in zip((a, b), references)]
+        sa, sb = fa.result(), fb.result()
     # both sides read one categories CSV: say once that it lacks a reserved name
     if any(w.code == WarningCode.reserved_category_missing for w in sa.warnings):
         sb.warnings = [w for w in sb.warnings if w.code != WarningCode.reserved_category_missing]

@@ -177,13 +177,10 @@ def _write_summary(wb, analysis, df, roots, chains, plans) -> None:
     groups: dict[tuple[str, str], list[_Node]] = defaultdict(list)
     for r in roots:
         groups[(r.type, r.phase)].append(r)
-    scoped: dict[tuple[str, str], dict[str, float]] = {}
-    for key, rlist in groups.items():
-        acc: dict[str, float] = defaultdict(float)
-        for n in _walk(rlist):
-            acc[n.type] += n.total_us
-        scoped[key] = acc
     for (rtype, phase), rlist in sorted(groups.items(), key=lambda kv: -sum(n.total_us for n in kv[1])):
+        by_type: dict[str, float] = defaultdict(float)
+        for n in _walk(rlist):
+            by_type[n.type] += n.total_us
         rt = sum(n.total_us for n in rlist)
         label = f"{rtype} [{phase}]" if phase and len({p for (_, p) in groups}) > 1 else rtype
         s.append([label, round(rt, 1), L.pct_text(rt / total * 100 if total > 0 else 0.0)])
@@ -191,7 +188,7 @@ def _write_summary(wb, analysis, df, roots, chains, plans) -> None:
         kids = chain[1:]
         for i, ctype in enumerate(kids):
             conn = "└── " if i == len(kids) - 1 else "├── "
-            ct = scoped[(rtype, phase)].get(ctype, 0.0)
+            ct = by_type.get(ctype, 0.0)
             tab = tab_of.get(ctype)
             row = [f"    {conn}{ctype}", round(ct, 1), L.pct_text(ct / total * 100 if total > 0 else 0.0)]
             if tab:
@@ -212,14 +209,8 @@ def _write_overview(wb, analysis, roots) -> None:
     s = Sheet(wb, L.OVERVIEW, {"A": 45, "J": 80})
     s.header(L.OVERVIEW_HEADERS)
     stats = {m.type: m for m in analysis.modules}
-    done: set[str] = set()
-    order: list[str] = []
-    for n in _walk(roots):
-        if n.type in stats and n.type not in done:
-            done.add(n.type)
-            order.append(n.type)
-    order += [t for t in stats if t not in done]
-    for t in order:
+    # the module types in tree order, then any the tree lacks
+    for t in dict.fromkeys([n.type for n in _walk(roots) if n.type in stats] + list(stats)):
         m = stats[t]
         label = ("    " * m.depth + "├── " + t) if m.depth > 0 else t
         row = [label, m.depth, m.count, round(m.mean_us, 3), round(m.std_us, 3), round(m.min_us, 3),
