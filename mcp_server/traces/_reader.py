@@ -156,6 +156,10 @@ class GuardedReader:
                            f"{human(self.out)} of text", path=self.p)
         return b
 
+    def read_all(self) -> bytes:
+        """The whole (remaining) text, read in ``BLOCK``-sized guarded reads."""
+        return b"".join(iter(lambda: self.read(BLOCK), b""))
+
     def skip(self, n: int) -> int:
         """Move ``n`` bytes into the text (plain files seek; compressed ones inflate and discard, guarded).
         Returns the bytes skipped (fewer at the end of the text)."""

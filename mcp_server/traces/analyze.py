@@ -29,7 +29,7 @@ from typing import Optional
 import numpy as np
 
 from mcp_server.core.categories import load_categories
-from mcp_server.core.errors import KernelscopeError, WriteError
+from mcp_server.core.errors import WriteError
 from mcp_server.core.models import Warning_
 from mcp_server.core.operation import engine
 from mcp_server.core.vocab import COMMUNICATION, ProgressFn, WarningCode
@@ -218,15 +218,10 @@ def _breakdown(rt: RawTrace, lk: Linked, rules):
 
 
 def _write_report(res: TraceAnalysis, output_xlsx: str | os.PathLike) -> None:
-    try:
-        from mcp_server.reports import write_analysis_report
-    except ImportError as exc:
-        raise WriteError(f"the xlsx report writer is not available in this installation ({exc})",
-                         path=output_xlsx, hint="run without -o/--output, or install the reports package") from None
+    from mcp_server.reports import write_analysis_report
+
     res.output_xlsx = str(output_xlsx)
     try:
         write_analysis_report(res, str(output_xlsx))
-    except KernelscopeError:
-        raise
     except OSError as exc:
         raise WriteError(f"cannot write the report: {exc}", path=output_xlsx) from None

@@ -156,29 +156,20 @@ class Collector:
         ranges: list = []
         notes: list = []
         route: dict[Optional[str], list] = {"python_function": py, "cuda_profiler_range": ranges,
-                                            "user_annotation": notes}
-        for c in CPU_OP_CATS:
-            route[c] = cpu
-        for c in KERNEL_CATS:
-            route[c] = ker
-        for c in LAUNCH_CATS:
-            route[c] = lau
+                                            "user_annotation": notes, **dict.fromkeys(CPU_OP_CATS, cpu),
+                                            **dict.fromkeys(KERNEL_CATS, ker), **dict.fromkeys(LAUNCH_CATS, lau)}
         get = route.get
         for e in events:
             b = get(e.cat)
             if b is not None:
                 b.append(e)
         self.profiler_ranges += len(ranges)
-        if notes:  # phase annotations join the python spans (the analyzer reads markers there)
-            py.extend(e for e in notes if e.name is not None and PHASE_ANNOTATION.match(e.name))
-        if py:
-            self._add_spans(py, False)
-        if cpu:
-            self._add_spans(cpu, True)
-        if ker:
-            self._add_gpu(ker)
-        if lau:
-            self._add_launches(lau)
+        # phase annotations join the python spans (the analyzer reads markers there)
+        py.extend(e for e in notes if e.name is not None and PHASE_ANNOTATION.match(e.name))
+        self._add_spans(py, False)  # each of these returns at once on an empty bucket
+        self._add_spans(cpu, True)
+        self._add_gpu(ker)
+        self._add_launches(lau)
 
     def _add_spans(self, evs: list, is_cpu: bool) -> None:
         """python_function (``is_cpu`` False) or cpu_op spans: ts, end, thread, name (and dims for cpu ops)."""

@@ -8,7 +8,7 @@ the innermost op enclosing it on its thread.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -52,8 +52,6 @@ class CpuOp:
     ts: float
     end: float
     args: dict[str, Any]
-    parent: int = -1  # index of the enclosing op on the same thread, -1 at the top
-    launches: list[int] = field(default_factory=list)  # correlation ids of launches directly inside
 
 
 @dataclass
@@ -82,10 +80,7 @@ def read_cpu_ops(path: str | os.PathLike) -> LaunchOps:
     p: Path = check_path(path)
     try:
         with GuardedReader(p) as r:
-            chunks = []
-            while b := r.read(8 << 20):
-                chunks.append(b)
-        top = _dec.decode(b"".join(chunks))
+            top = _dec.decode(r.read_all())
     except msgspec.DecodeError as exc:
         raise TraceFormatError(f"not a readable Kineto JSON trace ({exc})", path=p) from None
     except RecursionError:
@@ -114,12 +109,6 @@ def read_cpu_ops(path: str | os.PathLike) -> LaunchOps:
         by_thread.setdefault(op.thread, []).append(op)
     for lst in by_thread.values():  # nesting: parents before children (longer first at equal start)
         lst.sort(key=lambda o: (o.ts, -o.end))
-        stack: list[CpuOp] = []
-        for op in lst:
-            while stack and stack[-1].end < op.ts:
-                stack.pop()
-            op.parent = stack[-1].index if stack else -1
-            stack.append(op)
     by_corr: dict[int, int] = {}
     launches.sort(key=lambda x: x[1])
     per_thread_l: dict[tuple[Any, Any], list[tuple[float, int]]] = {}
@@ -127,7 +116,8 @@ def read_cpu_ops(path: str | os.PathLike) -> LaunchOps:
         per_thread_l.setdefault(th, []).append((ts, c))
     for th, ls in per_thread_l.items():
         lst = by_thread.get(th, [])
-        i, stack = 0, []
+        i = 0
+        stack: list[CpuOp] = []
         for ts, c in ls:
             while i < len(lst) and lst[i].ts <= ts:
                 while stack and stack[-1].end < lst[i].ts:
@@ -137,6 +127,4 @@ def read_cpu_ops(path: str | os.PathLike) -> LaunchOps:
             while stack and stack[-1].end < ts:
                 stack.pop()
             by_corr[c] = stack[-1].index if stack else -1
-            if stack:
-                stack[-1].launches.append(c)
     return LaunchOps(ops=ops, by_correlation=by_corr)

@@ -147,10 +147,7 @@ def learn_layers(ref: Reference, names: Sequence[str], paths: Sequence[str]) -> 
         blocks.setdefault(bpath, bk)
         below = [split(x) for x in parts[depth + 1:]]
         for t, k in below:
-            key = (bpath, t)
-            m = mins.get(key)
-            if m is None or k < m:
-                mins[key] = k
+            mins[(bpath, t)] = min(k, mins.get((bpath, t), k))
         inside.append((p, bpath, below))
     for p, bpath, below in inside:
         rel_of[p] = (bpath, "/".join([f"{t}_{k - mins[(bpath, t)]}" for t, k in below]))

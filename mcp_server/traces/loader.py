@@ -28,7 +28,7 @@ import msgspec
 
 from mcp_server.core.errors import FileMissingError, TraceFormatError
 from mcp_server.core.limits import limit
-from mcp_server.traces._reader import BLOCK, BlockReader, GuardedReader, check_path, compression, decompress_errors
+from mcp_server.traces._reader import BlockReader, GuardedReader, check_path, compression, decompress_errors
 from mcp_server.traces.collector import Collector, decode_chunk, gc_paused
 from mcp_server.traces.columns import RawTrace
 from mcp_server.traces.events import GRAPH_LAUNCH_NAMES, KIND_NAMES, launch_kind, phase_of_annotation, top_dec
@@ -96,14 +96,7 @@ def _whole(p: Path, coll: Collector) -> dict[str, Any]:
     """Decode a trace whose layout cannot be streamed in one piece: bounded by
     ``KERNELSCOPE_MAX_TRACE_UNSTREAMED_BYTES`` (real traces always stream), and the size/ratio guards."""
     with GuardedReader(p, cap=("TRACE_UNSTREAMED_BYTES", limit("TRACE_UNSTREAMED_BYTES"))) as f:
-        parts = []
-        while True:
-            b = f.read(BLOCK)
-            if not b:
-                break
-            parts.append(b)
-        blob = b"".join(parts)
-        del parts
+        blob = f.read_all()
     if not blob.strip():
         raise TraceFormatError("trace file is empty", path=p)
     try:

@@ -68,9 +68,7 @@ def text_size(p: Path) -> Optional[int]:
 
             n = zstandard.frame_content_size(f.read(18))
             return n if n > 0 else None
-    except (OSError, ImportError, ValueError):
-        return None
-    except Exception:  # zstandard.ZstdError on a damaged header
+    except Exception:  # OSError, no zstandard, zstandard.ZstdError on a damaged header
         return None
 
 

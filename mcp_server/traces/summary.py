@@ -208,23 +208,20 @@ def _tree(rt, table, arrays, path_code, k_cat, cat_names, k_phase) -> list[Modul
     has_ph = (ph[order, 1:] > 0).tolist()  # prefill, decode, graph
     incl_l, self_l = incl[order].tolist(), self_us[order].tolist()
     cnt_l, depth_l = cnt[order].tolist(), depth[order].tolist()
-    phase_txt: dict[tuple, str] = {}
     cn = cat_names.__getitem__
     for k, c in enumerate(order.tolist()):
         m = nz[k]
         bdict = dict(zip(map(cn, rank_l[k][:m]), vals_l[k][:m]))
         out.append(dict(path=paths[c], name=inst[c], type=types[c], depth=depth_l[k],
-                        phase=_phase_text(phase_txt, tuple(has_ph[k])), total_us=incl_l[k], self_us=self_l[k],
+                        phase=_phase_text(tuple(has_ph[k])), total_us=incl_l[k], self_us=self_l[k],
                         kernel_count=int(cnt_l[k]), breakdown=bdict))
     return _nodes_adapter().validate_python(out)  # one call into pydantic-core: ~3 us a node
 
 
-def _phase_text(memo: dict[tuple, str], present: tuple) -> str:
+@functools.cache  # eight combinations at most
+def _phase_text(present: tuple[bool, ...]) -> str:
     """A node's phases joined by '+' (``prefill+decode``, ``decode+graph``); '' when none is known."""
-    t = memo.get(present)
-    if t is None:
-        t = memo[present] = "+".join(p for p, on in zip(PHASE_CODES[1:], present) if on)
-    return t
+    return "+".join(p for p, on in zip(PHASE_CODES[1:], present) if on)
 
 
 @functools.lru_cache(maxsize=1)
