@@ -140,3 +140,18 @@ class FakeJira(JsonServer):
 
     def paths(self) -> list[str]:
         return [r["path"] for r in self.requests]
+
+
+def test_a_cache_that_cannot_be_written_never_fails_a_search(tmp_path):
+    """The cache only saves requests: an entry (or rate-limit file) whose name is taken by a directory makes
+    the atomic write refuse it (WriteError, not an OSError), and the cache says nothing."""
+    from mcp_server.refs.cache import RefCache
+
+    cache = RefCache(tmp_path)
+    entry, _ = cache._path("github", ("flash mla",))
+    entry.mkdir(parents=True)
+    cache.put("github", "flash mla", value={"hits": 1})
+    assert cache.get("github", "flash mla") is None
+    cache._limit_path("anon").mkdir()
+    cache.remember_limit("anon", time.time() + 60)
+    assert cache.limited_until("anon") is None

@@ -15,7 +15,7 @@ from typing import Any
 
 from mcp_server.core.atomic import atomic_write_text
 from mcp_server.core.envvars import env
-from mcp_server.core.errors import redact
+from mcp_server.core.errors import WriteError, redact
 
 DEFAULT_TTL_S = 3600.0
 
@@ -68,7 +68,7 @@ class RefCache:
         path, key = self._path(source, parts)
         try:
             _atomic_write_json(path, {"key": key, "stored": time.time(), "value": value})
-        except OSError:
+        except (OSError, WriteError):  # atomic writes raise WriteError (a directory in the way)
             pass
 
     # --- remembered GitHub rate-limit reset (one small file per auth mode, no read-modify-write)
@@ -89,5 +89,5 @@ class RefCache:
         # Remembered even under --no-cache: it protects the rate limit, it is not a result.
         try:
             _atomic_write_json(self._limit_path(name), {"reset": float(reset_epoch)})
-        except OSError:
+        except (OSError, WriteError):  # atomic writes raise WriteError (a directory in the way)
             pass
