@@ -157,9 +157,7 @@ def main(argv: list[str]) -> int:
     child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
     start = time.monotonic()
     event, peak = None, 0
-    while True:
-        if child.poll() is not None:
-            break
+    while child.poll() is None:
         if _stop:
             event = "stopped"
             break
@@ -176,11 +174,7 @@ def main(argv: list[str]) -> int:
                 break
             pause = max(POLL_S, 10 * (time.monotonic() - t0))  # the scan costs at most ~10 % of one core
         time.sleep(pause)
-    if child.poll() is None:
-        try:
-            child.kill()
-        except ProcessLookupError:
-            pass
+    child.kill()  # a no-op once it has exited (Popen polls first and ignores a process already gone)
     rc = child.wait()
     stray = kill_tree(me) if linux else 0
     msg = {"type": "supervisor", "event": event, "memory_limit": memory or None, "peak_rss": peak or None,
