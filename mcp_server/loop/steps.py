@@ -107,14 +107,12 @@ def selection_from(sel: NcuSelection, classification: Classification) -> Selecti
                      avoid=list(sel.does_not_fit), fits=list(sel.fits))
 
 
-def _ncu_select(gpu: Optional[str]) -> Callable[[Path, Optional[str]], Selection]:
-    def select(report: Path, cache_control: Optional[str]) -> Selection:
-        from mcp_server.ncu.classify import classify_bottleneck
-        from mcp_server.ncu.select import select_candidate
+def _ncu_select(report: Path, cache_control: Optional[str], gpu: Optional[str] = None) -> Selection:
+    from mcp_server.ncu.classify import classify_bottleneck
+    from mcp_server.ncu.select import select_candidate
 
-        args: dict[str, Any] = {"path": str(report), "gpu": gpu, "cache_control": cache_control}
-        return selection_from(select_candidate(**args), classify_bottleneck(**args))
-    return select
+    args: dict[str, Any] = {"path": str(report), "gpu": gpu, "cache_control": cache_control}
+    return selection_from(select_candidate(**args), classify_bottleneck(**args))
 
 
 def validate(spec: SpecArg) -> dict[str, Any]:
@@ -128,5 +126,5 @@ def validate(spec: SpecArg) -> dict[str, Any]:
 
 def default_steps(gpu: Optional[str] = None, replay: Optional[ReproTarget] = None) -> LoopSteps:
     """The engines; with ``replay`` (a repro op as the target) run_ncu profiles that op alone."""
-    return LoopSteps(profile=functools.partial(_ncu_profile, replay=replay), select=_ncu_select(gpu),
-                     validate=validate)
+    return LoopSteps(profile=functools.partial(_ncu_profile, replay=replay),
+                     select=functools.partial(_ncu_select, gpu=gpu), validate=validate)
