@@ -45,8 +45,8 @@ MAX_ROWS = 1000
 TRUNCATED_PREFIX = "... truncated"
 
 
-def truncated_line(n: int = MAX_ROWS) -> str:
-    return f"{TRUNCATED_PREFIX} at {n} rows"
+def truncated_line() -> str:
+    return f"{TRUNCATED_PREFIX} at {MAX_ROWS} rows"
 
 
 SUMMARY_HEADERS = ["Metric", "Value (us)", "Percentage", "Detail Tab"]
@@ -121,8 +121,9 @@ def parse_breakdown(text: str) -> dict[str, float]:
     return out
 
 
-def pct_text(value: float, decimals: int = 1) -> str:
-    return f"{value:.{decimals}f}%"
+def share_text(us: float, total: float) -> str:
+    """``us`` as a percentage of ``total`` (Summary's Percentage column); ``0.0%`` when the total is not positive."""
+    return f"{us / total * 100 if total > 0 else 0.0:.1f}%"
 
 
 def parse_number(v) -> float | None:

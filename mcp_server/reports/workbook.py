@@ -102,7 +102,7 @@ def atomic_save(wb, out: Path, full_tables: list | None = None, *, force: bool =
     header rows as raw XML (``fast_table``), from a first temp file into the final one.
     """
     try:
-        _save(wb, out, full_tables, KERNEL_COLUMNS, force)
+        _save(wb, out, full_tables, force)
     except BaseException:
         _discard(wb)
         raise
@@ -121,7 +121,7 @@ def _discard(wb) -> None:
             pass
 
 
-def _save(wb, out: Path, full_tables: list | None, columns, force: bool) -> None:
+def _save(wb, out: Path, full_tables: list | None, force: bool) -> None:
     with atomic_target(out, what="report", force=force) as tmp:
         first = new_temp(out)
         try:
@@ -134,7 +134,7 @@ def _save(wb, out: Path, full_tables: list | None, columns, force: bool) -> None
             second = new_temp(out)
             try:
                 add_dimensions(first, second)
-                fill_full_tables(second, tmp, full_tables, list(columns), target=str(out))
+                fill_full_tables(second, tmp, full_tables, list(KERNEL_COLUMNS), target=str(out))
             finally:
                 unlink_quietly(second)
         finally:

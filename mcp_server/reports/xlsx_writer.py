@@ -183,26 +183,25 @@ def _write_summary(wb, analysis, df, roots, chains, plans) -> None:
             by_type[n.type] += n.total_us
         rt = sum(n.total_us for n in rlist)
         label = f"{rtype} [{phase}]" if phase and len({p for (_, p) in groups}) > 1 else rtype
-        s.append([label, round(rt, 1), L.pct_text(rt / total * 100 if total > 0 else 0.0)])
+        s.append([label, round(rt, 1), L.share_text(rt, total)])
         chain = chains.get((rtype, phase), [rtype])
         kids = chain[1:]
         for i, ctype in enumerate(kids):
             conn = "└── " if i == len(kids) - 1 else "├── "
             ct = by_type.get(ctype, 0.0)
             tab = tab_of.get(ctype)
-            row = [f"    {conn}{ctype}", round(ct, 1), L.pct_text(ct / total * 100 if total > 0 else 0.0)]
+            row = [f"    {conn}{ctype}", round(ct, 1), L.share_text(ct, total)]
             if tab:
                 s.bold(row + [tab])
             else:
                 s.append(row)
     if analysis.unattributed_us and analysis.unattributed_us > 0:
         ua = float(analysis.unattributed_us)
-        s.append(["(unattributed)", round(ua, 1), L.pct_text(ua / total * 100 if total > 0 else 0.0)])
+        s.append(["(unattributed)", round(ua, 1), L.share_text(ua, total)])
     s.blank()
     s.header(L.SUMMARY_CATEGORY_HEADERS)
     for cat, cnt, us in _category_table(df):
-        s.append([cat, cnt, round(us, 3), round(us / cnt, 3) if cnt else 0.0,
-                  L.pct_text(us / total * 100 if total > 0 else 0.0)])
+        s.append([cat, cnt, round(us, 3), round(us / cnt, 3) if cnt else 0.0, L.share_text(us, total)])
 
 
 def _write_overview(wb, analysis, roots) -> None:
