@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from mcp_server.core.atomic import atomic_write_text
+from mcp_server.core.atomic import atomic_write_text, call_roots
 from mcp_server.core.errors import ReproError
 from mcp_server.core.models import Warning_
 from mcp_server.core.operation import engine
@@ -168,8 +168,6 @@ def _first_instance(paths: list[str], wanted: str) -> str:
 def _check_dir(out: Path, overwrite: bool) -> list[Path]:
     """The files of an earlier replay in ``out`` that this call replaces; refuses to write into a directory
     holding other files (or, over MCP, to replace anything) unless ``overwrite``."""
-    from mcp_server.core.atomic import call_roots
-
     if not out.is_dir() or not any(out.iterdir()):
         return []
     ours = [f for f in out.iterdir() if f.name in ("ops.json", "repro.py", "spec.toml")

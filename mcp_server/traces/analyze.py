@@ -114,9 +114,8 @@ def _load_warnings(rt: RawTrace) -> list[Warning_]:
 
 def _no_gpu_warning(rt: RawTrace) -> Warning_:
     """Why a trace gives no GPU kernel at all (``no_gpu_events``): never a silent zero."""
-    kinds = [launch_kind(rt.names[i]) for i in np.unique(rt.l_name).tolist()]
-    by_name = dict(zip(np.unique(rt.l_name).tolist(), kinds))
-    launches = int(sum(1 for i in rt.l_name.tolist() if by_name[i] >= 0)) if len(rt.l_name) else 0
+    ids, counts = np.unique(rt.l_name, return_counts=True)
+    launches = sum(n for i, n in zip(ids.tolist(), counts.tolist()) if launch_kind(rt.names[i]) >= 0)
     if rt.skipped_gpu:
         why = (f"all {rt.skipped_gpu} of its GPU activity events (kernel/memcpy/memset) were damaged and "
                "skipped (see damaged_events); export the trace again")

@@ -88,23 +88,16 @@ def _firsts(c: Optional[np.ndarray]) -> list[int]:
     return u[np.argsort(first, kind="stable")].tolist()
 
 
-def _name_table(parts: list[Part]) -> dict[str, int]:
-    gname: dict[str, int] = {"": 0}
-    for key, i in (("p", 3), ("c", 3), ("k", 0), ("l", 3), ("l", 4)):
+def _first_seen(parts: list[Part], table: str, cols: tuple[tuple[str, int], ...], empty: Any) -> dict[Any, int]:
+    """Canonical ids of a part's intern ``table`` (names or dims): ``empty`` 0, then by first appearance in the
+    columns ``cols`` ((category, column index), in that order) over the parts in text order."""
+    out: dict[Any, int] = {empty: 0}
+    for key, i in cols:
         for st in parts:
-            loc = st["names"]
+            loc = st[table]
             for j in _firsts(_col(st, key, i)):
-                gname.setdefault(loc[j], len(gname))
-    return gname
-
-
-def _dims_table(parts: list[Part]) -> dict[bytes, int]:
-    gdims: dict[bytes, int] = {b"": 0}
-    for st in parts:
-        loc = st["dims"]
-        for j in _firsts(_col(st, "c", 4)):
-            gdims.setdefault(loc[j], len(gdims))
-    return gdims
+                out.setdefault(loc[j], len(out))
+    return out
 
 
 def _thread_table(parts: list[Part]) -> dict[Any, int]:
@@ -209,7 +202,9 @@ def merge(parts: list[Part], path: str, metadata: dict[str, Any]) -> RawTrace:
     for st in parts:  # lists, so each part's column is dropped once copied into the result (lower peak)
         for key in ("k", "l", "p", "c"):
             st[key] = [list(t) for t in st[key]]
-    gname, gdims, gth = _name_table(parts), _dims_table(parts), _thread_table(parts)
+    gname = _first_seen(parts, "names", (("p", 3), ("c", 3), ("k", 0), ("l", 3), ("l", 4)), "")
+    gdims = _first_seen(parts, "dims", (("c", 4),), b"")
+    gth = _thread_table(parts)
     maps, ident = _id_maps(parts, gname, gdims, gth)
 
     def cat(key: str, i: int, dtype: Any, which: Optional[int] = None) -> np.ndarray:
