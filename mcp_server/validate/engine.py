@@ -52,15 +52,6 @@ _FLOPS_KEY = {"bfloat16": "bf16_tflops", "float16": "fp16_tflops", "float32": "f
               "float64": "fp64_tflops"}
 
 
-@engine(ValidateRequest)
-def validate_candidate(req: ValidateRequest, progress: ProgressFn | None = None) -> ValidationResult:
-    """Accept the candidate only when it is correct on fresh inputs and faster with confidence."""
-    overrides = req.model_dump(exclude={"spec_path", "timeout_s"})
-    spec = load_spec(req.spec_path, overrides)
-    limit = float(req.timeout_s) if req.timeout_s is not None else 2 * spec.time_budget_s + 120
-    return run_spec(spec, timeout_s=limit, progress=progress)
-
-
 #: Seconds the caller waits past the supervisor's own time limit before killing its process group.
 SUPERVISOR_GRACE_S = 20.0
 MEMORY_ENV = "KERNELSCOPE_VALIDATE_MEMORY"
@@ -84,10 +75,14 @@ def harness_memory_limit() -> int | None:
     return min(64 << 30, total // 2)
 
 
-def run_spec(spec: Spec, *, timeout_s: float, progress: ProgressFn | None = None) -> ValidationResult:
-    """Run one validation of an already-loaded spec in a fresh child process (under this interpreter)."""
+@engine(ValidateRequest)
+def validate_candidate(req: ValidateRequest, progress: ProgressFn | None = None) -> ValidationResult:
+    """Accept the candidate only when it is correct on fresh inputs and faster with confidence: the spec is run in
+    a fresh child process (under this interpreter), the verdict decided here from its raw samples."""
     import importlib.util
 
+    spec = load_spec(req.spec_path, req.model_dump(exclude={"spec_path", "timeout_s"}))
+    timeout_s = float(req.timeout_s) if req.timeout_s is not None else 2 * spec.time_budget_s + 120
     if importlib.util.find_spec("torch") is None:  # without torch the harness cannot start
         raise ToolMissingError(f"validate needs torch, which is not installed for {sys.executable}",
                                hint="install the gpu extra (pip install 'kernelscope[gpu]') or run where torch is")
