@@ -19,6 +19,10 @@ def _us(x: float | None) -> str:
     return f"{x:.3f}" if x < 10 else f"{x:.1f}"
 
 
+def _f4(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
 def _g(x: Any) -> str:
     """A number whole but short (6 significant digits): never cut by the table."""
     return f"{x:.6g}" if isinstance(x, float) else "-" if x is None else str(x)
@@ -29,9 +33,7 @@ def render(res: ValidationResult, con: Console, request: Any = None) -> None:
     head = f"[bold {colour}]{res.verdict.upper()}[/]"
     if res.speedup and res.speedup.median is not None:
         s = res.speedup
-        lo = "-" if s.ci_low is None else f"{s.ci_low:.4f}"
-        hi = "-" if s.ci_high is None else f"{s.ci_high:.4f}"
-        head += f"  speedup {s.median:.4f}x  [{lo}, {hi}] ({s.confidence:.0%})"
+        head += f"  speedup {s.median:.4f}x  [{_f4(s.ci_low)}, {_f4(s.ci_high)}] ({s.confidence:.0%})"
     head += f"  mode {res.mode}"
     if res.device:
         head += f"  on {escape(res.device.name)}"
@@ -70,15 +72,12 @@ def render(res: ValidationResult, con: Console, request: Any = None) -> None:
         if len(tm.per_shape) > 1:  # the deciding speedup: the summed per-shape medians (stats.summed_medians_ci)
             base = sum(ps.baseline_us.median for ps in tm.per_shape)
             cand = sum(ps.candidate_us.median for ps in tm.per_shape)
-            t.add_row("all shapes (sum; decides)", _us(base), _us(cand), "-" if sp is None else f"{sp:.4f}", "")
+            t.add_row("all shapes (sum; decides)", _us(base), _us(cand), _f4(sp), "")
         t.print(con)
         if tm.other_cache:
-            o = tm.other_cache
-            lo = "-" if o.speedup.ci_low is None else f"{o.speedup.ci_low:.4f}"
-            hi = "-" if o.speedup.ci_high is None else f"{o.speedup.ci_high:.4f}"
-            med = "-" if o.speedup.median is None else f"{o.speedup.median:.4f}"
-            con.print(f"{o.cache} cache (reported, not deciding): speedup {med} [{lo}, {hi}] over {o.rounds} "
-                      "rounds", highlight=False)
+            o, osp = tm.other_cache, tm.other_cache.speedup
+            con.print(f"{o.cache} cache (reported, not deciding): speedup {_f4(osp.median)} [{_f4(osp.ci_low)}, "
+                      f"{_f4(osp.ci_high)}] over {o.rounds} rounds", highlight=False)
     if res.roofline and res.roofline.checked:
         print_line(con, f"roofline: {escape(res.roofline.detail)} ({escape(res.roofline.source or '')})")
     for p in res.patched:
