@@ -13,6 +13,7 @@ from mcp_server.core.models import Warning_
 from mcp_server.core.operation import engine
 from mcp_server.core.vocab import ProgressFn, WarningCode
 from mcp_server.timeline.decode import Decoded, decode_buffer, event_name_list
+from mcp_server.timeline.export import write_gantt_png, write_perfetto
 from mcp_server.timeline.models import (
     IMBALANCE_RATIO,
     CriticalSegment,
@@ -24,7 +25,7 @@ from mcp_server.timeline.models import (
     TimelineAnalysis,
     Verdict,
 )
-from mcp_server.timeline.overhead import find_overhead_file, load_overhead
+from mcp_server.timeline.overhead import load_overhead
 from mcp_server.timeline.requests import AnalyzeTimelineRequest
 
 #: a verdict needs at least this share of the kernel span at stake
@@ -276,8 +277,6 @@ def _phases(blk: pd.DataFrame, occ: pd.DataFrame, wait_ev: pd.DataFrame, crit_by
 
 def _instants(dec: Decoded, names: dict[int, str]) -> list[Instant]:
     instants: list[Instant] = []
-    if not dec.instant_event.size:
-        return instants
     idf = pd.DataFrame({"event": dec.instant_event.astype(np.int64), "lane": dec.instant_lane, "ts": dec.instant_ts})
     for ev, d in idf.groupby("event", sort=True):
         i_last = int(d["ts"].values.argmax())
@@ -417,12 +416,8 @@ def analyze_timeline(req: AnalyzeTimelineRequest, progress: ProgressFn | None = 
     if progress:
         progress(1, 3, "analyse")
     if req.perfetto_path is not None:
-        from mcp_server.timeline.export import write_perfetto
-
         res.outputs["perfetto"] = str(write_perfetto(dec, res, req.perfetto_path))
     if req.png_path is not None:
-        from mcp_server.timeline.export import write_gantt_png
-
         res.outputs["png"] = str(write_gantt_png(dec, res, req.png_path))
     if progress:
         progress(3, 3, "done")
@@ -442,8 +437,8 @@ def analyze_path(buffer_path, event_names=None, *, tag_layout: Optional[str] = N
     if overhead_path is not None:
         overhead = load_overhead(overhead_path)
     elif isinstance(buffer_path, (str, os.PathLike)):
-        found = find_overhead_file(buffer_path)
-        if found is not None:
+        found = Path(buffer_path).with_suffix(".overhead.json")  # the default beside the buffer
+        if found.exists():
             try:
                 overhead = load_overhead(found)
             except BufferFormatError as exc:

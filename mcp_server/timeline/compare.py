@@ -6,6 +6,7 @@ from typing import Callable
 from mcp_server.core.operation import engine
 from mcp_server.core.vocab import ProgressFn
 from mcp_server.timeline.analysis import _fmt_ns, analyze_path
+from mcp_server.timeline.export import write_gantt_compare_png, write_perfetto_compare
 from mcp_server.timeline.models import Phase, PhaseDelta, PhaseSide, TimelineAnalysis, TimelineComparison
 from mcp_server.timeline.requests import CompareTimelinesRequest
 
@@ -142,12 +143,8 @@ def compare_timelines(req: CompareTimelinesRequest, progress: ProgressFn | None 
     res = compare_analyses(before, after)
     runs = [(dec_b, before, "before"), (dec_a, after, "after")]
     if req.png_path is not None:
-        from mcp_server.timeline.export import write_gantt_compare_png
-
         res.outputs["png"] = str(write_gantt_compare_png(runs, req.png_path))
     if req.perfetto_path is not None:
-        from mcp_server.timeline.export import write_perfetto_compare
-
         res.outputs["perfetto"] = str(write_perfetto_compare(runs, req.perfetto_path))
     if progress:
         progress(2, 2, "done")

@@ -210,8 +210,7 @@ def write_perfetto_compare(runs, path: Union[str, os.PathLike]) -> Path:
     ev: list[dict] = []
     for k, (dec, res, label) in enumerate(runs):
         off = (k + 1) * 100_000
-        for e in perfetto_events(dec, res):
-            e = dict(e)
+        for e in perfetto_events(dec, res):  # fresh dicts: changed in place
             e["pid"] = e["pid"] + off
             if e.get("name") == "process_name":
                 e["args"] = {"name": f"{label} {e['args']['name']}"}

@@ -139,11 +139,6 @@ def overhead_from_medians(with_median_us: float, without_median_us: float, *, sa
         method=(method + "; " if method else "") + "medians only (no samples in the file)", source=source)
 
 
-def find_overhead_file(buffer_path: Union[str, os.PathLike]) -> Optional[Path]:
-    cand = Path(buffer_path).with_suffix(".overhead.json")
-    return cand if cand.exists() else None
-
-
 def write_overhead(path: Union[str, os.PathLike], with_us: Sequence[float], without_us: Sequence[float],
                    method: str = "", noise_pct: Optional[float] = None) -> Path:
     p = Path(path)

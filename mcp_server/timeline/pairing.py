@@ -176,17 +176,17 @@ def _spread_pairs(kind, event, ts, lane_sm, inv: np.ndarray, reps: np.ndarray) -
         n = ev.size
         EV[:n, g], OCC[:n, g], RB[:n, g], RE[:n, g], DEP[:n, g] = ev, occ, rb, re_, depth
         valid[:n, g] = True
-    flat = _spread(RB, inv)
-    flat *= nlanes
-    flat += lanes[None, :]  # round-major positions of the begins
-    b = ts.reshape(-1)[flat.reshape(-1)]
-    flat = _spread(RE, inv)
-    flat *= nlanes
-    flat += lanes[None, :]
-    e = ts.reshape(-1)[flat.reshape(-1)]
-    del flat
+
+    def times(rounds_of: np.ndarray) -> np.ndarray:
+        """Each writer's time at its program's rounds (of the begins or of the ends)."""
+        flat = _spread(rounds_of, inv)
+        flat *= nlanes
+        flat += lanes[None, :]  # round-major positions
+        return ts.reshape(-1)[flat.reshape(-1)]
+
+    b, e = times(RB), times(RE)
     cols: Intervals = (_spread(EV, inv).reshape(-1), np.tile(lanes, P), _spread(OCC, inv).reshape(-1), b, e,
-            _spread(DEP, inv).reshape(-1), np.tile(lane_sm, P))
+                       _spread(DEP, inv).reshape(-1), np.tile(lane_sm, P))
     if not valid.all():  # programs of unequal length: drop the padding
         sel = valid[:, inv].reshape(-1)
         cols = tuple(c[sel] for c in cols)
