@@ -16,7 +16,7 @@ the *stacked* case puts ``layers`` consecutive layers' matrices into one BMM bat
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 #: Decode batch sizes the issue covers (1..256).
 BATCH_RANGE = (1, 256)
@@ -37,9 +37,6 @@ class MLAConfig:
     v_head_dim: int
     num_layers: int
     source: str
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 #: From the models' published config.json files (huggingface deepseek-ai/DeepSeek-V2 and
