@@ -343,14 +343,11 @@ def _match(keyed: Keyed, groups: dict[str, _Group], set_ranks: set[int], whole_r
     skipped = _Skipped()
     computed: list[tuple[tuple, list[int]]] = []
     for key in all_keys:
-        members = _members(key, keyed, groups, ranks, set_ranks, whole_run, skipped)
-        if members is None:
-            continue
-        if len(members) < 2 or any(key not in keyed[r] for r in members):
+        members = _members(key, keyed, groups, ranks, set_ranks, whole_run, skipped)  # None: counted in skipped
+        if members is None or len(members) < 2 or any(key not in keyed[r] for r in members):
             continue  # not on every rank of the group: counted as unmatched
-        if not _consistent(key, members, keyed, skipped):
-            continue
-        computed.append((key, members))
+        if _consistent(key, members, keyed, skipped):
+            computed.append((key, members))
     return computed, skipped
 
 

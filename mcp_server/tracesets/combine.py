@@ -60,18 +60,13 @@ def gpu_time(summaries: list[RankSummary], totals: list[RankTotal]) -> list[Rank
 
 def modules(summaries: list[RankSummary]) -> list[ModuleAcrossRanks]:
     """Every module instance path on any rank, with its time on each (0 where a rank lacks it)."""
-    ranks = [s.rank for s in summaries]
     meta: dict[str, tuple[str, str, int]] = {}
     for s in summaries:
         for path, (name, typ, depth, _us) in s.modules.items():
             meta.setdefault(path, (name, typ, depth))
     rows = []
     for path, (name, typ, depth) in meta.items():
-        per = {r: 0.0 for r in ranks}
-        for s in summaries:
-            hit = s.modules.get(path)
-            if hit is not None:
-                per[s.rank] = hit[3]
+        per = {s.rank: s.modules[path][3] if path in s.modules else 0.0 for s in summaries}
         mean, slow, imb, excess = _spread(per)
         rows.append(ModuleAcrossRanks(name=name, type=typ, path=path, depth=depth, per_rank_us=per, mean_us=mean,
                                       slowest_rank=slow, imbalance=imb, excess_us=excess))
@@ -85,14 +80,10 @@ def layers(summaries: list[RankSummary]) -> tuple[list[LayerAcrossRanks], str]:
     count = max((len(s.layers) for s in summaries), default=0)
     out = []
     for i in range(count):
-        per = {}
-        name = f"layer {i}"
-        for s in summaries:
-            if i < len(s.layers):
-                per[s.rank] = s.layers[i].us
-                name = s.layers[i].name if name == f"layer {i}" else name
-            else:
-                per[s.rank] = 0.0
+        per = {s.rank: s.layers[i].us if i < len(s.layers) else 0.0 for s in summaries}
+        # the first name a rank gives the layer other than the placeholder
+        name = next((s.layers[i].name for s in summaries if i < len(s.layers) and s.layers[i].name != f"layer {i}"),
+                    f"layer {i}")
         mean, slow, imb, excess = _spread(per)
         out.append(LayerAcrossRanks(index=i, name=name, per_rank_us=per, mean_us=mean, slowest_rank=slow,
                                     imbalance=imb, excess_us=excess))

@@ -12,7 +12,7 @@ import multiprocessing as mp
 import os
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any, Iterator, Optional
 
 from mcp_server.core.errors import InputError, KernelscopeError, SourceError, ToolMissingError, redact
@@ -90,7 +90,7 @@ def run_inline(tasks: list[RankTask]) -> Iterator[Outcome]:
     """In this process, one rank after another (debugging; the CLI's --executor inline)."""
     for t in tasks:
         try:
-            yield t, summarize_rank(t.as_dict()), None
+            yield t, summarize_rank(asdict(t)), None
         except (KernelscopeError, MemoryError, ValueError, OSError) as exc:
             yield t, None, _message(exc)
 
@@ -108,7 +108,7 @@ def run_pool(tasks: list[RankTask], workers: int, memory: Optional[int]) -> Iter
         batches = [[t] for t in pending] if lone else [pending]
         for batch in batches:
             with _pool(width, memory) as ex:
-                futs: dict[Future, RankTask] = {ex.submit(summarize_rank, t.as_dict()): t for t in batch}
+                futs: dict[Future, RankTask] = {ex.submit(summarize_rank, asdict(t)): t for t in batch}
                 todo = set(futs)
                 while todo:
                     done, todo = wait(todo, return_when=FIRST_COMPLETED)
@@ -176,7 +176,7 @@ def run_ray(tasks: list[RankTask], address: Optional[str], workers: int) -> Iter
         started = True
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(summarize_rank)
-        refs = {remote.remote(replace(t, trace_split="off").as_dict()): t for t in tasks}  # a task per CPU
+        refs = {remote.remote(asdict(replace(t, trace_split="off"))): t for t in tasks}  # a task per CPU
         todo = list(refs)
         while todo:
             done, todo = ray.wait(todo, num_returns=1)

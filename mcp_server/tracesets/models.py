@@ -210,10 +210,6 @@ class TraceSetAnalysis(Model):
     output_html: Optional[str] = None
     warnings: list[Warning_] = Field(default_factory=list)
 
-    def shown_ranks(self, top_n: int) -> set[int]:
-        """The ranks a summary keeps in its per-rank maps: the ``top_n`` slowest and the fastest."""
-        return {r.rank for r in self.ranks[:top_n]} | ({self.ranks[-1].rank} if self.ranks else set())
-
     def summary_view(self, top_n: int) -> tuple["TraceSetAnalysis", Optional[str]]:
         notes = []
         view = self
@@ -224,7 +220,7 @@ class TraceSetAnalysis(Model):
                          f"{max(len(g.streams) for g in self.gpu_time)} a rank) are in the detail and the workbook")
         if len(self.ranks) <= top_n:
             return view, "; ".join(notes) or None
-        keep = self.shown_ranks(top_n)
+        keep = {r.rank for r in self.ranks[:top_n]} | {self.ranks[-1].rank}  # the top_n slowest and the fastest
         update: dict = {"gpu_time": [g for g in view.gpu_time if g.rank in keep],
                         "layers": _keep_ranks(self.layers, "per_rank_us", keep),
                         "modules": _keep_ranks(self.modules, "per_rank_us", keep),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from mcp_server.tracesets.models import LayerTime, RankSummary
@@ -29,9 +29,6 @@ class RankTask:
     #: trace would otherwise start a second decode process per rank); None leaves it as it is
     trace_split: Optional[str] = None
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def layer_instances(tree: list[Any]) -> tuple[list[LayerTime], str]:
     """The model's layers in order: the repeated sibling module type holding the most kernel time.
@@ -42,16 +39,10 @@ def layer_instances(tree: list[Any]) -> tuple[list[LayerTime], str]:
     for n in tree:
         parent = n.path.rpartition("/")[0]
         groups[(parent, n.type)].append(n)
-    best: Optional[tuple[tuple[bool, float], list[Any]]] = None
-    for (_parent, typ), nodes in groups.items():
-        if len(nodes) < 2:
-            continue
-        key = (bool(_LAYER_TYPE.search(typ)), sum(n.total_us for n in nodes))
-        if best is None or key > best[0]:
-            best = (key, nodes)
-    if best is None:
+    repeated = [nodes for nodes in groups.values() if len(nodes) >= 2]
+    if not repeated:
         return [], ""
-    nodes = best[1]
+    nodes = max(repeated, key=lambda ns: (bool(_LAYER_TYPE.search(ns[0].type)), sum(n.total_us for n in ns)))
     return [LayerTime(index=i, name=n.name, us=n.total_us) for i, n in enumerate(nodes)], f"module type {nodes[0].type}"
 
 
