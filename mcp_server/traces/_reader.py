@@ -11,13 +11,14 @@ thread's inflation overlaps the caller's decoding. ``.json.zst`` (zstd magic) is
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import queue
 import threading
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from mcp_server.core.envvars import env
 from mcp_server.core.errors import FileMissingError, TraceFormatError
@@ -63,31 +64,25 @@ def gzip_backend(name: "str | None" = None) -> str:
                                f"unknown gzip backend {want!r}",
                                hint="use one of: " + ", ".join(GZIP_BACKENDS))
     for b in GZIP_BACKENDS if want is None else (want,):
-        if b == "stdlib" or _gzip_module(b) is not None:
+        if _gzip_class(b) is not None:
             return b
     pkg = "isal" if want == "isal" else "zlib-ng"
     raise TraceFormatError(f"gzip backend {want!r} is not installed",
                            hint=f"pip install {pkg}, or unset KERNELSCOPE_TRACE_GZIP")
 
 
-def _gzip_module(name: str) -> Any:
+def _gzip_class(name: str) -> Any:
+    """The gzip file class of backend ``name``; None when its package is not installed."""
     try:
         if name == "isal":
             from isal import igzip
-            return igzip
+            return igzip.IGzipFile
         if name == "zlib-ng":
             from zlib_ng import gzip_ng
-            return gzip_ng
+            return gzip_ng.GzipFile
     except ImportError:
         return None
-    return gzip
-
-
-def _gzip_file(raw: Any, backend: str) -> Any:
-    mod = _gzip_module(backend)
-    if backend == "isal":
-        return mod.IGzipFile(fileobj=raw, mode="rb")
-    return mod.GzipFile(fileobj=raw, mode="rb")
+    return gzip.GzipFile
 
 
 def decompress_errors() -> tuple:
@@ -113,7 +108,7 @@ def _zstd_reader(p: Path, raw: Any) -> Any:
     return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=False)
 
 
-class GuardedReader:
+class GuardedReader(contextlib.AbstractContextManager["GuardedReader"]):
     """Decompressed text of a trace, read in blocks with the size and ratio guards applied.
 
     ``KERNELSCOPE_MAX_TRACE_BYTES`` bounds the text; for gzip and zstd files ``KERNELSCOPE_MAX_TRACE_RATIO`` bounds
@@ -128,7 +123,7 @@ class GuardedReader:
         self.gz = bool(kind)  # compressed: the ratio guard applies
         try:
             if kind == "gzip":
-                self.f = _gzip_file(self.raw, gzip_backend())
+                self.f = _gzip_class(gzip_backend())(fileobj=self.raw, mode="rb")
             elif kind == "zstd":
                 self.f = _zstd_reader(p, self.raw)
             else:
@@ -186,9 +181,6 @@ class GuardedReader:
         finally:
             self.raw.close()
 
-    def __enter__(self) -> "GuardedReader":
-        return self
-
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
@@ -206,7 +198,7 @@ def blocks(p: Path, block: int = BLOCK, start: int = 0, ahead: int = AHEAD) -> "
     return BlockReader(p, block, start, ahead)
 
 
-class BlockReader:
+class BlockReader(Iterator[bytes]):
     """Iterator over the reader thread's blocks; ``close()`` stops the thread even if never iterated."""
 
     def __init__(self, p: Path, block: int, start: int, ahead: int) -> None:
@@ -242,9 +234,6 @@ class BlockReader:
     def pause_at(self, n: int) -> None:
         """Let the thread read no more than about ``n`` bytes of text ahead unless a block is asked for."""
         self._pause = n
-
-    def __iter__(self) -> "BlockReader":
-        return self
 
     def __next__(self) -> bytes:
         if self._done:

@@ -151,10 +151,11 @@ def _coverage_warnings(rt: RawTrace, lk: Linked, path_code: np.ndarray) -> list[
     dur = rt.k_dur
     total = float(dur.sum())
 
-    def share(mask: np.ndarray) -> str:
-        us = float(dur[mask].sum())
+    def share(sel: np.ndarray) -> str:  # a mask or sorted indices of the GPU events
+        picked = dur[sel]
+        us = float(picked.sum())
         pct = 100.0 * us / total if total else 0.0
-        return f"{int(mask.sum())} GPU event(s), {_us_text(us)} ({pct:.1f}% of GPU time)"
+        return f"{len(picked)} GPU event(s), {_us_text(us)} ({pct:.1f}% of GPU time)"
 
     out: list[Warning_] = []
     eager_un = un & ~lk.graph
@@ -180,20 +181,16 @@ def _coverage_warnings(rt: RawTrace, lk: Linked, path_code: np.ndarray) -> list[
         lth = rt.l_thread[lk.launch_idx[idx]]
         off = idx[~np.isin(lth, mod_threads)]
         if len(off):
-            mask = np.zeros(len(un), dtype=bool)
-            mask[off] = True
             ops = {rt.names[i] for i in np.unique(lk.cpu.name[lk.cpu_op[off][lk.cpu_op[off] >= 0]]).tolist()}
             why = ("the autograd engine's backward thread" if any("backward" in o.lower() for o in ops)
                    else "a thread that holds no module spans")
             out.append(Warning_(code=WarningCode.thread_without_modules, count=len(off), message=(
-                f"{share(mask)} were launched from {why}; module spans exist only on the thread that ran "
+                f"{share(off)} were launched from {why}; module spans exist only on the thread that ran "
                 "forward, so these have no module (backward kernels are listed by category and name)")))
         between = idx[np.isin(lth, mod_threads)]
         if len(between):
-            mask = np.zeros(len(un), dtype=bool)
-            mask[between] = True
             out.append(Warning_(code=WarningCode.outside_modules, count=len(between), message=(
-                f"{share(mask)} were launched on a thread that runs modules but outside every module call "
+                f"{share(between)} were launched on a thread that runs modules but outside every module call "
                 "(input preparation, sampling, copies between steps): they belong to no module; listed by "
                 "category and name")))
     return out
