@@ -36,6 +36,7 @@ from mcp_server.reports import layout as L
 from mcp_server.reports.sheets import (
     Source,
     _Book,
+    _category_header,
     _cell,
     _find_header,
     _header_index,
@@ -167,14 +168,8 @@ def _plan_detail(plan: EditPlan, book, sheet: str, rules, nd: int) -> None:
 
 
 def _summary_table(book):
-
-    sheet = L.SUMMARY
-    rows = book.rows(sheet)
-    c = _find_header(rows, "Category", "Total (us)")
-    if c is None:
-        raise book.missing(sheet, "category table header 'Category, Count, Total (us), Avg (us), Percentage' not found")
-    idx = _header_index(rows[c])
-    _require(book, sheet, idx, ["Category", "Total (us)"], c + 1)
+    rows = book.rows(L.SUMMARY)
+    c, idx = _category_header(book, rows)
     table: dict[str, list[float]] = {}
     last = c
     for rn in range(c + 1, len(rows)):

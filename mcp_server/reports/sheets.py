@@ -193,6 +193,17 @@ def _read_gpu_kernels(book: _Book) -> tuple[pd.DataFrame, bool]:
     return pd.DataFrame(out), truncated
 
 
+def _category_header(book: _Book, rows: list[list[Any]], start: int = 0) -> tuple[int, dict[str, int]]:
+    """Row and header index of the Summary's category table (found from row ``start``); a typed error without it."""
+    c = _find_header(rows, "Category", "Total (us)", start)
+    if c is None:
+        raise book.missing(L.SUMMARY, "category table header 'Category, Count, Total (us), Avg (us), Percentage' "
+                                      "not found")
+    idx = _header_index(rows[c])
+    _require(book, L.SUMMARY, idx, ["Category", "Total (us)"], c + 1)
+    return c, idx
+
+
 def _read_summary(book: _Book) -> tuple[pd.DataFrame, pd.DataFrame, Optional[float]]:
     sheet = L.SUMMARY
     rows = book.rows(sheet)
@@ -215,11 +226,7 @@ def _read_summary(book: _Book) -> tuple[pd.DataFrame, pd.DataFrame, Optional[flo
             mods["pct"].append(_num(_cell(r, pi)))
             mods["detail_tab"].append(_s(_cell(r, di)))
             mods["row"].append(rn + 1)
-    c = _find_header(rows, "Category", "Total (us)", 0 if h is None else h + 1)
-    if c is None:
-        raise book.missing(sheet, "category table header 'Category, Count, Total (us), Avg (us), Percentage' not found")
-    idx = _header_index(rows[c])
-    _require(book, sheet, idx, ["Category", "Total (us)"], c + 1)
+    c, idx = _category_header(book, rows, 0 if h is None else h + 1)
     ki, ti, ai, pi = idx.get("Count"), idx["Total (us)"], idx.get("Avg (us)"), idx.get("Percentage")
     cats: dict[str, list] = {"category": [], "count": [], "total_us": [], "avg_us": [], "pct": [], "row": []}
     for rn in range(c + 1, len(rows)):
