@@ -18,7 +18,7 @@ from mcp_server.core.replay_dir import ReproTarget
 from mcp_server.core.vocab import WarningCode
 
 if TYPE_CHECKING:  # the engines are imported when a step runs (torch stays out of listing tools)
-    from mcp_server.ncu.models import Classification
+    from mcp_server.ncu.models import Classification, ClassifiedKernel
     from mcp_server.ncu.models import Selection as NcuSelection
 
 SpecArg = Union[Path, dict[str, Any]]
@@ -77,11 +77,8 @@ def compact_classification(c: Classification) -> dict[str, Any]:
             "ncu_version": c.source.ncu_version, "format": c.source.format}
 
 
-def diagnosis_of(sel: NcuSelection) -> str:
+def diagnosis_of(cand: ClassifiedKernel) -> str:
     """One line on the candidate: class, limiter, residency, time share, confidence, then the advice."""
-    cand = sel.candidate
-    if cand is None:
-        return ""
     b = cand.bottleneck
     residency = {True: "L2-resident", False: "not L2-resident", None: "residency unknown"}[b.l2_resident]
     diag = (f"{b.class_} on {b.limiter or '?'} ({residency}, {cand.time_share:.0%} of kernel time, "
@@ -98,7 +95,7 @@ def selection_from(sel: NcuSelection, classification: Classification) -> Selecti
         reason = "; ".join(w.message for w in sel.warnings if w.code == WarningCode.no_candidate)
         cls["candidate"] = None
         return Selection(kernel=None, classification=cls, stop_reason=reason or "no candidate")
-    diag = diagnosis_of(sel)
+    diag = diagnosis_of(cand)
     name = cand.name or cand.short_name
     cls["candidate"] = name
     cls["diagnosis"] = diag
