@@ -30,7 +30,6 @@ class Interval:
     ci_low: float
     ci_high: float
     confidence: float
-    n: int                 # paired rounds used
 
     @property
     def half_width(self) -> float:
@@ -68,10 +67,10 @@ def summed_medians_ci(baseline: Sequence[Sequence[float]], candidate: Sequence[S
         raise ValueError("baseline and candidate need the same shapes, each with one sample per round")
     n = a[0].size
     if n == 0:
-        return Interval(math.nan, math.nan, math.nan, confidence, 0)
+        return Interval(math.nan, math.nan, math.nan, confidence)
     point = float(sum(np.median(x) for x in a) / sum(np.median(y) for y in b))
     if n < 3:
-        return Interval(point, -math.inf, math.inf, confidence, n)
+        return Interval(point, -math.inf, math.inf, confidence)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n, size=(n_boot, n))
     num = np.zeros(n_boot)
@@ -81,7 +80,7 @@ def summed_medians_ci(baseline: Sequence[Sequence[float]], candidate: Sequence[S
         den += np.median(y[idx], axis=1)
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(num / den, [alpha, 1.0 - alpha])
-    return Interval(point, float(lo), float(hi), confidence, n)
+    return Interval(point, float(lo), float(hi), confidence)
 
 
 def fraction_faster(baseline: Sequence[float], candidate: Sequence[float]) -> float:
