@@ -157,11 +157,9 @@ def call(name: str, args: tuple, device: str = "cuda") -> Any:
 
 
 def _device_of(args: tuple) -> str:
+    """The device of the first tensor argument ("cpu" when none)."""
     torch = _torch()
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            return str(a.device)
-    return "cpu"
+    return next((str(a.device) for a in args if isinstance(a, torch.Tensor)), "cpu")
 
 
 def _op_fn(op_id: str) -> Any:
