@@ -41,11 +41,10 @@ def compare_analyses(before: TimelineAnalysis, after: TimelineAnalysis) -> Timel
     a = {p.name: p for p in after.phases}
     order = [p.name for p in before.phases] + [p.name for p in after.phases if p.name not in b]
     rows = [_delta(name, b.get(name), a.get(name)) for name in order]
-    findings: list[tuple[float, str]] = []
     d_span = after.span_ns - before.span_ns
-    findings.append((abs(d_span) + 1e18, (
+    findings: list[tuple[float, str]] = [(abs(d_span) + 1e18, (
         f"span {_fmt_ns(before.span_ns)} -> {_fmt_ns(after.span_ns)} ({_fmt_ns(d_span)}, "
-        f"{100 * d_span / before.span_ns:+.1f}%)" if before.span_ns else f"span {_fmt_ns(after.span_ns)}")))
+        f"{100 * d_span / before.span_ns:+.1f}%)" if before.span_ns else f"span {_fmt_ns(after.span_ns)}"))]
 
     def moved(r: PhaseDelta) -> bool:
         crit = max(r.before.critical_ns if r.before else 0, r.after.critical_ns if r.after else 0)

@@ -136,7 +136,7 @@ def _as_u64(arr: np.ndarray, where: str) -> np.ndarray:
         raise BufferFormatError("probe buffer is empty", path=where)
     if a.dtype.kind in "iu" and a.dtype.itemsize == 8:
         return a.view("<u8") if a.dtype.byteorder != ">" else a.astype("<u8")
-    if a.dtype.kind in "iuV" or a.dtype == np.uint8:
+    if a.dtype.kind in "iuV":  # other integer widths (uint8 bytes included) and raw void records
         nbytes = a.nbytes
         if nbytes % 8:
             raise BufferFormatError(f"{nbytes} bytes is not a multiple of 8: not a uint64 probe buffer", path=where)

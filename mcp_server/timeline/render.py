@@ -12,13 +12,14 @@ from mcp_server.timeline.models import TimelineAnalysis, TimelineComparison
 WIDE = 120
 
 
-def _table(title: str, cols: list[str], rows: list[list], right_from: int = 1) -> TextTable:
-    """Phase and event names shortened from the middle, block lists wrapped, numbers never cut (textable.py)."""
-    spec = [Col(c, "name", min_width=12) if i < right_from else Col(c, "text", min_width=12)
+def _table(title: str, cols: list[str], rows: list[list]) -> TextTable:
+    """Phase and event names (the first column) shortened from the middle, block lists wrapped, numbers never cut
+    (textable.py)."""
+    spec = [Col(c, "name", min_width=12) if i == 0 else Col(c, "text", min_width=12)
             if c in ("outliers", "last blocks") else Col(c) for i, c in enumerate(cols)]
     t = TextTable(spec, title=title, title_justify="left")
     for r in rows:
-        t.add_row(*[str(x) if i < right_from else escape(str(x)) for i, x in enumerate(r)])
+        t.add_row(*[str(x) if i == 0 else escape(str(x)) for i, x in enumerate(r)])
     return t
 
 

@@ -18,7 +18,7 @@ from mcp_server.core.limits import memory_limit
 from mcp_server.core.models import Warning_
 from mcp_server.core.operation import engine
 from mcp_server.core.vocab import ProgressFn, WarningCode
-from mcp_server.tracesets import combine
+from mcp_server.tracesets import combine, report
 from mcp_server.tracesets.discover import resolve_ranks
 from mcp_server.tracesets.executors import (
     check_workers,
@@ -158,17 +158,11 @@ def analyze_trace_set(req: AnalyzeTraceSetRequest, progress: Optional[ProgressFn
     run = _Run(req, progress)
     got = run(_tasks(refs, req.categories, req.reference_trace, req.output_xlsx, req.overwrite), {})
     res = _assemble(refs, world, warnings, got, run, req.imbalance_threshold)
-    _write_outputs(res, req.output_xlsx, req.output_html)
+    if req.output_xlsx:
+        res.output_xlsx = str(report.write_set_xlsx(res, req.output_xlsx))
+    if req.output_html:
+        res.output_html = str(report.write_set_html(res, req.output_html))
     return res
-
-
-def _write_outputs(res: TraceSetAnalysis, output_xlsx: Optional[str], output_html: Optional[str]) -> None:
-    from mcp_server.tracesets import report
-
-    if output_xlsx:
-        res.output_xlsx = str(report.write_set_xlsx(res, output_xlsx))
-    if output_html:
-        res.output_html = str(report.write_set_html(res, output_html))
 
 
 def _rank_deltas(a: TraceSetAnalysis, b: TraceSetAnalysis) -> tuple[list[RankDelta], list[int]]:
