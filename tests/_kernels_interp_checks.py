@@ -88,6 +88,21 @@ def main() -> None:
                                                   x1.float() @ quant.dequantize_int4(qw))
     out["fp8_rows_g0_H1_M1_K384_N16"] = rel(w8a16_bmm(x1, fw, config={"variant": "rows", "BLOCK_N": 4}),
                                             x1.float() @ quant.dequantize_fp8(fw))
+    # the CUDA kernel's config off a CUDA device: its Triton fallback runs (one RuntimeWarning); with no
+    # fallback the typed error names why the CUDA kernel cannot run
+    from mcp_server.kernels.w4a16_cuda import CudaKernelUnavailable
+
+    cu = {"variant": "cuda", "NT": 1, "WARPS": 1, "KB": 3, "fallback": {"variant": "rows", "BLOCK_N": 2}}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        out["int4_cudafb_g128_zp_H1_M1_K384_N16"] = rel(w4a16_bmm(x1, qw, config=cu),
+                                                        x1.float() @ quant.dequantize_int4(qw))
+    out["cuda_fallback_warnings"] = [str(m.message) for m in seen if m.category is RuntimeWarning]
+    try:
+        w4a16_bmm(x1, qw, config={k: v for k, v in cu.items() if k != "fallback"})
+        out["cuda_without_fallback"] = "ran"
+    except CudaKernelUnavailable as exc:
+        out["cuda_without_fallback"] = f"CudaKernelUnavailable: {exc}"
     out["persistent"] = ("skip: the persistent kernels loop over range(pid, tiles, nprog) with run-time bounds, "
                          "which triton 3.6's interpreter cannot run under numpy 2.x")
     print(json.dumps(out))

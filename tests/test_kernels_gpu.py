@@ -134,3 +134,79 @@ def test_rows_kernels_on_every_group_layout(K):
             out = torch.full((2, 1, 384), float("nan"), device="cuda", dtype=torch.bfloat16)
             o = w8a16_bmm(x, fw, out=out, config=cfg)
             assert not o.isnan().any() and _rel(o, x.float() @ quant.dequantize_fp8(fw)) < 1e-2, (grp, cfg)
+
+
+def test_the_cuda_kernel_in_every_form_matches_the_reference_and_repeats():
+    """The NVRTC-compiled INT4 kernel (``w4a16_cuda``): tiles per warp, K blocks per warp, warps splitting K,
+    split-K across programs, the persistent grid (fewer programs than heads, each prefetching its next
+    head), m-tiles, group sizes and zero points, on quantized real-valued weights, output poisoned with NaN,
+    the same bits on a second run; and the recorded configs through the product dispatch."""
+    from mcp_server.kernels import quant, tuning, w4a16_cuda
+    from mcp_server.kernels.w4a16 import w4a16_bmm
+
+    assert w4a16_cuda.usable(), "NVRTC through torch.cuda._compile_kernel did not build the kernel here"
+    g = torch.Generator(device="cuda").manual_seed(5)
+    forms = [  # (H, K, N, Ms, config)
+        (64, 128, 512, (1, 3, 8, 16, 64), {"NT": 4, "WARPS": 2, "KB": 1}),
+        (600, 128, 512, (1, 8, 13), {"NT": 4, "WARPS": 2, "KB": 1, "PROGS": 2}),
+        (64, 512, 128, (1, 8, 20), {"NT": 1, "WARPS": 8, "KB": 4}),
+        (64, 512, 128, (1, 8), {"NT": 2, "WARPS": 2, "KB": 2, "KWARP": 2}),
+        (300, 512, 128, (1, 5), {"NT": 2, "WARPS": 2, "KB": 2, "KWARP": 2, "PROGS": 1}),
+        (2, 2048, 384, (1, 8, 16), {"NT": 1, "WARPS": 4, "KB": 2, "SPLIT": 8}),
+        (2, 2048, 384, (1, 6), {"NT": 2, "WARPS": 2, "KB": 2, "KWARP": 2, "SPLIT": 4}),
+    ]
+    for H, K, N, Ms, cfg in forms:
+        w = (torch.randn(H, K, N, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+        for zp, grp in ((False, 128), (True, 128), (True, 32), (False, 64), (True, 256 if K >= 256 else 128)):
+            qw = quant.quantize_int4(w, group=grp, zero_point=zp)
+            deq = quant.dequantize_int4(qw)
+            for M in Ms:
+                x = torch.randn(H, M, K, device="cuda", generator=g).to(torch.bfloat16)
+                out = torch.full((H, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+                o = w4a16_bmm(x, qw, out=out, config={"variant": "cuda", **cfg}).clone()
+                again = w4a16_bmm(x, qw, config={"variant": "cuda", **cfg})
+                err = _rel(o, x.float() @ deq)
+                assert not o.isnan().any() and err < 3e-3, (H, K, N, M, zp, grp, cfg, err)
+                assert torch.equal(o, again), (H, K, N, M, zp, grp, cfg)
+    # the recorded configs, through the dispatch (stacked MLA and decode GEMMs): same error as Triton's
+    for H, M, K, N in ((1024, 1, 128, 512), (1024, 1, 512, 128), (1024, 8, 128, 512), (1, 1, 7168, 2048),
+                       (1, 8, 2048, 7168)):
+        cfg = tuning.config_for("int4", M, K, N, H)
+        assert cfg["variant"] == "cuda", (H, M, K, N)
+        w = (torch.randn(H, K, N, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+        qw = quant.quantize_int4(w)
+        x = torch.randn(H, M, K, device="cuda", generator=g).to(torch.bfloat16)
+        ref = x.float() @ quant.dequantize_int4(qw)
+        e_cuda, e_tri = _rel(w4a16_bmm(x, qw), ref), _rel(w4a16_bmm(x, qw, config=cfg["fallback"]), ref)
+        assert e_cuda < 3e-3 and abs(e_cuda - e_tri) < 5e-4, (H, M, K, N, e_cuda, e_tri)
+
+
+def test_the_cuda_kernel_fp8_form_matches_the_reference_and_repeats():
+    """The e4m3 form (64-k blocks, per-channel scales, f16 MMAs as the Triton W8A16 kernel): whole K per warp,
+    warps splitting K, the persistent grid and split-K, against x @ the dequantized weights, NaN-poisoned output,
+    the same bits twice; and the recorded stacked config through the dispatch."""
+    from mcp_server.kernels import quant, tuning
+    from mcp_server.kernels.w8a16 import w8a16_bmm
+
+    g = torch.Generator(device="cuda").manual_seed(6)
+    forms = [(64, 128, 512, (1, 8, 13), {"NT": 1, "WARPS": 4, "KB": 2}),
+             (600, 128, 512, (1, 8), {"NT": 4, "WARPS": 2, "KB": 2, "PROGS": 2}),
+             (64, 512, 128, (1, 8, 20), {"NT": 2, "WARPS": 2, "KB": 4, "KWARP": 2}),
+             (2, 2048, 384, (1, 8), {"NT": 1, "WARPS": 4, "KB": 4, "SPLIT": 8})]
+    for H, K, N, Ms, cfg in forms:
+        fw = quant.quantize_fp8((torch.randn(H, K, N, device="cuda", generator=g) * 0.02).to(torch.bfloat16))
+        deq = quant.dequantize_fp8(fw)
+        for M in Ms:
+            x = torch.randn(H, M, K, device="cuda", generator=g).to(torch.bfloat16)
+            out = torch.full((H, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+            o = w8a16_bmm(x, fw, out=out, config={"variant": "cuda", **cfg}).clone()
+            err = _rel(o, x.float() @ deq)
+            assert not o.isnan().any() and err < 3e-3, (H, K, N, M, cfg, err)
+            assert torch.equal(o, w8a16_bmm(x, fw, config={"variant": "cuda", **cfg})), (H, K, N, M, cfg)
+    cfg = tuning.config_for("fp8", 1, 128, 512, 1024)
+    assert cfg["variant"] == "cuda"
+    fw = quant.quantize_fp8((torch.randn(1024, 128, 512, device="cuda", generator=g) * 0.02).to(torch.bfloat16))
+    x = torch.randn(1024, 1, 128, device="cuda", generator=g).to(torch.bfloat16)
+    ref = x.float() @ quant.dequantize_fp8(fw)
+    e_cuda, e_tri = _rel(w8a16_bmm(x, fw), ref), _rel(w8a16_bmm(x, fw, config=cfg["fallback"]), ref)
+    assert e_cuda < 3e-3 and abs(e_cuda - e_tri) < 5e-4, (e_cuda, e_tri)

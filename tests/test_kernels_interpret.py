@@ -36,7 +36,8 @@ def test_every_variant_matches_the_dequantized_reference(results):
     # 3 shapes x (4 int4 + 6 fp8 + w8a8 + act scale) + 2 gemv at M = 1 + 2 x 4 prefetching (K > 128)
     # + 3 shapes x (4 split-K int4 + 4 split-K GEMV + 3 split-K fp8 + 3 fp8 GEMV + the 2 dispatched defaults)
     # + 3 shapes x (4 int4 + 3 fp8 rows kernels at M = 1) + the 2 rows kernels at K = 384 (padded word tile)
-    assert len(errs) == 3 * 12 + 2 + 8 + 3 * 16 + 3 * 7 + 2
+    # + the CUDA kernel's config run through its fallback off the GPU
+    assert len(errs) == 3 * 12 + 2 + 8 + 3 * 16 + 3 * 7 + 2 + 1
     bad = {k: v for k, v in errs.items() if not k.startswith("act_scale") and not (v < 1e-2)}
     assert not bad, bad   # bf16 output rounding is ~3e-3; an indexing or packing bug gives O(1)
 
@@ -49,6 +50,13 @@ def test_every_family_is_covered(results):
             "int4_splitk_g128", "int4_splitk_g32_zp", "int4_gemvsk_g128", "int4_gemvsk_g64", "int4_gemvsk_g128_zp",
             "fp8_splitk_g0", "fp8_splitk_g128", "fp8_gemvsk_g0", "fp8_gemvsk_g64", "int4_auto", "fp8_auto",
             "int4_rows_g128", "int4_rows_g128_zp", "int4_rows_g32_zp", "fp8_rows_g0", "fp8_rows_g128"} <= fams
+
+
+def test_the_cuda_kernel_falls_back_to_its_triton_config_off_the_gpu(results):
+    assert results["int4_cudafb_g128_zp_H1_M1_K384_N16"] < 1e-2
+    (msg,) = results["cuda_fallback_warnings"]
+    assert "CUDA kernel cannot run (not on a CUDA device)" in msg and "Triton fallback" in msg
+    assert results["cuda_without_fallback"] == "CudaKernelUnavailable: not on a CUDA device"
 
 
 def test_untuned_shapes_run_the_heuristic_and_warn_once(results):

@@ -85,13 +85,23 @@ def test_tuning_table_covers_the_bench_families():
     cfg["BLOCK_N"] = -1
     assert tuning.config_for("int4", 1, 128, 512)["BLOCK_N"] != -1   # a copy
     # STACKED first once the H matrices hold >= 64 MiB of BF16 (4+ layers of 128 heads): FP8 W_UK
-    # through the TMA-fed kernel at 8 layers, the word-tile kernel at one layer; INT4 has no such entry
-    assert tuning.config_for("fp8", 1, 128, 512, 1024)["variant"] == "tma"
+    # through the TMA-fed kernel at 8 layers, the word-tile kernel at one layer; INT4 at M <= 8 through the
+    # CUDA kernel when stacked, its one-layer Triton config as the fallback and at one layer
+    assert tuning.config_for("fp8", 1, 128, 512, 1024)["variant"] == "cuda"      # the CUDA kernel's e4m3 form
+    assert tuning.config_for("fp8", 1, 128, 512, 1024)["fallback"]["variant"] == "tma"
     assert tuning.config_for("fp8", 8, 128, 512, 512)["variant"] == "tma"
     assert tuning.config_for("fp8", 1, 128, 512, 128)["variant"] == "asm"
     assert tuning.config_for("fp8", 64, 128, 512, 1024)["num_stages"] == 3
     assert tuning.config_for("fp8", 64, 128, 512, 128)["num_stages"] == 2
-    assert tuning.config_for("int4", 1, 128, 512, 1024) == tuning.config_for("int4", 1, 128, 512, 128)
+    for M, K, N in ((1, 128, 512), (1, 512, 128), (8, 128, 512)):
+        stacked, one = tuning.config_for("int4", M, K, N, 1024), tuning.config_for("int4", M, K, N, 128)
+        assert stacked["variant"] == "cuda" and one["variant"] == "dot" and stacked["fallback"] == one
+    # W_UV at M = 8 and every M = 64 family stay on Triton (the CUDA kernel lost there)
+    assert tuning.config_for("int4", 8, 512, 128, 1024) == tuning.config_for("int4", 8, 512, 128, 128)
+    assert tuning.config_for("int4", 64, 128, 512, 1024)["variant"] == "dot"
+    stacked = tuning.config_for("int4", 1, 128, 512, 1024)
+    stacked["fallback"]["BLOCK_N"] = -1
+    assert tuning.config_for("int4", 1, 128, 512, 1024)["fallback"]["BLOCK_N"] != -1   # a deep enough copy
 
 
 def test_requests_parse_comma_lists_and_refuse_bad_values():
@@ -140,12 +150,16 @@ def test_decode_gemm_families_are_tuned_and_other_shapes_get_a_valid_plan():
         for K, N in decode.DECODE_SHAPES:
             for M in decode.DECODE_BATCHES:
                 assert tuning.is_tuned(kind, M, K, N), (kind, M, K, N)
-    # measured at M = 1: the rows kernel (whole K per program, no split-K) where it won, else the
-    # CUDA-core GEMV split to one 128-k block per program
+    # measured at M = 1: the rows kernel (whole K per program, no split-K) where it won; at 7168x2048 the
+    # CUDA kernel split 14 ways (4 blocks per program), the CUDA-core GEMV it replaced as its fallback
     assert tuning.config_for("int4", 1, 4096, 4096)["variant"] == "rows"
     assert tuning.config_for("int4", 1, 7168, 2048) == {
-        "variant": "gemv", "BLOCK_N": 128, "SPLIT": 56, "SUB": 1, "num_warps": 4, "num_stages": 1}
-    assert tuning.config_for("int4", 8, 7168, 2048)["SPLIT"] == 14
+        "variant": "cuda", "NT": 1, "WARPS": 2, "KB": 4, "SPLIT": 14, "fallback": {
+            "variant": "gemv", "BLOCK_N": 128, "SPLIT": 56, "SUB": 1, "num_warps": 4, "num_stages": 1}}
+    assert tuning.config_for("int4", 8, 7168, 2048)["fallback"]["SPLIT"] == 14
+    for M, K, N in ((8, 4096, 4096), (16, 4096, 4096), (8, 8192, 8192), (8, 2048, 7168)):
+        c = tuning.config_for("int4", M, K, N)
+        assert c["variant"] == "cuda" and K == c["KB"] * 128 * c["SPLIT"] and N % (16 * c["NT"] * c["WARPS"]) == 0
     # untuned shapes: K divisible by SPLIT x 128 x SUB (64 for fp8), N by BLOCK_N, a few programs per SM
     for K, N in ((4096, 11008), (11008, 4096), (5120, 640), (1024, 1024), (14336, 4096), (256, 48)):
         for M in (1, 4, 16, 48, 200):
@@ -180,3 +194,35 @@ def test_decode_gemm_request_parses_shapes_and_refuses_bad_ones():
                      ("4096x100", "N=100 must be a multiple of 16"), ("axb", "is not KxN"), (",", "at least one")):
         with pytest.raises(ValidationError, match=msg):
             DecodeGemmRequest(shapes=bad)
+
+
+def test_the_cuda_kernel_plans_its_grid_and_refuses_what_it_cannot_run():
+    """``w4a16_cuda.plan`` (no GPU needed): grid, threads and shared memory of a launch, and a typed refusal
+    naming the reason for shapes, groups and combinations the kernel does not handle."""
+    from mcp_server.kernels.w4a16_cuda import CudaKernelUnavailable, plan, supports_group
+
+    # W_UV at 8 layers, M = 1: one program (8 warps x 16 rows) per head, K = 4 blocks, x staged as 8 rows
+    mc, grid, threads, smem = plan({"NT": 1, "WARPS": 8, "KB": 4}, 1024, 1, 512, 128, 128, False)
+    assert grid == (1, 1024, 1) and threads == 256 and smem == 8 * (512 + 8) * 2
+    assert (mc["MT"], mc["SPLIT"], mc["PF"], mc["ZP"]) == (1, 1, 0, 0)
+    # M = 20 needs 3 m-tiles of 8; MT = 2 covers 16 rows per program, so two m-programs per n block
+    mc, grid, _, smem = plan({"NT": 2, "WARPS": 4, "KB": 1, "MT": 2}, 16, 20, 128, 512, 64, True)
+    assert grid == (4 * 2, 16, 1) and mc["ZP"] == 1 and smem == 16 * (128 + 8) * 2
+    # split-K on a decode GEMM, K split in 14 slices of 4 blocks; warps splitting K add a reduction buffer
+    _, grid, threads, smem = plan({"NT": 1, "WARPS": 2, "KB": 4, "SPLIT": 14}, 1, 1, 7168, 2048, 128, False)
+    assert grid == (64, 1, 14) and threads == 64
+    _, _, threads, smem = plan({"NT": 2, "WARPS": 2, "KB": 2, "KWARP": 2}, 1024, 8, 512, 128, 128, False)
+    assert threads == 128 and smem == 8 * (512 + 8) * 2 + 1 * 2 * 2 * 1 * 4 * 32 * 4
+    # the persistent grid: PROGS programs per SM over the heads, never more programs than heads
+    mc, grid, _, _ = plan({"NT": 4, "WARPS": 2, "KB": 1, "PROGS": 6}, 1024, 8, 128, 512, 128, False, sms=132)
+    assert mc["PF"] == 1 and grid == (4, 6 * 132 // 4, 1)
+    assert plan({"NT": 4, "WARPS": 2, "KB": 1, "PROGS": 6}, 16, 8, 128, 512, 128, False)[1][1] == 16
+    for cfg, shape, why in (
+            ({"NT": 4, "WARPS": 4}, (8, 1, 128, 96), "N=96 is not a multiple of 16\\*NT\\*WARPS=256"),
+            ({"KB": 2}, (8, 1, 512, 128), "K=512 != KB\\*128\\*KWARP\\*SPLIT=256"),
+            ({"KB": 1, "SPLIT": 4, "PROGS": 2}, (8, 1, 512, 128), "do not combine")):
+        with pytest.raises(CudaKernelUnavailable, match=why):
+            plan(cfg, *shape, 128, False)
+    with pytest.raises(CudaKernelUnavailable, match="group=16"):
+        plan({}, 1, 1, 128, 64, 16, False)
+    assert [g for g in (16, 32, 64, 96, 128, 256, 384) if supports_group(g)] == [32, 64, 128, 256, 384]

@@ -126,6 +126,8 @@ def check_decode(M: int, K: int, N: int, group: int = 128, seed: int = 0, config
 
 def bench_decode_row(M: int, K: int, N: int, group: int = 128, configs=None, cupti: bool = True) -> dict:
     """One (M, K, N): graph and CUPTI µs for BF16, tinygemm (when present), INT4 and FP8."""
+    from mcp_server.kernels.w4a16_cuda import resolve
+
     pick = configs or tuning.config_for
     buf = DecodeBuffers(M, K, N, group)
     row: dict = {"M": M, "K": K, "N": N, "bf16_mb": round(2 * K * N / 1e6, 2)}
@@ -141,7 +143,7 @@ def bench_decode_row(M: int, K: int, N: int, group: int = 128, configs=None, cup
             cu = cupti_us(fns)
             row[f"{fmt}_cupti_us"] = round(cu, 2)
             row[f"{fmt}_cupti_tbps"] = round(buf.tbps(fmt, cu), 3)
-    row["int4_config"], row["fp8_config"] = pick("int4", M, K, N), pick("fp8", M, K, N)
+    row["int4_config"], row["fp8_config"] = resolve(pick("int4", M, K, N)), pick("fp8", M, K, N)
     row["tuned"] = tuning.is_tuned("int4", M, K, N) and tuning.is_tuned("fp8", M, K, N)
     for fmt in ("tinygemm", "int4", "fp8"):
         if row.get(f"{fmt}_us"):

@@ -142,6 +142,47 @@ STACKED: dict[tuple[str, int, int, int], dict] = {
     ("fp8", 256, 128, 512): {"variant": "asm", "BLOCK_N": 128, "SUB": 1, "num_warps": 4, "num_stages": 3},
 }
 
+
+
+def _cuda(nt: int, warps: int, kb: int, split: int = 1, fallback: dict | None = None, **extra) -> dict:
+    """A config of the CUDA mma.sync kernel (``w4a16_cuda``), with the Triton config it replaced as the
+    fallback where NVRTC cannot build it."""
+    return {"variant": "cuda", "NT": nt, "WARPS": warps, "KB": kb, "SPLIT": split, **extra,
+            "fallback": dict(fallback or {})}
+
+
+#: Issue 26, the CUDA kernel (tools/cuda_w4a16_h200.py, 2026-12-02, bench/results/cuda_w4a16_sweep_h200_r1.json
+#: .. _r5.json: r1 and r2 --round 1 (r2 after staging only the rows < M of x), r3 --round 2 (warps splitting K),
+#: r4 --round 3 (the persistent grid), r5 the e4m3 form; four machine starts of the H200), stacked MLA BMMs,
+#: cold, graph us at 8 layers (16, 32 layers):
+#: W_UK M = 1 12.6-12.9 against Triton's 15.1-15.2 (22.0-22.8 vs 26.7-27.4; 40.9-41.3 vs 48.9-49.5); W_UV
+#: M = 1 15.6-16.4 vs 15.7-16.1 (25.4-26.5 vs 27.8-28.5; 44.8-47.9 vs 50.8-51.5); W_UK M = 8 with the
+#: persistent grid (6 programs per SM, each prefetching its next head) 13.8 vs 16.4-16.6 (24.7 vs 28.7-29.5;
+#: 49.8 vs 53.7-54.3). W_UV M = 8 stays on Triton (CUDA 15.7 and 27.7 but 59.1 vs 53.8 at 32 layers), M = 64
+#: too (0.88-1.00x BF16 against Triton's 1.24-1.36x; not profiled: mma.sync tiles against wgmma). Stacked
+#: only: the one-layer rows keep the configs the kernel-compass worked example's one-layer loop validated.
+STACKED.update({
+    ("int4", 1, 128, 512): _cuda(4, 2, 1, fallback=TABLE[("int4", 1, 128, 512)]),
+    ("int4", 1, 512, 128): _cuda(1, 8, 4, fallback=TABLE[("int4", 1, 512, 128)]),
+    ("int4", 8, 128, 512): _cuda(4, 2, 1, fallback=TABLE[("int4", 8, 128, 512)], PROGS=6),
+})
+#: The e4m3 form of the CUDA kernel (r5, one run): FP8 W_UK at M = 1, 8 stacked layers 22.02 us against the
+#: TMA-fed Triton kernel's 23.75 (16 layers 40.80 vs 42.00, 32 layers 78.31 vs 80.03); elsewhere level or behind
+#: (W_UV M = 1 22.11 vs 21.82; at 32 layers W_UK M = 8 93.0 vs 89.4).
+STACKED[("fp8", 1, 128, 512)] = _cuda(1, 4, 2, fallback=STACKED[("fp8", 1, 128, 512)])
+#: Decode GEMMs (H = 1), r1-r3, graph us, CUDA kernel vs the Triton config it replaces (and tinygemm):
+#: 4096x4096 M = 8 8.64-8.82 vs 9.48-9.82, M = 16 10.26-10.39 vs 10.43-10.55; 8192x8192 M = 8 21.45-22.25 vs
+#: 22.93-23.12; 7168x2048 M = 1 7.49-7.55 vs 7.62-7.68 (tinygemm 7.51-7.54), M = 8 8.76-8.82 vs 9.58-9.93,
+#: M = 16 10.16-10.33 vs 10.82-11.19; 2048x7168 M = 8 8.33-8.35 vs 9.03-9.43. Elsewhere Triton stays ahead
+#: or level (8192x8192 M = 1 within 1.3 %, M = 16 Triton by 11 %; 2048x7168 M = 1 the ``rows`` kernel 6.3 vs
+#: 7.1; M = 16 level).
+for _key, (_nt, _w, _kb, _sp) in {
+        ("int4", 8, 4096, 4096): (1, 4, 4, 8), ("int4", 16, 4096, 4096): (1, 4, 8, 4),
+        ("int4", 8, 8192, 8192): (2, 4, 4, 16), ("int4", 1, 7168, 2048): (1, 2, 4, 14),
+        ("int4", 8, 7168, 2048): (1, 4, 8, 7), ("int4", 16, 7168, 2048): (1, 4, 8, 7),
+        ("int4", 8, 2048, 7168): (1, 4, 4, 4)}.items():
+    TABLE[_key] = _cuda(_nt, _w, _kb, _sp, fallback=TABLE[_key])
+
 # Source of the values: H200 sweeps 2026-12-01 (bench/results/mla_sweep_h200.json; decode GEMMs and FP8 W_UV:
 # bench/results/decode_sweep_h200_r*.json)
 
@@ -221,7 +262,8 @@ def config_for(kind: str, M: int, K: int, N: int, H: int = 1, sms: int = DEFAULT
     key = (kind, bucket(M), K, N)
     hit = STACKED.get(key) if 2 * H * K * N >= STACKED_BYTES else None
     hit = hit or TABLE.get(key)
-    cfg = dict(hit) if hit is not None else heuristic(kind, M, K, N, H, sms)
+    cfg = ({k: dict(v) if isinstance(v, dict) else v for k, v in hit.items()} if hit is not None
+           else heuristic(kind, M, K, N, H, sms))       # a copy, its fallback config included
     if kind in ("int4", "fp8", "w8a8") and M > 16:
         cfg.setdefault("BLOCK_M", None)
     return cfg

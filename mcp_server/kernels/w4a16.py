@@ -538,8 +538,9 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
     H200 winner for this shape family, else the shape heuristic with an ``UntunedShapeWarning``,
     ``tuning.config_for``); ``variant`` overrides the config's: "dot" (one program per output tile,
     the MLA kernel), "splitk" (K split over SPLIT programs, SUB blocks in flight per step),
-    "gemv" (M = 1 on the CUDA cores, split-K), "persistent", and "*_plain" forms without inline
-    asm. Returns (compiled kernel, output tensor).
+    "gemv" (M = 1 on the CUDA cores, split-K), "persistent", "cuda" (the NVRTC-compiled mma.sync
+    kernel of ``w4a16_cuda``; its config's ``fallback`` runs where it cannot), and "*_plain" forms
+    without inline asm. Returns (compiled kernel, output tensor).
     """
     import torch
 
@@ -556,6 +557,14 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
     cfg = launch_config("int4", x, N, config)
     variant = variant or cfg.pop("variant", "dot")
     cfg.pop("variant", None)
+    if variant == "cuda":
+        from mcp_server.kernels.w4a16_cuda import try_launch
+
+        ran = try_launch(x, w, out, cfg)
+        if ran is not None:
+            return ran
+        cfg = dict(cfg["fallback"])
+        variant = cfg.pop("variant", "dot")
     unpack = 2 if interpreting() else (1 if variant.endswith("_plain") else 0)
     if variant in ("persistent_plain", "splitk_plain"):
         variant = variant[:-6]

@@ -381,12 +381,22 @@ def w8a16_launch(x, w: Fp8Weights, out=None, config: dict | None = None):
     """``x[H, M, K]`` bf16 times FP8 weights -> ``[H, M, N]`` bf16; (compiled kernel, out).
 
     Shuffled weights run the word-tile kernel (``variant`` "asm" default, or "plain"; ``SPLIT``
-    splits K, ``SUB`` 64-k blocks per step) or, at M = 1, ``variant`` "gemv" (CUDA cores, split-K);
+    splits K, ``SUB`` 64-k blocks per step) or, at M = 1, ``variant`` "gemv" (CUDA cores, split-K), or
+    "cuda" (the e4m3 form of ``w4a16_cuda``'s kernel, per-channel scales; its ``fallback`` config elsewhere);
     natural-layout weights the plain tile kernel (fp8 tile through shared memory).
     """
     import torch
 
     cfg = launch_config("fp8", x, w.N, config, warn=w.layout == "shuffled")
+    if cfg.get("variant") == "cuda":          # the CUDA kernel's e4m3 form (w4a16_cuda), else its fallback
+        from mcp_server.kernels.w4a16_cuda import try_launch
+
+        if out is None:
+            out = torch.empty((x.shape[0], x.shape[1], w.N), dtype=torch.bfloat16, device=x.device)
+        ran = try_launch(x.contiguous(), w, out, cfg)
+        if ran is not None:
+            return ran
+        cfg = dict(cfg["fallback"])
     if w.layout == "shuffled":
         return _launch_shuffled(x, w, out, cfg)
     H, M, K, bn, bk = _check(x, w, cfg)
