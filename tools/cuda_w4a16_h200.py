@@ -31,6 +31,8 @@ ROUND = 1
 
 
 def mla_cands(M: int, K: int, N: int) -> list[dict]:
+    if ROUND >= 4:
+        return mla_cands4(M, K, N)
     if ROUND >= 3:
         return mla_cands3(M, K, N)
     if ROUND >= 2:
@@ -68,6 +70,16 @@ def mla_cands2(M: int, K: int, N: int) -> list[dict]:
             out.append({"variant": "cuda", "NT": nt, "KB": kb, "SPLIT": K // (128 * kb * kw), "WARPS": w,
                         "KWARP": kw})
     return out
+
+
+def mla_cands4(M: int, K: int, N: int) -> list[dict]:
+    """Round 4: the recorded M = 1 configs with a register cap (``MINB``: minimum programs per SM for
+    ``__launch_bounds__``), as the kernels' ncu profile showed register-limited occupancy (78-79 registers)."""
+    if K == 128:
+        base, minbs = {"NT": 4, "WARPS": 2, "KB": 1, "KWARP": 1, "SPLIT": 1}, (0, 14, 16)
+    else:
+        base, minbs = {"NT": 1, "WARPS": 8, "KB": 4, "KWARP": 1, "SPLIT": 1}, (0, 4)
+    return [{"variant": "cuda", **base, **({"MINB": b} if b else {})} for b in minbs]
 
 
 def mla_cands3(M: int, K: int, N: int) -> list[dict]:
