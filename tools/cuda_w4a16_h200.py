@@ -57,6 +57,14 @@ def mla_cands(M: int, K: int, N: int) -> list[dict]:
     return out
 
 
+def _cfg(nt: int, w: int, kb: int, kw: int, K: int, bk: int = 128, progs: int = 0) -> dict:
+    """A CUDA-kernel candidate: K split over programs as whatever KB * KWARP blocks of ``bk`` leave."""
+    c = {"variant": "cuda", "NT": nt, "KB": kb, "SPLIT": K // (bk * kb * kw), "WARPS": w, "KWARP": kw}
+    if progs:
+        c["PROGS"] = progs
+    return c
+
+
 def mla_cands2(M: int, K: int, N: int) -> list[dict]:
     """Round 2: warps that split K inside a program (KWARP), and more rows per warp."""
     if K == 128:
@@ -64,12 +72,7 @@ def mla_cands2(M: int, K: int, N: int) -> list[dict]:
     else:
         sets = ((4, 2, 1, 4), (2, 4, 1, 4), (4, 2, 2, 2), (2, 4, 2, 2), (2, 2, 1, 4), (4, 1, 1, 4), (2, 2, 2, 2),
                 (1, 4, 1, 4), (2, 1, 1, 4), (4, 1, 2, 2), (8, 1, 1, 4), (2, 4, 4, 1), (1, 8, 4, 1))
-    out = []
-    for nt, w, kb, kw in sets:
-        if N % (16 * nt * w) == 0:
-            out.append({"variant": "cuda", "NT": nt, "KB": kb, "SPLIT": K // (128 * kb * kw), "WARPS": w,
-                        "KWARP": kw})
-    return out
+    return [_cfg(nt, w, kb, kw, K) for nt, w, kb, kw in sets if N % (16 * nt * w) == 0]
 
 
 def mla_cands4(M: int, K: int, N: int) -> list[dict]:
@@ -93,14 +96,8 @@ def mla_cands3(M: int, K: int, N: int) -> list[dict]:
         base = ((1, 8, 4, 1), (2, 4, 4, 1), (4, 2, 2, 2))
         pf = (((1, 4, 4, 1), (2, 3)), ((1, 8, 4, 1), (1,)), ((1, 2, 4, 1), (4, 6)), ((2, 2, 2, 2), (2, 3, 4)),
               ((1, 4, 2, 2), (2, 3)), ((2, 4, 1, 4), (1, 2)), ((4, 2, 1, 4), (1,)))
-    out = []
-    for (nt, w, kb, kw), progs in [(b, (0,)) for b in base] + list(pf):
-        for p in progs:
-            c = {"variant": "cuda", "NT": nt, "KB": kb, "SPLIT": K // (128 * kb * kw), "WARPS": w, "KWARP": kw}
-            if p:
-                c["PROGS"] = p
-            out.append(c)
-    return out
+    return [_cfg(nt, w, kb, kw, K, progs=p) for (nt, w, kb, kw), progs in [(b, (0,)) for b in base] + list(pf)
+            for p in progs]
 
 
 def fp8_cands(M: int, K: int, N: int) -> list[dict]:
@@ -111,14 +108,7 @@ def fp8_cands(M: int, K: int, N: int) -> list[dict]:
     else:
         sets = ((1, 8, 8, 1, 0), (2, 4, 8, 1, 0), (2, 2, 4, 2, 0), (1, 4, 4, 2, 0), (4, 1, 4, 2, 0), (2, 2, 2, 4, 0),
                 (4, 2, 2, 4, 0), (1, 4, 4, 2, 3), (2, 2, 4, 2, 3), (2, 2, 2, 4, 2))
-    out = []
-    for nt, w, kb, kw, p in sets:
-        if N % (16 * nt * w) == 0:
-            c = {"variant": "cuda", "NT": nt, "KB": kb, "KWARP": kw, "SPLIT": K // (64 * kb * kw), "WARPS": w}
-            if p:
-                c["PROGS"] = p
-            out.append(c)
-    return out
+    return [_cfg(nt, w, kb, kw, K, 64, p) for nt, w, kb, kw, p in sets if N % (16 * nt * w) == 0]
 
 
 def check_fp8(cfg, H, M, K, N) -> dict:
@@ -133,45 +123,10 @@ def check_fp8(cfg, H, M, K, N) -> dict:
     fw = quant.quantize_fp8(w)
     x = torch.randn(H, M, K, device="cuda", generator=g).to(torch.bfloat16)
     ref = x.float() @ quant.dequantize_fp8(fw)
-    out = torch.full((H, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    w8a16_bmm(x, fw, out=out, config=dict(cfg))
-    a = out.clone()
-    w8a16_bmm(x, fw, out=out, config=dict(cfg))
-    torch.cuda.synchronize()
     tri = w8a16_bmm(x, fw, config=tuning.config_for("fp8", M, K, N, H))
-    err = rel(a, ref) if torch.isfinite(a.float()).all() else float("nan")
-    return {"fmt": "fp8", "H": H, "M": M, "K": K, "N": N, "group": 0, "cfg": cfg, "err": err,
-            "max_rel": float(((a.float() - ref).abs().max() / ref.abs().max())) if err == err else float("nan"),
-            "triton_err": rel(tri, ref), "same_bits": bool(torch.equal(a, out))}
-
-
-def fp8_family(res, H, M, K, N, cache, cands, save, label):
-    from mcp_server.kernels import bench, tuning
-
-    buf = bench.ShapeBuffers(H, M, K, N, cache)
-    row = {"fmt": "fp8", "family": label, "H": H, "M": M, "K": K, "N": N, "cache": cache,
-           "bf16_us": bench.time_launches(buf.bf16_fns())}
-    tri = tuning.config_for("fp8", M, K, N, H)
-    row["triton_cfg"] = tri
-    row["triton_us"] = bench.time_launches(buf.fp8_fns(tri))
-    row["cuda"] = []
-    for c in cands:
-        try:
-            row["cuda"].append({"cfg": c, "us": bench.time_launches(buf.fp8_fns(dict(c)))})
-        except Exception as exc:  # noqa: BLE001
-            row["cuda"].append({"cfg": c, "error": repr(exc)[:300]})
-    ok = [r for r in row["cuda"] if "us" in r]
-    if ok:
-        best = min(ok, key=lambda r: r["us"])
-        row["best"] = best
-        row["fp8_tbps"] = buf.tbps("fp8", best["us"])
-        print(f"[{time.time() - T0:.0f}s] FP8 {label} H={H} M={M} {cache}: bf16 {row['bf16_us']:.2f} product "
-              f"{row['triton_us']:.2f} cuda {best['us']:.2f} {best['cfg']} -> x{row['bf16_us'] / best['us']:.2f} "
-              f"(product x{row['bf16_us'] / row['triton_us']:.2f}) {row['fp8_tbps']:.2f} TB/s", flush=True)
-    res["mla"].append(row)
-    del buf
-    save()
-    return row
+    return {"fmt": "fp8", "H": H, "M": M, "K": K, "N": N, "group": 0, "cfg": cfg,
+            **judge(lambda out: w8a16_bmm(x, fw, out=out, config=dict(cfg)), ref, (H, M, N)),
+            "triton_err": rel(tri, ref)}
 
 
 def fp8_part(res, save, deadline, batches):
@@ -191,13 +146,14 @@ def fp8_part(res, save, deadline, batches):
     for M in batches:
         for K, N in ((128, 512), (512, 128)):
             if time.time() < deadline:
-                r = fp8_family(res, 1024, M, K, N, "cold", fp8_cands(M, K, N), save, "W_UK" if K == 128 else "W_UV")
+                r = mla_family(res, 1024, M, K, N, "cold", fp8_cands(M, K, N), save, "W_UK" if K == 128 else "W_UV",
+                               "fp8")
                 if "best" in r:
                     wins[(M, K, N)] = r["best"]["cfg"]
     for (M, K, N), c in wins.items():
         for H, cache in ((2048, "cold"), (4096, "cold"), (128, "warm"), (128, "cold")):
             if time.time() < deadline:
-                fp8_family(res, H, M, K, N, cache, [c], save, "W_UK" if K == 128 else "W_UV")
+                mla_family(res, H, M, K, N, cache, [c], save, "W_UK" if K == 128 else "W_UV", "fp8")
 
 
 def decode_cands(M: int, K: int, N: int) -> list[dict]:
@@ -222,6 +178,21 @@ def rel(a, b):
     return float((a.float() - b).norm() / b.norm())
 
 
+def judge(run, ref, shape) -> dict:
+    """``run(out)`` twice into an output poisoned with NaN: relative and max relative error against ``ref``
+    (NaN when any output is not finite) and whether the second run gave the same bits."""
+    import torch
+
+    out = torch.full(shape, float("nan"), device="cuda", dtype=torch.bfloat16)
+    run(out)
+    a = out.clone()
+    run(out)
+    torch.cuda.synchronize()
+    err = rel(a, ref) if torch.isfinite(a.float()).all() else float("nan")
+    mx = float(((a.float() - ref).abs().max() / ref.abs().max())) if err == err else float("nan")
+    return {"err": err, "max_rel": mx, "same_bits": bool(torch.equal(a, out))}
+
+
 def real_weights(H, K, N, group=128, zero_point=False, seed=0):
     import torch
 
@@ -242,17 +213,11 @@ def check(cfg, H, M, K, N, group=128, zero_point=False) -> dict:
     qw, g = real_weights(H, K, N, group, zero_point)
     x = torch.randn(H, M, K, device="cuda", generator=g).to(torch.bfloat16)
     ref = x.float() @ quant.dequantize_int4(qw)
-    out = torch.full((H, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    w4a16_bmm(x, qw, out=out, config=dict(cfg))
-    a = out.clone()
-    w4a16_bmm(x, qw, out=out, config=dict(cfg))
-    torch.cuda.synchronize()
     tri = w4a16_bmm(x, qw, config=tuning.heuristic("int4", M, K, N, H) if group != 128 or zero_point
                     else tuning.config_for("int4", M, K, N, H))
-    err = rel(a, ref) if torch.isfinite(a.float()).all() else float("nan")
-    mx = float(((a.float() - ref).abs().max() / ref.abs().max())) if err == err else float("nan")
     return {"H": H, "M": M, "K": K, "N": N, "group": group, "zero_point": zero_point, "cfg": cfg,
-            "err": err, "max_rel": mx, "triton_err": rel(tri, ref), "same_bits": bool(torch.equal(a, out))}
+            **judge(lambda out: w4a16_bmm(x, qw, out=out, config=dict(cfg)), ref, (H, M, N)),
+            "triton_err": rel(tri, ref)}
 
 
 def checks(res, save):
@@ -282,31 +247,46 @@ def checks(res, save):
     save()
 
 
-def mla_family(res, H, M, K, N, cache, cands, save, label):
-    from mcp_server.kernels import bench, tuning
+def time_candidates(row: dict, cands, fns) -> dict | None:
+    """Graph-time every candidate config (``fns(cfg)`` -> launches) into ``row["cuda"]`` (an error is recorded
+    and the sweep goes on); the fastest becomes ``row["best"]`` and is returned."""
+    from mcp_server.kernels import bench
 
-    buf = bench.ShapeBuffers(H, M, K, N, cache)
-    row = {"family": label, "H": H, "M": M, "K": K, "N": N, "cache": cache,
-           "bf16_us": bench.time_launches(buf.bf16_fns())}
-    tri = tuning.config_for("int4", M, K, N, H)
-    row["triton_cfg"] = tri
-    row["triton_us"] = bench.time_launches(buf.int4_fns(tri))
     row["cuda"] = []
     for c in cands:
         try:
-            row["cuda"].append({"cfg": c, "us": bench.time_launches(buf.int4_fns(dict(c)))})
+            row["cuda"].append({"cfg": c, "us": bench.time_launches(fns(dict(c)))})
         except Exception as exc:  # noqa: BLE001
             row["cuda"].append({"cfg": c, "error": repr(exc)[:300]})
     ok = [r for r in row["cuda"] if "us" in r]
-    if ok:
-        best = min(ok, key=lambda r: r["us"])
-        row["best"] = best
-        row["best_cupti_us"] = bench.cupti_us(buf.int4_fns(dict(best["cfg"])))
+    if not ok:
+        return None
+    row["best"] = min(ok, key=lambda r: r["us"])
+    return row["best"]
+
+
+def mla_family(res, H, M, K, N, cache, cands, save, label, fmt="int4"):
+    """One MLA shape: BF16, the recorded config of ``fmt`` (int4 or fp8) and every CUDA candidate, graph-timed in
+    one run; the best candidate also by CUPTI."""
+    from mcp_server.kernels import bench, tuning
+
+    buf = bench.ShapeBuffers(H, M, K, N, cache)
+    fns = buf.int4_fns if fmt == "int4" else buf.fp8_fns
+    row = {"family": label, "H": H, "M": M, "K": K, "N": N, "cache": cache,
+           "bf16_us": bench.time_launches(buf.bf16_fns())}
+    if fmt != "int4":
+        row["fmt"] = fmt
+    tri = tuning.config_for(fmt, M, K, N, H)
+    row["triton_cfg"] = tri
+    row["triton_us"] = bench.time_launches(fns(tri))
+    best = time_candidates(row, cands, fns)
+    if best:
+        row["best_cupti_us"] = bench.cupti_us(fns(dict(best["cfg"])))
         row["bf16_cupti_us"] = bench.cupti_us(buf.bf16_fns())
-        row["int4_tbps"] = buf.tbps("int4", best["us"])
-        print(f"[{time.time() - T0:.0f}s] {label} H={H} M={M} {cache}: bf16 {row['bf16_us']:.2f} triton "
+        row[f"{fmt}_tbps"] = buf.tbps(fmt, best["us"])
+        print(f"[{time.time() - T0:.0f}s] {fmt} {label} H={H} M={M} {cache}: bf16 {row['bf16_us']:.2f} recorded "
               f"{row['triton_us']:.2f} cuda {best['us']:.2f} {best['cfg']} -> x{row['bf16_us'] / best['us']:.2f} "
-              f"(triton x{row['bf16_us'] / row['triton_us']:.2f}) {row['int4_tbps']:.2f} TB/s", flush=True)
+              f"(recorded x{row['bf16_us'] / row['triton_us']:.2f}) {row[f'{fmt}_tbps']:.2f} TB/s", flush=True)
     res["mla"].append(row)
     del buf
     save()
@@ -325,16 +305,8 @@ def decode_family(res, M, K, N, save):
     tri = tuning.config_for("int4", M, K, N, 1)
     row["triton_cfg"] = tri
     row["triton_us"] = bench.time_launches(buf.fns("int4", tri))
-    row["cuda"] = []
-    for c in decode_cands(M, K, N):
-        try:
-            row["cuda"].append({"cfg": c, "us": bench.time_launches(buf.fns("int4", dict(c)))})
-        except Exception as exc:  # noqa: BLE001
-            row["cuda"].append({"cfg": c, "error": repr(exc)[:300]})
-    ok = [r for r in row["cuda"] if "us" in r]
-    if ok:
-        best = min(ok, key=lambda r: r["us"])
-        row["best"] = best
+    best = time_candidates(row, decode_cands(M, K, N), lambda cfg, b=buf: b.fns("int4", cfg))
+    if best:
         print(f"[{time.time() - T0:.0f}s] decode {K}x{N} M={M}: bf16 {row['bf16_us']:.2f} tiny "
               f"{row.get('tinygemm_us', 0):.2f} triton {row['triton_us']:.2f} cuda {best['us']:.2f} {best['cfg']}",
               flush=True)
