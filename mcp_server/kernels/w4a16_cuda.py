@@ -1,4 +1,5 @@
-"""INT4 W4A16 BMM in CUDA C++, compiled at run time by NVRTC: ``variant="cuda"`` of ``w4a16_launch``.
+"""INT4 W4A16 (and FP8 W8A16) BMM in CUDA C++, compiled at run time by NVRTC: ``variant="cuda"`` of
+``w4a16_launch`` and ``w8a16_launch``.
 
 Why a second implementation of the same product (docs/kernels.md, "the CUDA kernel"): the Triton kernels
 load the packed words straight into the register layout of the dot (4-byte loads in the wgmma tiles) and
@@ -22,13 +23,19 @@ unpacked words feed ``mma.sync`` directly as the left operand, with no shared-me
 * **Split-K** (``SPLIT`` > 1, for an ordinary Linear layer whose N alone cannot fill the GPU): the
   programs of a tile store fp32 partials to the workspace shared with the Triton split-K kernels and
   the last to arrive sums them in a fixed order (deterministic), as ``splitk.py`` describes.
+* **Persistent grid** (``PROGS`` programs per SM, no split-K): each program loops over heads and loads
+  the next head's weights and activations into registers while it multiplies the current one's.
+* **FP8 form** (``Fp8Weights``, shuffled layout, per-channel scales): 64-k blocks of 16 words, byte j of
+  words 2t, 2t + 1, 2t + 8, 2t + 9 is chunk j; ``cvt.rn.f16x2.e4m3x2`` and f16 MMAs, the activations
+  converted to f16 when staged, as the Triton W8A16 kernel does.
 
 Config keys (``tuning``): ``NT`` 16-row tiles per warp, ``MT`` 8-row m-tiles per program (from M when
-absent), ``KB`` 128-k blocks per program (K = KB * 128 * SPLIT), ``WARPS``, ``SPLIT``, ``MINB``
-(``__launch_bounds__`` minimum programs per SM; 0 = none), ``KWARP`` (warps that split a program's K
-slice, each KB blocks, summed through shared memory in a fixed order). Groups 32, 64 and multiples of 128; other
-groups, or a torch without NVRTC kernel compilation, raise ``CudaKernelUnavailable`` and
-``w4a16_launch`` runs the config's Triton ``fallback``.
+absent), ``KB`` K blocks per warp (128 k for INT4, 64 for FP8; K = KB * block * KWARP * SPLIT),
+``WARPS``, ``KWARP`` (warps that split a program's K slice, summed through shared memory in a fixed
+order), ``SPLIT``, ``PROGS``, ``MINB`` (``__launch_bounds__`` minimum programs per SM; 0 = none). INT4
+groups 32, 64 and multiples of 128, FP8 per-channel scales; anything else, or a torch without NVRTC
+kernel compilation, raises ``CudaKernelUnavailable``, and the launchers run the config's Triton
+``fallback`` (``try_launch``).
 """
 from __future__ import annotations
 
@@ -50,7 +57,7 @@ __device__ __forceinline__ u16 f2bf(float f) {
 __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
     u32 r; asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel)); return r;
 }
-// two codes (low nibbles of each half) -> bf16x2 (q - 128 - z + 128) = q - z: exact
+// two codes (low nibbles of each half) -> bf16x2 (128 + q) - (128 + z) = q - z: exact
 __device__ __forceinline__ u32 dq(u32 v, u32 off) {
     u32 t, r;
     asm("lop3.b32 %0, %1, 0x000F000F, 0x43004300, 0xea;" : "=r"(t) : "r"(v));
@@ -445,8 +452,8 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
 }
 """
 
-#: Groups the kernel handles (a scale step is 2+ chunks of 16 k and divides the 128-k block).
 def supports_group(group: int) -> bool:
+    """Whether the INT4 form handles this group (a scale step is 2+ chunks of 16 k and divides the 128-k block)."""
     return group in (32, 64) or (group >= PACK_K and group % PACK_K == 0)
 
 
@@ -498,11 +505,12 @@ _KERNELS: dict = {}
 
 
 def compiled(mc: dict):
-    """The NVRTC-compiled kernel for these macros (cached per process and device capability)."""
+    """The NVRTC-compiled kernel for these macros, on the current device (a loaded module belongs to one
+    device's context: cached per process and device)."""
     import torch
 
     cap = torch.cuda.get_device_capability()
-    key = (cap, tuple(sorted(mc.items())))
+    key = (torch.cuda.current_device(), tuple(sorted(mc.items())))
     if key not in _KERNELS:
         compile_kernel = getattr(torch.cuda, "_compile_kernel", None)
         if compile_kernel is None or cap < (8, 0):
@@ -537,6 +545,8 @@ def launch(x, w, out, cfg: dict):
         raise CudaKernelUnavailable("x and the packed weights must be 16-byte aligned")
     mc, grid, threads, smem = plan(cfg, H, M, K, w.N, w.group, not fp8 and w.zeros is not None,
                                    sm_count(x.device), fp8)
+    if (x.device.index or 0) != _torch().cuda.current_device():     # the module and stream are the current device's
+        raise CudaKernelUnavailable(f"x is on {x.device}, not the current CUDA device")
     kernel = compiled(mc)
     if smem >= 48 * 1024:
         kernel.set_shared_memory_config(smem)
@@ -576,21 +586,21 @@ def warn_fallback(exc: Exception) -> None:
         _WARNED.add(why)
         import warnings
 
-        warnings.warn(f"kernelscope INT4 W4A16: the CUDA kernel cannot run ({why}); running its Triton "
+        warnings.warn(f"kernelscope INT4/FP8 BMM: the CUDA kernel cannot run ({why}); running its Triton "
                       "fallback config", RuntimeWarning, stacklevel=3)
 
 
 _USABLE: dict = {}
 
 
-def usable(device=None) -> bool:
-    """Whether the CUDA kernel builds here (a CUDA device of capability 8.0+ and NVRTC through torch); the
+def usable() -> bool:
+    """Whether the CUDA kernel builds on the current device (capability 8.0+ and NVRTC through torch); the
     answer of one trial build, cached per device."""
     import torch
 
     if not torch.cuda.is_available():
         return False
-    key = torch.cuda.current_device() if device is None else (device.index or 0)
+    key = torch.cuda.current_device()
     if key not in _USABLE:
         try:
             compiled(macros({}, 1, PACK_K, False))
