@@ -202,11 +202,13 @@ def bench_row(shape, cache: str, group: int = 128, configs=None, cupti: bool = F
     ``cupti``: also the CUPTI kernel time of each format (``decode.cupti_us``), ``*_cupti_us``.
     """
 
+    from mcp_server.kernels.w4a16_cuda import resolve
+
     def pick(kind, M, K, N):
         return configs(kind, M, K, N) if configs else tuning.config_for(kind, M, K, N, shape.H)
     buf = ShapeBuffers(shape.H, shape.M, shape.K, shape.N, cache, group=group)
-    fns = {"bf16": buf.bf16_fns(), "int4": buf.int4_fns(pick("int4", shape.M, shape.K, shape.N)),
-           "fp8": buf.fp8_fns(pick("fp8", shape.M, shape.K, shape.N))}
+    cfg4, cfg8 = pick("int4", shape.M, shape.K, shape.N), pick("fp8", shape.M, shape.K, shape.N)
+    fns = {"bf16": buf.bf16_fns(), "int4": buf.int4_fns(cfg4), "fp8": buf.fp8_fns(cfg8)}
     bf16 = time_launches(fns["bf16"])
     int4 = time_launches(fns["int4"])
     fp8 = time_launches(fns["fp8"])
@@ -219,6 +221,7 @@ def bench_row(shape, cache: str, group: int = 128, configs=None, cupti: bool = F
         # extras (not in the committed row format)
         "weight": shape.weight, "layers": shape.layers,
         "bf16_tbps": round(buf.tbps("bf16", bf16), 3), "fp8_tbps": round(buf.tbps("fp8", fp8), 3),
+        "int4_kernel": resolve(cfg4).get("variant", "dot"), "fp8_kernel": resolve(cfg8, fp8=True).get("variant", "asm"),
     }
     if cupti:
         for fmt, f in fns.items():

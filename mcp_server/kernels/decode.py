@@ -143,7 +143,7 @@ def bench_decode_row(M: int, K: int, N: int, group: int = 128, configs=None, cup
             cu = cupti_us(fns)
             row[f"{fmt}_cupti_us"] = round(cu, 2)
             row[f"{fmt}_cupti_tbps"] = round(buf.tbps(fmt, cu), 3)
-    row["int4_config"], row["fp8_config"] = resolve(pick("int4", M, K, N)), pick("fp8", M, K, N)
+    row["int4_config"], row["fp8_config"] = resolve(pick("int4", M, K, N)), resolve(pick("fp8", M, K, N), fp8=True)
     row["tuned"] = tuning.is_tuned("int4", M, K, N) and tuning.is_tuned("fp8", M, K, N)
     for fmt in ("tinygemm", "int4", "fp8"):
         if row.get(f"{fmt}_us"):

@@ -43,6 +43,10 @@ class MlaRow(Model):
     fp8_cupti_us: Optional[float] = None
     int4_cupti_speedup: Optional[float] = None
     fp8_cupti_speedup: Optional[float] = None
+    int4_kernel: Optional[str] = Field(default=None, description=(
+        "The INT4 kernel that ran: the config's variant ('cuda': the NVRTC-built CUDA kernel; 'dot', 'tma', ...: "
+        "Triton), its Triton fallback's where the CUDA kernel does not build here"))
+    fp8_kernel: Optional[str] = Field(default=None, description="The FP8 kernel that ran, as int4_kernel")
 
 
 class MlaCheck(Model):

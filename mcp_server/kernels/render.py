@@ -27,10 +27,11 @@ def render_mla(res: MlaBenchResult, con, request: Any = None) -> None:
                      f"triton {d.triton}; copy {res.copy_tbps:.2f} TB/s (read + write)"
                      + (f", read {res.read_tbps:.2f} TB/s" if res.read_tbps else "")), highlight=False)
     cupti = any(r.int4_cupti_speedup is not None for r in res.rows)
+    kernels = any(r.int4_kernel for r in res.rows)
     extra = ("INT4 x cupti", "FP8 x cupti") if cupti else ()
-    t = TextTable([Col(c, justify="left" if c in ("weight", "cache") else None)
+    t = TextTable([Col(c, justify="left" if c in ("weight", "cache", "INT4/FP8 kernel") else None)
                    for c in ("weight", "layers", "H", "M", "K", "N", "MB", "cache", "BF16", "INT4", "FP8", "INT4 x",
-                             "FP8 x") + extra + ("INT4 TB/s", "BF16 TB/s")],
+                             "FP8 x") + extra + ("INT4 TB/s", "BF16 TB/s") + (("INT4/FP8 kernel",) if kernels else ())],
                   title="reconstruction BMMs (CUDA-graph timed, µs)", title_justify="left")
 
     def x(v):
@@ -39,7 +40,8 @@ def render_mla(res: MlaBenchResult, con, request: Any = None) -> None:
         t.add_row(r.weight, str(r.layers), str(r.H), str(r.M), str(r.K), str(r.N), f"{r.weight_mb:.0f}", r.cache,
                   f"{r.bf16_us:.1f}", f"{r.int4_us:.1f}", f"{r.fp8_us:.1f}", f"{r.int4_speedup:.2f}",
                   f"{r.fp8_speedup:.2f}", *((x(r.int4_cupti_speedup), x(r.fp8_cupti_speedup)) if cupti else ()),
-                  f"{r.int4_tbps:.2f}", f"{r.bf16_tbps:.2f}")
+                  f"{r.int4_tbps:.2f}", f"{r.bf16_tbps:.2f}",
+                  *((escape(f"{r.int4_kernel or '-'}/{r.fp8_kernel or '-'}"),) if kernels else ()))
     t.print(con)
     if res.checks:
         ct = TextTable([Col("shape", "text", min_width=12)] + [Col(h) for h in ("M", "INT4 kernel", "FP8 kernel",

@@ -593,25 +593,25 @@ def warn_fallback(exc: Exception) -> None:
 _USABLE: dict = {}
 
 
-def usable() -> bool:
-    """Whether the CUDA kernel builds on the current device (capability 8.0+ and NVRTC through torch); the
-    answer of one trial build, cached per device."""
+def usable(fp8: bool = False) -> bool:
+    """Whether the CUDA kernel (its FP8 form with ``fp8``: ``cvt.rn.f16x2.e4m3x2`` needs sm_89) builds on the
+    current device (capability 8.0+, NVRTC through torch); the answer of one trial build, cached per device."""
     import torch
 
     if not torch.cuda.is_available():
         return False
-    key = torch.cuda.current_device()
+    key = (torch.cuda.current_device(), fp8)
     if key not in _USABLE:
         try:
-            compiled(macros({}, 1, PACK_K, False))
+            compiled(macros({}, 1, 0 if fp8 else PACK_K, False, fp8))
             _USABLE[key] = True
         except CudaKernelUnavailable:
             _USABLE[key] = False
     return _USABLE[key]
 
 
-def resolve(cfg: dict) -> dict:
+def resolve(cfg: dict, fp8: bool = False) -> dict:
     """The config that will run: ``cfg``, or its Triton fallback where the CUDA kernel does not build here."""
-    if cfg.get("variant") == "cuda" and cfg.get("fallback") and not usable():
+    if cfg.get("variant") == "cuda" and cfg.get("fallback") and not usable(fp8):
         return dict(cfg["fallback"])
     return cfg
