@@ -6,6 +6,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 TORCH_WHEEL_SPEC ?= torch==2.13.0
 TRITON_SPEC      ?= triton==3.6.0
+NVRTC_SPEC       ?= nvidia-cuda-nvrtc-cu12==12.9.86
 
 .PHONY: demo test install clean bench
 
@@ -17,6 +18,8 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install -q '$(TORCH_WHEEL_SPEC)' || echo "torch not installed: torch-dependent tests will skip"
 	# Triton for the CPU-interpreter checks of the MLA kernels (TRITON_INTERPRET=1); optional.
 	$(VPY) -m pip install -q '$(TRITON_SPEC)' || echo "triton not installed: the kernel interpreter tests will skip"
+	# NVRTC (no GPU needed) for the offline compile check of the CUDA kernel's source; optional.
+	$(VPY) -m pip install -q '$(NVRTC_SPEC)' || echo "NVRTC not installed: the offline CUDA compile check will skip"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,6 +1,8 @@
 """Facts of the MLA shapes, the packed layouts, the tuning table and the kernels' faces (CPU only)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from mcp_server.kernels import configs, tuning
@@ -226,3 +228,39 @@ def test_the_cuda_kernel_plans_its_grid_and_refuses_what_it_cannot_run():
     with pytest.raises(CudaKernelUnavailable, match="group=16"):
         plan({}, 1, 1, 128, 64, 16, False)
     assert [g for g in (16, 32, 64, 96, 128, 256, 384) if supports_group(g)] == [32, 64, 128, 256, 384]
+
+
+def test_the_cuda_source_ships_and_builds_offline_where_nvrtc_is_installed():
+    """The kernel's CUDA C++ is package data (``kernels/cuda/w4a16_mma.cu``); where the NVRTC library of the
+    ``nvidia-cuda-nvrtc-cu12`` wheel is installed (no GPU needed), every form compiles for sm_90 with no spills."""
+    import ctypes
+    import importlib.util
+
+    from mcp_server.kernels import w4a16_cuda
+
+    src = w4a16_cuda.source()
+    assert 'extern "C" __global__ void BOUNDS' in src and "w4a16_mma(" in src
+    spec = importlib.util.find_spec("nvidia.cuda_nvrtc")
+    libs = [p for loc in (spec.submodule_search_locations if spec else []) for p in Path(loc).glob("lib/libnvrtc.so*")]
+    if not libs:
+        pytest.skip("no NVRTC library here (pip install nvidia-cuda-nvrtc-cu12)")
+    lib = ctypes.CDLL(str(sorted(libs)[0]))
+    forms = [({"NT": 4, "WARPS": 2, "KB": 1}, 1, 128, False, False), ({"NT": 1, "WARPS": 8, "KB": 4}, 8, 64, True, False),
+             ({"NT": 2, "WARPS": 2, "KB": 2, "KWARP": 2, "PROGS": 3}, 1, 32, False, False),
+             ({"NT": 1, "WARPS": 4, "KB": 4, "SPLIT": 8}, 16, 256, True, False),
+             ({"NT": 1, "WARPS": 4, "KB": 2}, 1, 0, False, True), ({"NT": 2, "WARPS": 2, "KB": 4, "KWARP": 2}, 8, 0, False, True)]
+    for cfg, M, group, zp, fp8 in forms:
+        mc = w4a16_cuda.macros(cfg, M, group, zp, fp8)
+        prog = ctypes.c_void_p()
+        assert lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"k.cu", 0, None, None) == 0
+        opts = ["--gpu-architecture=sm_90", "--ptxas-options=-v", "-std=c++17"] + [f"-D{k}={v}" for k, v in mc.items()]
+        arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
+        rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
+        n = ctypes.c_size_t()
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+        log = ctypes.create_string_buffer(n.value)
+        lib.nvrtcGetProgramLog(prog, log)
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+        text = log.value.decode()
+        assert rc == 0, (mc, text[-2000:])
+        assert "0 bytes spill stores" in text and "registers" in text, (mc, text[-500:])

@@ -69,7 +69,7 @@ def _copy_source(dst: Path) -> None:
 def _packaged_files() -> set[str]:
     """Every file the repository means to ship as package data (through the symlinks)."""
     out = {"mcp_server/py.typed"}
-    for folder in ("data", "demo_data", "timeline/include"):
+    for folder in ("data", "demo_data", "timeline/include", "kernels/cuda"):
         for p in (PKG / folder).iterdir():
             if p.is_file() and not p.name.startswith("."):
                 out.add(f"mcp_server/{folder}/{p.name}")

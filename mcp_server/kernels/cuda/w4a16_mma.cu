@@ -1,0 +1,409 @@
+// kernelscope: INT4 W4A16 and FP8 W8A16 BMM (mma.sync, swap A/B), compiled at run time by NVRTC from
+// mcp_server/kernels/w4a16_cuda.py, which documents the design and passes the -D parameters:
+// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8. No headers: NVRTC's built-in types only.
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+__device__ __forceinline__ void ldw2(const u32* p, u32& a, u32& b) {
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(a), "=r"(b) : "l"(p));
+}
+__device__ __forceinline__ float bf2f(u16 v) { return __uint_as_float(((u32)v) << 16); }
+__device__ __forceinline__ u16 f2bf(float f) {
+    u16 r; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f)); return r;
+}
+__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
+    u32 r; asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel)); return r;
+}
+// two codes (low nibbles of each half) -> bf16x2 (128 + q) - (128 + z) = q - z: exact
+__device__ __forceinline__ u32 dq(u32 v, u32 off) {
+    u32 t, r;
+    asm("lop3.b32 %0, %1, 0x000F000F, 0x43004300, 0xea;" : "=r"(t) : "r"(v));
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(t), "r"(0x3F803F80u), "r"(off));
+    return r;
+}
+__device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void ldsm4(u32* r, u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void mma_f16(float* c, const u32* a, u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// byte j of two words (e4m3) -> f16x2, word a in the low half: exact
+__device__ __forceinline__ u32 e4m3x2(u32 wa, u32 wb, u32 sel) {
+    u32 r, t = prmt(wa, wb, sel);
+    asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.rn.f16x2.e4m3x2 %0, lo; }" : "=r"(r) : "r"(t));
+    return r;
+}
+// eight bf16 -> eight f16 (the FP8 form multiplies in f16, as the Triton W8A16 kernel)
+__device__ __forceinline__ uint4 bf16x8_to_f16(uint4 v) {
+    u32* p = (u32*)&v;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float lo = __uint_as_float(p[i] << 16), hi = __uint_as_float(p[i] & 0xFFFF0000u);
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(p[i]) : "f"(hi), "f"(lo));
+    }
+    return v;
+}
+__device__ __forceinline__ float ldcg(const float* p) {
+    float v; asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p)); return v;
+}
+// bf16x2 of -(128 + z) for a zero point z (an integer 0..15 stored as bf16): exact
+__device__ __forceinline__ u32 zoff(u16 z) {
+    u32 b = __float_as_uint(-(128.0f + bf2f(z))) >> 16;
+    return b | (b << 16);
+}
+
+#if FP8
+#define BK 64               // k per block of 16 words (four e4m3 codes a word)
+#define WPK 4
+#else
+#define BK 128              // eight 4-bit codes a word
+#define WPK 8
+#endif
+#define KC (KB * BK * KWARP)
+#define SK (KC + 8)
+#define GS (GROUP < 128 ? GROUP : 128)
+#define STEPS (128 / GS)
+#define CH (GS / 16)
+#if MINB > 0
+#define BOUNDS __launch_bounds__(WARPS * KWARP * 32, MINB)
+#else
+#define BOUNDS __launch_bounds__(WARPS * KWARP * 32)
+#endif
+
+#define NTHR (WARPS * KWARP * 32)
+#define XV ((8 * MT * (KC / 8) + NTHR - 1) / NTHR)     // 16-byte activation slots per thread
+
+// every packed word of the warp's tiles of head h, in flight together
+__device__ __forceinline__ void load_words(u32 (&w)[KB][NT][8], const u32* qw, int h, int n0, int kofs, int K,
+                                           int N, int g, int t) {
+    const int KW = K / WPK;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        const u32* r0 = qw + ((size_t)h * N + n0 + nt * 16 + g) * KW + kofs / WPK + 2 * t;
+        const u32* r1 = r0 + 8 * (size_t)KW;
+#pragma unroll
+        for (int kb = 0; kb < KB; ++kb) {
+            ldw2(r0 + kb * 16, w[kb][nt][0], w[kb][nt][1]);
+            ldw2(r0 + kb * 16 + 8, w[kb][nt][2], w[kb][nt][3]);
+            ldw2(r1 + kb * 16, w[kb][nt][4], w[kb][nt][5]);
+            ldw2(r1 + kb * 16 + 8, w[kb][nt][6], w[kb][nt][7]);
+        }
+    }
+}
+
+// this thread's 16-byte slots of x[h, m0 : m0 + rows, kbeg : kbeg + KC]. Rows past M are never read: column
+// m of the MMA's right operand reaches only column m of its result, and columns past M are never stored.
+__device__ __forceinline__ void load_x(uint4 (&v)[XV], const u16* x, int h, int m0, int rows, int kbeg, int M,
+                                       int K) {
+#pragma unroll
+    for (int j = 0; j < XV; ++j) {
+        const int i = threadIdx.x + j * NTHR, row = i / (KC / 8), c = i % (KC / 8);
+        if (row < rows) v[j] = *(const uint4*)(x + ((size_t)h * M + m0 + row) * K + kbeg + c * 8);
+    }
+}
+
+__device__ __forceinline__ void store_x(const uint4 (&v)[XV], u16* xs, int rows) {
+#pragma unroll
+    for (int j = 0; j < XV; ++j) {
+        const int i = threadIdx.x + j * NTHR, row = i / (KC / 8), c = i % (KC / 8);
+#if FP8
+        if (row < rows) *(uint4*)(xs + row * SK + c * 8) = bf16x8_to_f16(v[j]);
+#else
+        if (row < rows) *(uint4*)(xs + row * SK + c * 8) = v[j];
+#endif
+    }
+}
+
+#if FP8
+// the FP8 form: per 64-k block, chunk j (16 k) is byte j of words 2t, 2t+1, 2t+8, 2t+9 of rows g and g + 8;
+// f16 MMAs accumulate over the warp's K, one scale per output channel after the last block
+__device__ __forceinline__ void tile_mma_fp8(float (&acc)[NT][MT][4], const u32 (&w)[KB][NT][8], u32 xs_base,
+                                             const float* sc, int h, int n0, int kofs, int N, int lane) {
+    const int g = lane >> 2, q = lane >> 3, r8 = lane & 7;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[nt][mt][i] = 0.f;
+#pragma unroll
+    for (int kb = 0; kb < KB; ++kb) {
+#pragma unroll
+        for (int jp = 0; jp < 4; jp += 2) {
+            u32 b[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                const int col = kofs + kb * 64 + 16 * (jp + (q >> 1)) + 8 * (q & 1);
+                ldsm4(b[mt], xs_base + 2u * (u32)((mt * 8 + r8) * SK + col));
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const u32* v = w[kb][nt];
+#pragma unroll
+                for (int jj = 0; jj < 2; ++jj) {
+                    const u32 sel = 0x0040u + 0x11u * (u32)(jp + jj);
+                    u32 a[4] = {e4m3x2(v[0], v[1], sel), e4m3x2(v[4], v[5], sel), e4m3x2(v[2], v[3], sel),
+                                e4m3x2(v[6], v[7], sel)};
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) mma_f16(acc[nt][mt], a, b[mt][2 * jj], b[mt][2 * jj + 1]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        const float s0 = sc[(size_t)h * N + n0 + nt * 16 + g], s1 = sc[(size_t)h * N + n0 + nt * 16 + g + 8];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            acc[nt][mt][0] *= s0; acc[nt][mt][1] *= s0; acc[nt][mt][2] *= s1; acc[nt][mt][3] *= s1;
+        }
+    }
+}
+#endif
+
+// the warp's tiles times x (in shared memory) over its KB blocks, scaled per group, into acc
+__device__ __forceinline__ void tile_mma(float (&acc)[NT][MT][4], const u32 (&w)[KB][NT][8], u32 xs_base,
+                                         const u16* sc, const u16* zp, int h, int n0, int kg, int kofs, int NG,
+                                         int N, int lane) {
+    const int g = lane >> 2, q = lane >> 3, r8 = lane & 7;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[nt][mt][i] = 0.f;
+#pragma unroll
+    for (int kb = 0; kb < KB; ++kb) {
+        // pairs: 0 (row g, k 2t..), 1 (row g+8, k 2t..), 2 (row g, k 2t+8..), 3 (row g+8, k 2t+8..)
+        u32 lo[NT][4], hi[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const int ia[4] = {0, 4, 2, 6};
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+                lo[nt][p] = prmt(w[kb][nt][ia[p]], w[kb][nt][ia[p] + 1], 0x5410);
+                hi[nt][p] = prmt(w[kb][nt][ia[p]], w[kb][nt][ia[p] + 1], 0x7632);
+            }
+        }
+#pragma unroll
+        for (int st = 0; st < STEPS; ++st) {
+            const int gi = (kg + kb * 128 + st * GS) / GROUP;
+            float s0[NT], s1[NT];
+            u32 o0[NT], o1[NT];
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const size_t si = ((size_t)h * NG + gi) * N + n0 + nt * 16 + g;
+                s0[nt] = bf2f(sc[si]);
+                s1[nt] = bf2f(sc[si + 8]);
+#if ZP
+                o0[nt] = zoff(zp[si]);
+                o1[nt] = zoff(zp[si + 8]);
+#else
+                o0[nt] = o1[nt] = 0xC308C308u;     // -136 = -(128 + 8)
+#endif
+            }
+            float part[NT][MT][4];
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) part[nt][mt][i] = 0.f;
+#pragma unroll
+            for (int jp = 0; jp < CH; jp += 2) {
+                const int j = st * CH + jp;
+                u32 b[MT][4];       // chunk j (k lo, k hi), chunk j + 1 (k lo, k hi)
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    const int col = kofs + kb * 128 + 16 * (j + (q >> 1)) + 8 * (q & 1);
+                    ldsm4(b[mt], xs_base + 2u * (u32)((mt * 8 + r8) * SK + col));
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                    for (int jj = 0; jj < 2; ++jj) {
+                        const int jn = j + jj, sh = 4 * (jn & 3);
+                        u32 a[4];
+#pragma unroll
+                        for (int p = 0; p < 4; ++p)
+                            a[p] = dq((jn < 4 ? lo[nt][p] : hi[nt][p]) >> sh, (p & 1) ? o1[nt] : o0[nt]);
+#pragma unroll
+                        for (int mt = 0; mt < MT; ++mt) mma(part[nt][mt], a, b[mt][2 * jj], b[mt][2 * jj + 1]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    acc[nt][mt][0] += s0[nt] * part[nt][mt][0];
+                    acc[nt][mt][1] += s0[nt] * part[nt][mt][1];
+                    acc[nt][mt][2] += s1[nt] * part[nt][mt][2];
+                    acc[nt][mt][3] += s1[nt] * part[nt][mt][3];
+                }
+        }
+    }
+}
+
+// c0, c1 = (n = g, m = 2t, 2t + 1), c2, c3 = (n = g + 8, same m) of each tile -> out[h, m, n] (bf16)
+__device__ __forceinline__ void store_out(const float (&acc)[NT][MT][4], u16* out, int h, int n0, int m0, int M,
+                                          int N, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            const int n = n0 + nt * 16 + g, m = m0 + mt * 8 + 2 * t;
+            u16* o = out + ((size_t)h * M + m) * N + n;
+            if (m < M) { o[0] = f2bf(acc[nt][mt][0]); o[8] = f2bf(acc[nt][mt][2]); }
+            if (m + 1 < M) { o[N] = f2bf(acc[nt][mt][1]); o[N + 8] = f2bf(acc[nt][mt][3]); }
+        }
+}
+
+// Heads h = blockIdx.y, + gridDim.y, ...: one pass when the grid holds every head; with fewer programs
+// (PF = 1) each loads the next head's weights and activations while it multiplies the current one's.
+extern "C" __global__ void BOUNDS
+w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __restrict__ zp,
+          const u16* __restrict__ x, u16* __restrict__ out, float* __restrict__ ws, int* __restrict__ cnt,
+          int M, int K, int N, int H)
+{
+    extern __shared__ __align__(16) u16 xs[];
+    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % WARPS, wk = (threadIdx.x >> 5) / WARPS;
+    const int nblocks = N / (16 * NT * WARPS);
+    const int nb = blockIdx.x % nblocks, mb = blockIdx.x / nblocks;
+    const int z = blockIdx.z;
+    const int n0 = (nb * WARPS + warp) * (NT * 16);
+    const int m0 = mb * (8 * MT);
+    const int kbeg = z * KC, kofs = wk * KB * BK;    // the program's K slice; this warp's part of it
+#if !FP8
+    const int NG = K / GROUP;
+#endif
+    const int rows = min(8 * MT, M - m0);
+    const u32 xs_base = (u32)__cvta_generic_to_shared(xs);
+    const bool writer = wk == 0;
+
+    u32 w[KB][NT][8];
+#if PF
+    uint4 xv[XV];
+    load_words(w, qw, blockIdx.y, n0, kbeg + kofs, K, N, lane >> 2, lane & 3);
+    load_x(xv, x, blockIdx.y, m0, rows, kbeg, M, K);
+    for (int h = blockIdx.y; h < H; h += gridDim.y) {
+        store_x(xv, xs, rows);
+#else
+    {
+        const int h = blockIdx.y;
+        load_words(w, qw, h, n0, kbeg + kofs, K, N, lane >> 2, lane & 3);
+        for (int i = threadIdx.x; i < rows * (KC / 8); i += NTHR) {
+            const int row = i / (KC / 8), c = i % (KC / 8);
+            const uint4 v = *(const uint4*)(x + ((size_t)h * M + m0 + row) * K + kbeg + c * 8);
+#if FP8
+            *(uint4*)(xs + row * SK + c * 8) = bf16x8_to_f16(v);
+#else
+            *(uint4*)(xs + row * SK + c * 8) = v;
+#endif
+        }
+#endif
+        __syncthreads();
+#if PF
+        u32 wn[KB][NT][8];
+        uint4 xn[XV];
+        if (h + gridDim.y < H) {
+            load_words(wn, qw, h + gridDim.y, n0, kbeg + kofs, K, N, lane >> 2, lane & 3);
+            load_x(xn, x, h + gridDim.y, m0, rows, kbeg, M, K);
+        }
+#endif
+        float acc[NT][MT][4];
+#if FP8
+        tile_mma_fp8(acc, w, xs_base, (const float*)sc, h, n0, kofs, N, lane);
+#else
+        tile_mma(acc, w, xs_base, sc, zp, h, n0, kbeg + kofs, kofs, NG, N, lane);
+#endif
+#if KWARP > 1
+        // the KWARP warps of a tile sum their parts of K through shared memory, in a fixed order
+        float* red = (float*)(xs + 8 * MT * SK);        // [KWARP - 1][WARPS][NT * MT * 4][32]
+        if (wk > 0) {
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i)
+                        red[(((wk - 1) * WARPS + warp) * (NT * MT * 4) + (nt * MT + mt) * 4 + i) * 32 + lane] =
+                            acc[nt][mt][i];
+        }
+        __syncthreads();
+        if (writer) {
+            for (int k2 = 0; k2 < KWARP - 1; ++k2)
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i)
+                            acc[nt][mt][i] +=
+                                red[((k2 * WARPS + warp) * (NT * MT * 4) + (nt * MT + mt) * 4 + i) * 32 + lane];
+        }
+#endif
+#if SPLIT == 1
+        if (writer) store_out(acc, out, h, n0, m0, M, N, lane);
+#else
+        // split-K (the grid holds every head: one pass): fp32 partials, the last program of the tile sums them
+        const int g = lane >> 2, t = lane & 3;
+        const size_t MN = (size_t)M * N;
+        float* wsh = ws + (size_t)h * SPLIT * MN;
+#pragma unroll
+        for (int nt = 0; nt < (writer ? NT : 0); ++nt)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                const int n = n0 + nt * 16 + g, m = m0 + mt * 8 + 2 * t;
+                float* p = wsh + z * MN + (size_t)m * N + n;
+                if (m < M) { p[0] = acc[nt][mt][0]; p[8] = acc[nt][mt][2]; }
+                if (m + 1 < M) { p[N] = acc[nt][mt][1]; p[N + 8] = acc[nt][mt][3]; }
+            }
+        __threadfence();
+        __syncthreads();
+        __shared__ int last;
+        const int tile = h * gridDim.x + blockIdx.x;
+        if (threadIdx.x == 0) last = atomicAdd(cnt + tile, 1) == SPLIT - 1;
+        __syncthreads();
+        if (!last || !writer) return;
+        __threadfence();
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                const int n = n0 + nt * 16 + g, m = m0 + mt * 8 + 2 * t;
+                float* a = acc[nt][mt];
+                a[0] = a[1] = a[2] = a[3] = 0.f;
+                for (int s = 0; s < SPLIT; ++s) {
+                    const float* p = wsh + s * MN + (size_t)m * N + n;
+                    if (m < M) { a[0] += ldcg(p); a[2] += ldcg(p + 8); }
+                    if (m + 1 < M) { a[1] += ldcg(p + N); a[3] += ldcg(p + N + 8); }
+                }
+            }
+        store_out(acc, out, h, n0, m0, M, N, lane);
+        if (threadIdx.x == 0) cnt[tile] = 0;
+#endif
+#if PF
+        __syncthreads();        // xs (and the reduction buffer) are rewritten by the next head
+#pragma unroll
+        for (int kb = 0; kb < KB; ++kb)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int i = 0; i < 8; ++i) w[kb][nt][i] = wn[kb][nt][i];
+#pragma unroll
+        for (int j = 0; j < XV; ++j) xv[j] = xn[j];
+#endif
+    }
+}
