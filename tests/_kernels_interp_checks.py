@@ -98,6 +98,9 @@ def main() -> None:
         out["int4_cudafb_g128_zp_H1_M1_K384_N16"] = rel(w4a16_bmm(x1, qw, config=cu),
                                                         x1.float() @ quant.dequantize_int4(qw))
     out["cuda_fallback_warnings"] = [str(m.message) for m in seen if m.category is RuntimeWarning]
+    # a Triton variant asked of a CUDA config runs with its fallback's parameters
+    out["int4_cudavar_g128_zp_H1_M1_K384_N16"] = rel(w4a16_bmm(x1, qw, config=cu, variant="rows"),
+                                                     x1.float() @ quant.dequantize_int4(qw))
     try:
         w4a16_bmm(x1, qw, config={k: v for k, v in cu.items() if k != "fallback"})
         out["cuda_without_fallback"] = "ran"

@@ -555,8 +555,11 @@ def w4a16_launch(x, w: Int4Weights, out=None, config: dict | None = None, varian
     if out is None:
         out = torch.empty((H, M, N), dtype=torch.bfloat16, device=x.device)
     cfg = launch_config("int4", x, N, config)
-    variant = variant or cfg.pop("variant", "dot")
-    cfg.pop("variant", None)
+    recorded = cfg.pop("variant", "dot")
+    variant = variant or recorded
+    if recorded == "cuda" and variant != "cuda":      # a Triton variant asked of a CUDA config: its fallback's
+        cfg = dict(cfg["fallback"]) if cfg.get("fallback") else {}
+        cfg.pop("variant", None)
     if variant == "cuda":
         from mcp_server.kernels.w4a16_cuda import try_launch
 
