@@ -14,8 +14,9 @@ OPERATIONS = [
         help="DeepSeek MLA W_UK/W_UV BMMs: cuBLAS BF16 vs INT4 W4A16 vs FP8 W8A16, warm and cold, on this GPU",
         description=(
             "Time the absorbed-MLA decode reconstruction BMMs of DeepSeek-V2/V3 (W_UK: per head 128x512, W_UV: "
-            "512x128, H = heads x stacked layers, decode batch M) with cuBLAS BF16 torch.bmm, kernelscope's Triton "
-            "INT4 W4A16 and FP8 W8A16 kernels, warm (weights L2-resident when they fit) and cold (weight sets "
+            "512x128, H = heads x stacked layers, decode batch M) with cuBLAS BF16 torch.bmm, kernelscope's INT4 "
+            "W4A16 and FP8 W8A16 kernels (Triton, and a CUDA kernel built by NVRTC where it measured faster; each "
+            "row names the kernel that ran), warm (weights L2-resident when they fit) and cold (weight sets "
             "rotated so every launch streams from HBM), CUDA-graph timed in one run: microseconds, achieved TB/s, "
             "speedup over BF16 (optionally the CUPTI kernel time beside), correctness and quantization error, "
             "and the issue-11 and issue-26 targets met or missed. "
@@ -31,8 +32,9 @@ OPERATIONS = [
         description=(
             "Time x[M, K] @ W[K, N] at decode batch M (default K x N = 4096x4096, 8192x8192, 7168x2048, 2048x7168; "
             "M = 1, 8, 16) with cuBLAS BF16 F.linear, PyTorch's own W4A16 kernel (_weight_int4pack_mm, 'tinygemm', "
-            "where this torch has it) and kernelscope's INT4 W4A16 and FP8 W8A16 kernels (split-K; a CUDA-core GEMV "
-            "at M = 1), cold (weight sets rotated through >= 512 MiB), CUDA-graph wall time and CUPTI kernel time "
+            "where this torch has it) and kernelscope's INT4 W4A16 and FP8 W8A16 kernels (Triton split-K, a CUDA-core "
+            "GEMV at M = 1, or the NVRTC-built CUDA kernel, as recorded per shape; each row names the config that "
+            "ran), cold (weight sets rotated through >= 512 MiB), CUDA-graph wall time and CUPTI kernel time "
             "side by side, the INT4 share of the copy bandwidth measured in the same run, correctness on quantized "
             "real-valued weights, the issue-26 targets, and warnings where INT4 loses to both baselines or a shape "
             "ran untuned. Needs a CUDA GPU with torch and triton (typed error otherwise)."),
