@@ -39,7 +39,6 @@ kernel compilation, raises ``CudaKernelUnavailable``, and the launchers run the 
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from mcp_server.kernels.quant import PACK_K, Int4Weights
@@ -132,6 +131,8 @@ def launch(x, w, out, cfg: dict):
     """Run the CUDA kernel: ``x[H, M, K]`` bf16 (contiguous) times ``w`` (``Int4Weights``, or ``Fp8Weights`` in
     the shuffled layout) into ``out[H, M, N]``. Returns (kernel, out); ``CudaKernelUnavailable`` when it cannot
     run this shape here."""
+    import torch
+
     from mcp_server.kernels.launch import sm_count
     from mcp_server.kernels.splitk import workspace
 
@@ -140,7 +141,7 @@ def launch(x, w, out, cfg: dict):
     if fp8:
         if w.layout != "shuffled":
             raise CudaKernelUnavailable("the CUDA FP8 form reads the shuffled layout")
-        words, scales, zeros = w.weight.view(_torch().int32), w.scales, w.scales
+        words, scales, zeros = w.weight.view(torch.int32), w.scales, w.scales
     else:
         words, scales = w.qweight, w.scales
         zeros = w.zeros if w.zeros is not None else w.scales
@@ -148,7 +149,7 @@ def launch(x, w, out, cfg: dict):
         raise CudaKernelUnavailable("x and the packed weights must be 16-byte aligned")
     mc, grid, threads, smem = plan(cfg, H, M, K, w.N, w.group, not fp8 and w.zeros is not None,
                                    sm_count(x.device), fp8)
-    if (x.device.index or 0) != _torch().cuda.current_device():     # the module and stream are the current device's
+    if (x.device.index or 0) != torch.cuda.current_device():     # the module and stream are the current device's
         raise CudaKernelUnavailable(f"x is on {x.device}, not the current CUDA device")
     kernel = compiled(mc)
     if smem >= 48 * 1024:
@@ -159,17 +160,13 @@ def launch(x, w, out, cfg: dict):
     return kernel, out
 
 
-def _torch():
-    import torch
-
-    return torch
-
-
 def try_launch(x, w, out, cfg: dict):
     """``launch`` where it can run; else, when ``cfg`` names a ``fallback`` config, None after a warning (once
     per reason), and the caller runs the fallback; without one the ``CudaKernelUnavailable`` propagates."""
+    from mcp_server.kernels.launch import interpreting
+
     try:
-        if x.device.type != "cuda" or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        if x.device.type != "cuda" or interpreting():
             raise CudaKernelUnavailable("not on a CUDA device")
         return launch(x, w, out, cfg)
     except CudaKernelUnavailable as exc:
