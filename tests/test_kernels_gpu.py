@@ -139,7 +139,8 @@ def test_rows_kernels_on_every_group_layout(K):
 def test_the_cuda_kernel_in_every_form_matches_the_reference_and_repeats():
     """The NVRTC-compiled INT4 kernel (``w4a16_cuda``): tiles per warp, K blocks per warp, warps splitting K,
     split-K across programs, the persistent grid (fewer programs than heads, each prefetching its next
-    head), m-tiles, group sizes and zero points, on quantized real-valued weights, output poisoned with NaN,
+    head), the streaming form (a producer warp, cp.async.bulk into a ring of slots, units claimed from a
+    counter), m-tiles, group sizes and zero points, on quantized real-valued weights, output poisoned with NaN,
     the same bits on a second run; and the recorded configs through the product dispatch."""
     from mcp_server.kernels import quant, tuning, w4a16_cuda
     from mcp_server.kernels.w4a16 import w4a16_bmm
@@ -154,6 +155,12 @@ def test_the_cuda_kernel_in_every_form_matches_the_reference_and_repeats():
         (300, 512, 128, (1, 5), {"NT": 2, "WARPS": 2, "KB": 2, "KWARP": 2, "PROGS": 1}),
         (2, 2048, 384, (1, 8, 16), {"NT": 1, "WARPS": 4, "KB": 2, "SPLIT": 8}),
         (2, 2048, 384, (1, 6), {"NT": 2, "WARPS": 2, "KB": 2, "KWARP": 2, "SPLIT": 4}),
+        # the streaming form: more units than programs, units claimed from the counter (DYN, which must be back
+        # at 0 for the second run), two heads' halves per unit (R = 64: scales copied per group), padded rows
+        (600, 128, 512, (1, 3, 8), {"NT": 8, "WARPS": 4, "KB": 1, "STAGES": 2, "CPS": 2, "DYN": 1, "EVF": 1}),
+        (300, 512, 128, (1, 5, 8), {"NT": 2, "WARPS": 4, "KB": 4, "STAGES": 2, "CPS": 2, "DYN": 1}),
+        (64, 512, 128, (1, 13), {"NT": 1, "WARPS": 4, "KB": 4, "STAGES": 3, "XONE": 1, "MT": 2}),
+        (40, 512, 128, (1, 8), {"NT": 1, "WARPS": 8, "KB": 4, "STAGES": 2, "PADW": 8}),
     ]
     for H, K, N, Ms, cfg in forms:
         w = (torch.randn(H, K, N, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
@@ -169,8 +176,8 @@ def test_the_cuda_kernel_in_every_form_matches_the_reference_and_repeats():
                 assert not o.isnan().any() and err < 3e-3, (H, K, N, M, zp, grp, cfg, err)
                 assert torch.equal(o, again), (H, K, N, M, zp, grp, cfg)
     # the recorded configs, through the dispatch (stacked MLA and decode GEMMs): same error as Triton's
-    for H, M, K, N in ((1024, 1, 128, 512), (1024, 1, 512, 128), (1024, 8, 128, 512), (1, 1, 7168, 2048),
-                       (1, 8, 2048, 7168)):
+    for H, M, K, N in ((1024, 1, 128, 512), (1024, 1, 512, 128), (1024, 8, 128, 512), (1024, 8, 512, 128),
+                       (1, 1, 7168, 2048), (1, 8, 2048, 7168)):
         cfg = tuning.config_for("int4", M, K, N, H)
         assert cfg["variant"] == "cuda", (H, M, K, N)
         w = (torch.randn(H, K, N, device="cuda", generator=g) * 0.02).to(torch.bfloat16)

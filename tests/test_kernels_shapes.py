@@ -95,12 +95,14 @@ def test_tuning_table_covers_the_bench_families():
     assert tuning.config_for("fp8", 1, 128, 512, 128)["variant"] == "asm"
     assert tuning.config_for("fp8", 64, 128, 512, 1024)["num_stages"] == 3
     assert tuning.config_for("fp8", 64, 128, 512, 128)["num_stages"] == 2
-    for M, K, N in ((1, 128, 512), (1, 512, 128), (8, 128, 512)):
+    for M, K, N in ((1, 128, 512), (1, 512, 128), (8, 128, 512), (8, 512, 128)):
         stacked, one = tuning.config_for("int4", M, K, N, 1024), tuning.config_for("int4", M, K, N, 128)
         assert stacked["variant"] == "cuda" and one["variant"] == "dot" and stacked["fallback"] == one
-    # W_UV at M = 8 and every M = 64 family stay on Triton (the CUDA kernel lost there)
-    assert tuning.config_for("int4", 8, 512, 128, 1024) == tuning.config_for("int4", 8, 512, 128, 128)
+        # the streaming form (a ring of STAGES slots) everywhere but W_UK at M = 8 (the persistent mma.sync grid)
+        assert ("STAGES" in stacked) == ((M, K) != (8, 128)) and ("PROGS" in stacked) == ((M, K) == (8, 128))
+    # every M = 64 family stays on Triton (the CUDA kernel lost there)
     assert tuning.config_for("int4", 64, 128, 512, 1024)["variant"] == "dot"
+    assert tuning.config_for("int4", 64, 512, 128, 1024)["variant"] == "dot"
     stacked = tuning.config_for("int4", 1, 128, 512, 1024)
     stacked["fallback"]["BLOCK_N"] = -1
     assert tuning.config_for("int4", 1, 128, 512, 1024)["fallback"]["BLOCK_N"] != -1   # a deep enough copy
@@ -227,6 +229,26 @@ def test_the_cuda_kernel_plans_its_grid_and_refuses_what_it_cannot_run():
             plan(cfg, *shape, 128, False)
     with pytest.raises(CudaKernelUnavailable, match="group=16"):
         plan({}, 1, 1, 128, 64, 16, False)
+    # the streaming form: a persistent grid of CPS programs per SM (never more than the units), a producer warp
+    # beside the WARPS consumers, STAGES slots of (words, scales, activations) after 128 bytes of mbarriers
+    st = {"NT": 2, "WARPS": 4, "KB": 4, "STAGES": 2, "CPS": 2, "DYN": 1}
+    mc, grid, threads, smem = plan(st, 1024, 1, 512, 128, 128, False, sms=132)
+    assert (mc["STREAM"], mc["STAGES"], mc["DYN"], grid, threads) == (1, 2, 1, (264, 1, 1), 160)
+    assert smem == 128 + 2 * (128 * 64 * 4 + 4 * 128 * 2 + 8 * (512 + 8) * 2)
+    assert plan(st, 100, 8, 512, 128, 64, True)[1] == (100, 1, 1)           # 100 units (one head each)
+    zp = plan(dict(st, XONE=1), 8, 3, 512, 128, 64, True)[3]                  # 8 groups, zero points, rows unpadded
+    assert zp == 128 + 2 * (128 * 64 * 4 + 2 * 8 * 128 * 2 + 8 * 512 * 2)
+    assert plan({"NT": 8, "WARPS": 4, "KB": 1, "STAGES": 2}, 1024, 1, 128, 512, 128, False)[1] == (132, 1, 1)
+    for cfg, shape, why in (
+            (dict(st, SPLIT=2), (8, 1, 512, 128), "takes no SPLIT"),
+            (dict(st, KB=2), (8, 1, 512, 128), "a unit holds all of K"),
+            (dict(st, MT=1), (8, 9, 512, 128), "M=9 > 8\\*MT=8"),
+            (dict(st, STAGES=6), (8, 1, 512, 128), "exceed 227 KiB"),
+            (dict(st, PADW=2), (8, 1, 512, 128), "PADW=2")):
+        with pytest.raises(CudaKernelUnavailable, match=why):
+            plan(cfg, *shape, 128, False)
+    with pytest.raises(CudaKernelUnavailable, match="INT4 only"):
+        plan(dict(st, KB=8), 8, 1, 512, 128, 0, False, fp8=True)
     assert [g for g in (16, 32, 64, 96, 128, 256, 384) if supports_group(g)] == [32, 64, 128, 256, 384]
 
 
@@ -248,7 +270,11 @@ def test_the_cuda_source_ships_and_builds_offline_where_nvrtc_is_installed():
     forms = [({"NT": 4, "WARPS": 2, "KB": 1}, 1, 128, False, False), ({"NT": 1, "WARPS": 8, "KB": 4}, 8, 64, True, False),
              ({"NT": 2, "WARPS": 2, "KB": 2, "KWARP": 2, "PROGS": 3}, 1, 32, False, False),
              ({"NT": 1, "WARPS": 4, "KB": 4, "SPLIT": 8}, 16, 256, True, False),
-             ({"NT": 1, "WARPS": 4, "KB": 2}, 1, 0, False, True), ({"NT": 2, "WARPS": 2, "KB": 4, "KWARP": 2}, 8, 0, False, True)]
+             ({"NT": 1, "WARPS": 4, "KB": 2}, 1, 0, False, True), ({"NT": 2, "WARPS": 2, "KB": 4, "KWARP": 2}, 8, 0, False, True),
+             # the streaming form as recorded (tuning._STREAM), with zero points and unpadded activations
+             ({"NT": 8, "WARPS": 4, "KB": 1, **tuning._STREAM}, 1, 128, False, False),
+             ({"NT": 2, "WARPS": 4, "KB": 4, **tuning._STREAM}, 8, 128, False, False),
+             ({"NT": 2, "WARPS": 4, "KB": 4, "STAGES": 3, "DYN": 1, "XONE": 1}, 5, 64, True, False)]
     for cfg, M, group, zp, fp8 in forms:
         mc = w4a16_cuda.macros(cfg, M, group, zp, fp8)
         prog = ctypes.c_void_p()

@@ -31,6 +31,12 @@ ROUND = 1
 
 
 def mla_cands(M: int, K: int, N: int) -> list[dict]:
+    if ROUND >= 7:
+        return mla_cands7(M, K, N)
+    if ROUND >= 6:
+        return mla_cands6(M, K, N)
+    if ROUND >= 5:
+        return mla_cands5(M, K, N)
     if ROUND >= 4:
         return mla_cands4(M, K, N)
     if ROUND >= 3:
@@ -73,6 +79,67 @@ def mla_cands2(M: int, K: int, N: int) -> list[dict]:
         sets = ((4, 2, 1, 4), (2, 4, 1, 4), (4, 2, 2, 2), (2, 4, 2, 2), (2, 2, 1, 4), (4, 1, 1, 4), (2, 2, 2, 2),
                 (1, 4, 1, 4), (2, 1, 1, 4), (4, 1, 2, 2), (8, 1, 1, 4), (2, 4, 4, 1), (1, 8, 4, 1))
     return [_cfg(nt, w, kb, kw, K) for nt, w, kb, kw in sets if N % (16 * nt * w) == 0]
+
+
+def _stream(nt: int, w: int, kb: int, stages: int, padw: int = 0, evf: int = 0, cps: int = 1, mt: int = 0,
+            dyn: int = 0, xone: int = 0) -> dict:
+    c = {"variant": "cuda", "NT": nt, "WARPS": w, "KB": kb, "STAGES": stages}
+    for k, v in (("PADW", padw), ("EVF", evf), ("CPS", cps if cps > 1 else 0), ("MT", mt), ("DYN", dyn),
+                 ("XONE", xone)):
+        if v:
+            c[k] = v
+    return c
+
+
+def mla_cands7(M: int, K: int, N: int) -> list[dict]:
+    """Round 7: the activations in one copy (``XONE``), three and four programs per SM; round 6's winners."""
+    if M > 8:
+        return []
+    if K == 128:
+        sets = [(8, 4, 1, 2, 2, 1, 0), (8, 4, 1, 2, 2, 1, 1), (8, 4, 1, 2, 3, 1, 1), (4, 4, 1, 2, 4, 1, 1),
+                (4, 4, 1, 3, 3, 1, 1), (4, 8, 1, 3, 1, 0, 0), (4, 8, 1, 3, 1, 0, 1), (8, 4, 1, 3, 1, 1, 1),
+                (4, 8, 1, 2, 2, 1, 1), (8, 4, 1, 1, 4, 1, 1)]
+    else:
+        sets = [(2, 4, 4, 2, 2, 1, 0), (2, 4, 4, 2, 2, 1, 1), (1, 8, 4, 2, 2, 1, 1), (1, 4, 4, 2, 3, 1, 1),
+                (1, 4, 4, 3, 3, 1, 1), (1, 8, 4, 4, 1, 1, 1), (2, 4, 4, 1, 4, 1, 1), (1, 4, 4, 2, 4, 1, 1)]
+    return [_stream(nt, w, kb, st, 0, 1, cps, 0, d, xo) for nt, w, kb, st, cps, d, xo in sets]
+
+
+def mla_cands6(M: int, K: int, N: int) -> list[dict]:
+    """Round 6: the streaming form with units claimed from a counter (``DYN``), two programs per SM, fewer
+    slots; round 5's winners beside."""
+    if M > 8:
+        return []
+    if K == 128:
+        sets = [(4, 8, 1, 3, 1, 1, d) for d in (0, 1)] + [(4, 4, 1, 3, 0, 2, d) for d in (0, 1)]
+        sets += [(4, 4, 1, 2, 0, 2, 1), (4, 8, 1, 3, 1, 2, 1), (4, 8, 1, 2, 1, 1, 1), (8, 4, 1, 3, 1, 1, 1),
+                 (8, 4, 1, 2, 1, 2, 1), (4, 8, 1, 4, 1, 1, 1), (8, 2, 1, 3, 0, 2, 1)]
+    else:
+        sets = [(1, 8, 4, 3, 1, 1, d) for d in (0, 1)] + [(1, 8, 4, 2, 1, 2, d) for d in (0, 1)]
+        sets += [(1, 8, 4, 2, 1, 1, 1), (2, 4, 4, 3, 1, 1, 1), (2, 4, 4, 2, 1, 2, 1), (1, 4, 4, 3, 1, 1, 1),
+                 (1, 4, 4, 4, 1, 2, 1), (1, 8, 4, 4, 1, 1, 1)]
+    return [_stream(nt, w, kb, st, 0, e, cps, 0, d) for nt, w, kb, st, e, cps, d in sets]
+
+
+def mla_cands5(M: int, K: int, N: int) -> list[dict]:
+    """Round 5: the streaming form (``STAGES``): a persistent grid, a producer warp filling a ring of
+    shared-memory slots by ``cp.async.bulk`` and consumer warps multiplying out of it; the recorded
+    config of round 3 beside (the comparison the tables make)."""
+    if M > 8:
+        return []
+    if K == 128:
+        sets = [(4, 8, 1, s, p, e) for s in (3, 4, 6) for p in (0, 8) for e in (0, 1)]
+        sets += [(2, 8, 1, s, 0, e) for s in (4, 6, 10) for e in (0, 1)]
+        sets += [(1, 8, 1, 8, 0, 0), (2, 4, 1, 8, 0, 0), (4, 4, 1, 6, 0, 0)]
+        out = [_stream(*c) for c in sets] + [_stream(2, 4, 1, 6, 0, 0, 2), _stream(4, 4, 1, 3, 0, 0, 2)]
+        out.append({"variant": "cuda", "NT": 4, "KB": 1, "SPLIT": 1, "WARPS": 2, "KWARP": 1})
+    else:
+        sets = [(1, 8, 4, s, p, e) for s in (3, 4) for p in (0, 8) for e in (0, 1)]
+        sets += [(1, 4, 4, s, p, 0) for s in (4, 6, 8) for p in (0, 8)]
+        sets += [(2, 4, 4, 4, 8, 0), (1, 2, 4, 8, 8, 0)]
+        out = [_stream(*c) for c in sets] + [_stream(1, 4, 4, 4, 8, 0, 2), _stream(1, 2, 4, 6, 8, 0, 2)]
+        out.append({"variant": "cuda", "NT": 1, "KB": 4, "SPLIT": 1, "WARPS": 8, "KWARP": 1})
+    return out
 
 
 def mla_cands4(M: int, K: int, N: int) -> list[dict]:
@@ -223,7 +290,8 @@ def check(cfg, H, M, K, N, group=128, zero_point=False) -> dict:
 def checks(res, save):
     hc = 512 if ROUND >= 3 else 16      # round 3: enough heads that the persistent programs loop
     fams = [(hc, M, K, N) for M in ((1, 3, 8) if ROUND >= 2 else (1, 3, 8, 64)) for K, N in ((128, 512), (512, 128))]
-    fams += [(1, M, K, N) for M in (1, 8, 16) for K, N in ((4096, 4096), (7168, 2048), (2048, 7168))]
+    if ROUND < 5:
+        fams += [(1, M, K, N) for M in (1, 8, 16) for K, N in ((4096, 4096), (7168, 2048), (2048, 7168))]
     for H, M, K, N in fams:
         cands = mla_cands(M, K, N) if H > 1 else decode_cands(M, K, N)
         for c in cands:
@@ -231,11 +299,12 @@ def checks(res, save):
                 res["checks"].append(check(c, H, M, K, N))
             except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
                 res["checks"].append({"H": H, "M": M, "K": K, "N": N, "cfg": c, "error": repr(exc)[:400]})
-    base = {"variant": "cuda", "NT": 2, "KB": 1, "SPLIT": 1, "WARPS": 2, "KWARP": 4, "PROGS": 2} if ROUND >= 3 else \
+    base = _stream(2, 4, 4, 2, 0, 1, 2, 0, 1, 1) if ROUND >= 7 else _stream(1, 4, 4, 4, 8) if ROUND >= 5 else \
+        {"variant": "cuda", "NT": 2, "KB": 1, "SPLIT": 1, "WARPS": 2, "KWARP": 4, "PROGS": 2} if ROUND >= 3 else \
         {"variant": "cuda", "NT": 2, "KB": 1, "SPLIT": 1, "WARPS": 2, "KWARP": 4} if ROUND >= 2 else \
         {"variant": "cuda", "NT": 1, "KB": 4, "SPLIT": 1, "WARPS": 4}
     for group, zp in ((32, False), (64, True), (128, True), (256, False), (512, True)):
-        for M in (1, 8, 64):
+        for M in ((1, 5, 8) if ROUND >= 5 else (1, 8, 64)):
             try:
                 res["checks"].append(check(base, 512 if ROUND >= 3 else 16, M, 512, 128, group, zp))
             except Exception as exc:  # noqa: BLE001

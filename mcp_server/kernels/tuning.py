@@ -168,6 +168,22 @@ STACKED.update({
     ("int4", 1, 512, 128): _cuda(1, 8, 4, fallback=TABLE[("int4", 1, 512, 128)]),
     ("int4", 8, 128, 512): _cuda(4, 2, 1, fallback=TABLE[("int4", 8, 128, 512)], PROGS=6),
 })
+#: The streaming form of the CUDA kernel (``STAGES``: a producer warp per program filling a ring of shared-
+#: memory slots by cp.async.bulk, units claimed from a counter, ``DYN``), tools/cuda_w4a16_h200.py --round 5 .. 7
+#: (bench/results/cuda_w4a16_sweep_h200_r8.json .. _r10.json, three machine starts, 2026-12-02), graph us at
+#: 8 stacked layers (16, 32), the ranges spanning r9 and r10, against the mma.sync configs above in the same runs:
+#: W_UK M = 1 12.60-12.93 vs 12.75-13.09 (20.93-21.34 vs 22.65-22.71; 36.45-37.49 vs 41.04-41.74); W_UV M = 1
+#: 13.86-14.01 vs 15.68-16.01 (21.82-22.14 vs 26.05-26.51; 37.84-38.53 vs 47.30-47.71); W_UV M = 8 (Triton
+#: before) 13.79-14.22 vs 17.36-17.66 (22.80-22.85 vs 29.47-29.95; 46.63-46.76 vs 53.10-53.29). W_UK M = 8 keeps
+#: the persistent mma.sync grid (the streaming form 14.78-14.81 vs 14.35-14.38, and 52.4-52.7 vs 50.6-50.7 at
+#: 32 layers). Smaller units (16 KiB), more slots, one copy per padded row (``PADW``: 3x slower, the copy
+#: engine's issue rate), one activation copy (``XONE``), three or four programs per SM: slower or level.
+_STREAM = {"STAGES": 2, "EVF": 1, "CPS": 2, "DYN": 1}
+STACKED.update({
+    ("int4", 1, 128, 512): _cuda(8, 4, 1, fallback=TABLE[("int4", 1, 128, 512)], **_STREAM),
+    ("int4", 1, 512, 128): _cuda(2, 4, 4, fallback=TABLE[("int4", 1, 512, 128)], **_STREAM),
+    ("int4", 8, 512, 128): _cuda(2, 4, 4, fallback=TABLE[("int4", 8, 512, 128)], **_STREAM),
+})
 #: The e4m3 form of the CUDA kernel (r5, one run): FP8 W_UK at M = 1, 8 stacked layers 22.02 us against the
 #: TMA-fed Triton kernel's 23.75 (16 layers 40.80 vs 42.00, 32 layers 78.31 vs 80.03); elsewhere level or behind
 #: (W_UV M = 1 22.11 vs 21.82; at 32 layers W_UK M = 8 93.0 vs 89.4).

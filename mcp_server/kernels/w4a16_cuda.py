@@ -71,7 +71,40 @@ def macros(cfg: dict, M: int, group: int, zero_point: bool, fp8: bool = False) -
     return {"NT": int(cfg.get("NT", 1)), "MT": mt, "KB": int(cfg.get("KB", 1)), "GROUP": PACK_K if fp8 else group,
             "ZP": int(zero_point), "WARPS": int(cfg.get("WARPS", 4)), "SPLIT": int(cfg.get("SPLIT", 1)),
             "MINB": int(cfg.get("MINB", 0)), "KWARP": int(cfg.get("KWARP", 1)), "PF": int(bool(cfg.get("PROGS"))),
-            "FP8": int(fp8)}
+            "FP8": int(fp8), "STREAM": int(bool(cfg.get("STAGES"))), "STAGES": int(cfg.get("STAGES", 0)),
+            "PADW": int(cfg.get("PADW", 0)), "EVF": int(cfg.get("EVF", 0)), "DYN": int(cfg.get("DYN", 0)), "XONE": int(cfg.get("XONE", 0))}
+
+
+def _a128(b: int) -> int:
+    return -(-b // 128) * 128
+
+
+def stream_plan(mc: dict, cfg: dict, H: int, M: int, K: int, N: int, group: int, sms: int) -> tuple:
+    """The streaming form's launch (``STAGES`` set): a persistent grid of ``CPS`` programs per SM (default 1),
+    each a producer warp and ``WARPS`` consumer warps over a ring of ``STAGES`` slots, one work unit (a head's
+    16*NT*WARPS rows, all of K) per slot. The slot layout is the kernel's (``SLOT``): words (rows padded by
+    ``PADW`` words when set), scales, zero points, activations (8*MT rows of K + 8)."""
+    if mc["FP8"]:
+        raise CudaKernelUnavailable("the streaming form (STAGES) is INT4 only")
+    if mc["SPLIT"] != 1 or mc["KWARP"] != 1 or mc["PF"]:
+        raise CudaKernelUnavailable("the streaming form (STAGES) takes no SPLIT, KWARP or PROGS")
+    if K != PACK_K * mc["KB"]:
+        raise CudaKernelUnavailable(f"K={K} != KB*{PACK_K}={PACK_K * mc['KB']} (a unit holds all of K)")
+    if group > K or K % group:
+        raise CudaKernelUnavailable(f"group={group} does not divide K={K}")
+    if M > 8 * mc["MT"]:
+        raise CudaKernelUnavailable(f"M={M} > 8*MT={8 * mc['MT']} (a unit holds all of M)")
+    if mc["PADW"] % 4:
+        raise CudaKernelUnavailable(f"PADW={mc['PADW']} is not a multiple of 4 words (16-byte rows)")
+    rows = 16 * mc["NT"] * mc["WARPS"]
+    kw = mc["KB"] * 16
+    slot = (_a128(rows * (kw + mc["PADW"]) * 4) + _a128(K // group * rows * 2) * (1 + mc["ZP"])
+            + _a128(8 * mc["MT"] * (K + (0 if mc["XONE"] else 8)) * 2))
+    smem = _a128(16 * mc["STAGES"]) + mc["STAGES"] * slot
+    if smem > 227 * 1024:
+        raise CudaKernelUnavailable(f"{mc['STAGES']} slots of {slot} bytes exceed 227 KiB of shared memory")
+    units = H * (N // rows)
+    return mc, (min(units, int(cfg.get("CPS", 1)) * sms), 1, 1), 32 * (mc["WARPS"] + 1), smem
 
 
 def plan(cfg: dict, H: int, M: int, K: int, N: int, group: int, zero_point: bool,
@@ -87,6 +120,8 @@ def plan(cfg: dict, H: int, M: int, K: int, N: int, group: int, zero_point: bool
     rows = 16 * mc["NT"] * mc["WARPS"]
     if N % rows:
         raise CudaKernelUnavailable(f"N={N} is not a multiple of 16*NT*WARPS={rows}")
+    if mc["STREAM"]:
+        return stream_plan(mc, cfg, H, M, K, N, group, sms)
     bk = 64 if fp8 else PACK_K
     kc = bk * mc["KB"] * mc["KWARP"]
     if K != kc * mc["SPLIT"]:
@@ -119,6 +154,8 @@ def compiled(mc: dict):
             raise CudaKernelUnavailable(
                 "this torch cannot compile CUDA kernels at run time (torch.cuda._compile_kernel, NVRTC)"
                 if compile_kernel is None else f"compute capability {cap} < 8.0 (no bf16 mma.sync)")
+        if mc.get("STREAM") and cap < (9, 0):
+            raise CudaKernelUnavailable(f"compute capability {cap} < 9.0 (the streaming form needs cp.async.bulk)")
         opts = [f"-D{k}={v}" for k, v in sorted(mc.items())] + ["-std=c++17"]
         try:
             _KERNELS[key] = compile_kernel(source(), "w4a16_mma", nvcc_options=opts)
@@ -145,8 +182,8 @@ def launch(x, w, out, cfg: dict):
     else:
         words, scales = w.qweight, w.scales
         zeros = w.zeros if w.zeros is not None else w.scales
-    if x.data_ptr() % 16 or words.data_ptr() % 16:
-        raise CudaKernelUnavailable("x and the packed weights must be 16-byte aligned")
+    if any(t.data_ptr() % 16 for t in (x, words, scales, zeros)):
+        raise CudaKernelUnavailable("x, the packed weights and their scales must be 16-byte aligned")
     mc, grid, threads, smem = plan(cfg, H, M, K, w.N, w.group, not fp8 and w.zeros is not None,
                                    sm_count(x.device), fp8)
     if (x.device.index or 0) != torch.cuda.current_device():     # the module and stream are the current device's
@@ -154,7 +191,7 @@ def launch(x, w, out, cfg: dict):
     kernel = compiled(mc)
     if smem >= 48 * 1024:
         kernel.set_shared_memory_config(smem)
-    ws, cnt = workspace(x.device, H * mc["SPLIT"] * M * w.N if mc["SPLIT"] > 1 else 1, H * grid[0])
+    ws, cnt = workspace(x.device, H * mc["SPLIT"] * M * w.N if mc["SPLIT"] > 1 else 1, max(2, H * grid[0]))
     kernel(grid=grid, block=(threads, 1, 1), args=[words, scales, zeros, x, out, ws, cnt, M, K, w.N, H],
            shared_mem=smem)
     return kernel, out
@@ -193,17 +230,18 @@ def warn_fallback(exc: Exception) -> None:
 _USABLE: dict = {}
 
 
-def usable(fp8: bool = False) -> bool:
-    """Whether the CUDA kernel (its FP8 form with ``fp8``: ``cvt.rn.f16x2.e4m3x2`` needs sm_89) builds on the
-    current device (capability 8.0+, NVRTC through torch); the answer of one trial build, cached per device."""
+def usable(fp8: bool = False, stream: bool = False) -> bool:
+    """Whether the CUDA kernel (its FP8 form with ``fp8``: ``cvt.rn.f16x2.e4m3x2`` needs sm_89; its streaming
+    form with ``stream``: sm_90) builds on the current device (capability 8.0+, NVRTC through torch); the answer
+    of one trial build, cached per device."""
     import torch
 
     if not torch.cuda.is_available():
         return False
-    key = (torch.cuda.current_device(), fp8)
+    key = (torch.cuda.current_device(), fp8, stream)
     if key not in _USABLE:
         try:
-            compiled(macros({}, 1, 0 if fp8 else PACK_K, False, fp8))
+            compiled(macros({"STAGES": 2} if stream else {}, 1, 0 if fp8 else PACK_K, False, fp8))
             _USABLE[key] = True
         except CudaKernelUnavailable:
             _USABLE[key] = False
@@ -212,6 +250,6 @@ def usable(fp8: bool = False) -> bool:
 
 def resolve(cfg: dict, fp8: bool = False) -> dict:
     """The config that will run: ``cfg``, or its Triton fallback where the CUDA kernel does not build here."""
-    if cfg.get("variant") == "cuda" and cfg.get("fallback") and not usable(fp8):
+    if cfg.get("variant") == "cuda" and cfg.get("fallback") and not usable(fp8, bool(cfg.get("STAGES"))):
         return dict(cfg["fallback"])
     return cfg

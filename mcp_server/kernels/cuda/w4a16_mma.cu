@@ -1,6 +1,6 @@
 // kernelscope: INT4 W4A16 and FP8 W8A16 BMM (mma.sync, swap A/B), compiled at run time by NVRTC from
 // mcp_server/kernels/w4a16_cuda.py, which documents the design and passes the -D parameters:
-// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8. No headers: NVRTC's built-in types only.
+// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8 STREAM STAGES PADW EVF DYN XONE. No headers: NVRTC's built-in types only.
 typedef unsigned int u32;
 typedef unsigned short u16;
 
@@ -70,7 +70,11 @@ __device__ __forceinline__ u32 zoff(u16 z) {
 #define WPK 8
 #endif
 #define KC (KB * BK * KWARP)
+#if XONE
+#define SK KC                // the activations of a streamed unit in one copy (rows unpadded)
+#else
 #define SK (KC + 8)
+#endif
 #define GS (GROUP < 128 ? GROUP : 128)
 #define STEPS (128 / GS)
 #define CH (GS / 16)
@@ -270,6 +274,165 @@ __device__ __forceinline__ void store_out(const float (&acc)[NT][MT][4], u16* ou
         }
 }
 
+#if STREAM
+// ---- the streaming form (STREAM = 1, INT4): a persistent grid, one producer warp per program copying each
+// work unit (one head's rows r0 .. r0 + R, all of K: packed words, group scales, zero points, activations) into
+// a ring of STAGES shared-memory slots with cp.async.bulk, completion counted on the slot's mbarrier; WARPS
+// consumer warps (NT tiles of 16 rows each, all KB blocks) read their words out of the slot, multiply, free
+// the slot and store. The weight stream never waits for the multiplies of the unit before it.
+#define R (16 * NT * WARPS)                     // rows of a unit
+#define KW (KB * 16)                            // packed words per row
+#define RS (KW + PADW)                          // words per row in the slot (PADW > 0: one copy per row)
+#define NGS (KB * 128 / GROUP)                  // groups along K
+#define A128(b) (((b) + 127) / 128 * 128)
+#define W_BYTES A128(R * RS * 4)
+#define S_BYTES A128(NGS * R * 2)
+#define X_OFF (W_BYTES + S_BYTES * (1 + ZP))
+#define SLOT (X_OFF + A128(8 * MT * SK * 2))
+#define BARS A128(16 * STAGES)
+
+__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void bar_init(u32 b, u32 n) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(b), "r"(n) : "memory");
+}
+__device__ __forceinline__ void bar_expect(u32 b, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(b), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(u32 b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(b) : "memory");
+}
+__device__ __forceinline__ void bar_wait(u32 b, u32 parity) {
+    u32 ok;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(ok) : "r"(b), "r"(parity) : "memory");
+    } while (!ok);
+}
+// bytes from global to shared, counted on mbarrier b (EVF: the weights marked evict-first in L2, read once)
+__device__ __forceinline__ void bulk(u32 dst, const void* src, u32 bytes, u32 b, unsigned long long pol) {
+#if EVF
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+                 :: "r"(dst), "l"(src), "r"(bytes), "r"(b), "l"(pol) : "memory");
+#else
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(dst), "l"(src), "r"(bytes), "r"(b) : "memory");
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__((WARPS + 1) * 32)
+w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __restrict__ zp,
+          const u16* __restrict__ x, u16* __restrict__ out, float* __restrict__ ws, int* __restrict__ cnt,
+          int M, int K, int N, int H)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const u32 bars = smem_u32(smem), slots = bars + BARS;     // full[s] at bars + 8 s, empty[s] at + 8 STAGES
+    const int nsplit = N / R, units = H * nsplit;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            bar_init(bars + 8 * s, 1);
+            bar_init(bars + 8 * (STAGES + s), WARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    // the unit in each slot (units or more: no more work); DYN: units past the first wave are claimed from a
+    // counter (cnt[0]), so a program that streams faster takes more of them; the last program to finish resets it
+    __shared__ int uid[STAGES];
+    if (warp == WARPS) {        // the producer
+        unsigned long long pol = 0;
+#if EVF
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+#endif
+        const u32 tx = R * KW * 4 + NGS * R * 2 * (1 + ZP) + M * K * 2;
+        int u = blockIdx.x;
+        for (int i = 0;; ++i) {
+            const int s = i % STAGES;
+            const u32 full = bars + 8 * s, dst = slots + s * SLOT;
+            int next = 0;
+#if DYN
+            if (lane == 0 && u < units) next = gridDim.x + atomicAdd(cnt, 1);    // in flight during the wait
+#endif
+            if (i >= STAGES) bar_wait(bars + 8 * (STAGES + s), ((i / STAGES) & 1) ^ 1);
+            if (lane == 0) uid[s] = u;
+            if (u >= units) {
+                if (lane == 0) bar_arrive(full);
+                break;
+            }
+            const int h = u / nsplit, r0 = (u % nsplit) * R;
+            if (lane == 0) bar_expect(full, tx);
+            __syncwarp();
+            const u32* src = qw + ((size_t)h * N + r0) * KW;
+#if PADW
+            for (int r = lane; r < R; r += 32) bulk(dst + r * RS * 4, src + (size_t)r * KW, KW * 4, full, pol);
+#else
+            if (lane == 0) bulk(dst, src, R * KW * 4, full, pol);
+#endif
+            if (nsplit == 1) {      // the head's scales (and zero points) in one piece
+                if (lane == 0) bulk(dst + W_BYTES, sc + (size_t)h * NGS * N, NGS * R * 2, full, pol);
+#if ZP
+                if (lane == 1) bulk(dst + W_BYTES + S_BYTES, zp + (size_t)h * NGS * N, NGS * R * 2, full, pol);
+#endif
+            } else {
+                for (int gi = lane; gi < NGS; gi += 32) {
+                    bulk(dst + W_BYTES + gi * R * 2, sc + ((size_t)h * NGS + gi) * N + r0, R * 2, full, pol);
+#if ZP
+                    bulk(dst + W_BYTES + S_BYTES + gi * R * 2, zp + ((size_t)h * NGS + gi) * N + r0, R * 2, full, pol);
+#endif
+                }
+            }
+#if XONE
+            if (lane == 2) bulk(dst + X_OFF, x + (size_t)h * M * K, M * K * 2, full, 0);
+#else
+            for (int m = lane; m < M; m += 32)
+                bulk(dst + X_OFF + m * SK * 2, x + ((size_t)h * M + m) * K, K * 2, full, 0);
+#endif
+#if DYN
+            u = __shfl_sync(0xffffffffu, next, 0);
+#else
+            u += gridDim.x;
+#endif
+        }
+#if DYN
+        __threadfence();        // this program's claims come before its count of finished programs
+        if (lane == 0 && atomicAdd(cnt + 1, 1) == (int)gridDim.x - 1) {
+            atomicExch(cnt, 0);
+            atomicExch(cnt + 1, 0);
+        }
+#endif
+        return;
+    }
+    const int g = lane >> 2, t = lane & 3, n0 = warp * NT * 16;
+    for (int i = 0;; ++i) {
+        const int s = i % STAGES;
+        bar_wait(bars + 8 * s, (i / STAGES) & 1);
+        const int u = uid[s];
+        if (u >= units) break;
+        const int h = u / nsplit, r0 = (u % nsplit) * R;
+        const unsigned char* slot = smem + BARS + s * SLOT;
+        const u32* wsm = (const u32*)slot;
+        u32 w[KB][NT][8];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const u32* p0 = wsm + (n0 + nt * 16 + g) * RS + 2 * t;
+            const u32* p1 = p0 + 8 * RS;
+#pragma unroll
+            for (int kb = 0; kb < KB; ++kb) {
+                const uint2 a = *(const uint2*)(p0 + kb * 16), b = *(const uint2*)(p0 + kb * 16 + 8);
+                const uint2 c = *(const uint2*)(p1 + kb * 16), d = *(const uint2*)(p1 + kb * 16 + 8);
+                w[kb][nt][0] = a.x; w[kb][nt][1] = a.y; w[kb][nt][2] = b.x; w[kb][nt][3] = b.y;
+                w[kb][nt][4] = c.x; w[kb][nt][5] = c.y; w[kb][nt][6] = d.x; w[kb][nt][7] = d.y;
+            }
+        }
+        float acc[NT][MT][4];
+        tile_mma(acc, w, smem_u32(slot + X_OFF), (const u16*)(slot + W_BYTES), (const u16*)(slot + W_BYTES + S_BYTES),
+                 0, n0, 0, 0, NGS, R, lane);
+        __syncwarp();
+        if (lane == 0) bar_arrive(bars + 8 * (STAGES + s));
+        store_out(acc, out, h, r0 + n0, 0, M, N, lane);
+    }
+}
+#else
 // Heads h = blockIdx.y, + gridDim.y, ...: one pass when the grid holds every head; with fewer programs
 // (PF = 1) each loads the next head's weights and activations while it multiplies the current one's.
 extern "C" __global__ void BOUNDS
@@ -407,3 +570,4 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
 #endif
     }
 }
+#endif
