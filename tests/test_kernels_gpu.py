@@ -190,7 +190,7 @@ def test_the_cuda_kernel_in_every_form_matches_the_reference_and_repeats():
 
 def test_the_cuda_kernel_fp8_form_matches_the_reference_and_repeats():
     """The e4m3 form (64-k blocks, per-channel scales, f16 MMAs as the Triton W8A16 kernel): whole K per warp,
-    warps splitting K, the persistent grid and split-K, against x @ the dequantized weights, NaN-poisoned output,
+    warps splitting K, the persistent grid, split-K and the streaming form, against x @ the dequantized weights, NaN-poisoned output,
     the same bits twice; and the recorded stacked config through the dispatch."""
     from mcp_server.kernels import quant, tuning
     from mcp_server.kernels.w8a16 import w8a16_bmm
@@ -199,7 +199,10 @@ def test_the_cuda_kernel_fp8_form_matches_the_reference_and_repeats():
     forms = [(64, 128, 512, (1, 8, 13), {"NT": 1, "WARPS": 4, "KB": 2}),
              (600, 128, 512, (1, 8), {"NT": 4, "WARPS": 2, "KB": 2, "PROGS": 2}),
              (64, 512, 128, (1, 8, 20), {"NT": 2, "WARPS": 2, "KB": 4, "KWARP": 2}),
-             (2, 2048, 384, (1, 8), {"NT": 1, "WARPS": 4, "KB": 4, "SPLIT": 8})]
+             (2, 2048, 384, (1, 8), {"NT": 1, "WARPS": 4, "KB": 4, "SPLIT": 8}),
+             # the streaming form: units claimed from the counter, half heads (R = 64) on W_UV
+             (600, 128, 512, (1, 3, 8), {"NT": 4, "WARPS": 4, "KB": 2, "STAGES": 2, "CPS": 2, "DYN": 1, "EVF": 1}),
+             (300, 512, 128, (1, 8, 13), {"NT": 1, "WARPS": 4, "KB": 8, "STAGES": 2, "CPS": 2, "DYN": 1, "MT": 2})]
     for H, K, N, Ms, cfg in forms:
         fw = quant.quantize_fp8((torch.randn(H, K, N, device="cuda", generator=g) * 0.02).to(torch.bfloat16))
         deq = quant.dequantize_fp8(fw)
@@ -210,10 +213,11 @@ def test_the_cuda_kernel_fp8_form_matches_the_reference_and_repeats():
             err = _rel(o, x.float() @ deq)
             assert not o.isnan().any() and err < 3e-3, (H, K, N, M, cfg, err)
             assert torch.equal(o, w8a16_bmm(x, fw, config={"variant": "cuda", **cfg})), (H, K, N, M, cfg)
-    cfg = tuning.config_for("fp8", 1, 128, 512, 1024)
-    assert cfg["variant"] == "cuda"
-    fw = quant.quantize_fp8((torch.randn(1024, 128, 512, device="cuda", generator=g) * 0.02).to(torch.bfloat16))
-    x = torch.randn(1024, 1, 128, device="cuda", generator=g).to(torch.bfloat16)
-    ref = x.float() @ quant.dequantize_fp8(fw)
-    e_cuda, e_tri = _rel(w8a16_bmm(x, fw), ref), _rel(w8a16_bmm(x, fw, config=cfg["fallback"]), ref)
-    assert e_cuda < 3e-3 and abs(e_cuda - e_tri) < 5e-4, (e_cuda, e_tri)
+    for M, K, N in ((1, 128, 512), (8, 128, 512), (1, 512, 128), (8, 512, 128)):
+        cfg = tuning.config_for("fp8", M, K, N, 1024)
+        assert cfg["variant"] == "cuda", (M, K, N)
+        fw = quant.quantize_fp8((torch.randn(1024, K, N, device="cuda", generator=g) * 0.02).to(torch.bfloat16))
+        x = torch.randn(1024, M, K, device="cuda", generator=g).to(torch.bfloat16)
+        ref = x.float() @ quant.dequantize_fp8(fw)
+        e_cuda, e_tri = _rel(w8a16_bmm(x, fw), ref), _rel(w8a16_bmm(x, fw, config=cfg["fallback"]), ref)
+        assert e_cuda < 3e-3 and abs(e_cuda - e_tri) < 5e-4, (M, K, N, e_cuda, e_tri)

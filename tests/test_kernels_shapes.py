@@ -89,9 +89,10 @@ def test_tuning_table_covers_the_bench_families():
     # STACKED first once the H matrices hold >= 64 MiB of BF16 (4+ layers of 128 heads): FP8 W_UK
     # through the TMA-fed kernel at 8 layers, the word-tile kernel at one layer; INT4 at M <= 8 through the
     # CUDA kernel when stacked, its one-layer Triton config as the fallback and at one layer
-    assert tuning.config_for("fp8", 1, 128, 512, 1024)["variant"] == "cuda"      # the CUDA kernel's e4m3 form
-    assert tuning.config_for("fp8", 1, 128, 512, 1024)["fallback"]["variant"] == "tma"
-    assert tuning.config_for("fp8", 8, 128, 512, 512)["variant"] == "tma"
+    for M, K, N, fb in ((1, 128, 512, "tma"), (8, 128, 512, "tma"), (1, 512, 128, "asm"), (8, 512, 128, "asm")):
+        cfg = tuning.config_for("fp8", M, K, N, 512)                # the CUDA kernel's e4m3 streaming form
+        assert (cfg["variant"], cfg["STAGES"], cfg["fallback"]["variant"]) == ("cuda", 2, fb), (M, K, N)
+    assert tuning.config_for("fp8", 16, 128, 512, 512)["variant"] == "tma"
     assert tuning.config_for("fp8", 1, 128, 512, 128)["variant"] == "asm"
     assert tuning.config_for("fp8", 64, 128, 512, 1024)["num_stages"] == 3
     assert tuning.config_for("fp8", 64, 128, 512, 128)["num_stages"] == 2
@@ -247,8 +248,11 @@ def test_the_cuda_kernel_plans_its_grid_and_refuses_what_it_cannot_run():
             (dict(st, PADW=2), (8, 1, 512, 128), "PADW=2")):
         with pytest.raises(CudaKernelUnavailable, match=why):
             plan(cfg, *shape, 128, False)
-    with pytest.raises(CudaKernelUnavailable, match="INT4 only"):
-        plan(dict(st, KB=8), 8, 1, 512, 128, 0, False, fp8=True)
+    # the e4m3 form streams too: 64-k blocks, per-channel fp32 scales (R floats a slot)
+    _, grid, _, smem = plan(dict(st, NT=1, KB=8), 1024, 8, 512, 128, 0, False, sms=132, fp8=True)
+    assert grid == (264, 1, 1) and smem == 128 + 2 * (64 * 128 * 4 + 64 * 4 + 8 * (512 + 8) * 2)
+    with pytest.raises(CudaKernelUnavailable, match="K=512 != KB\\*64=256"):
+        plan(dict(st, KB=4), 8, 1, 512, 128, 0, False, fp8=True)
     assert [g for g in (16, 32, 64, 96, 128, 256, 384) if supports_group(g)] == [32, 64, 128, 256, 384]
 
 
@@ -274,7 +278,8 @@ def test_the_cuda_source_ships_and_builds_offline_where_nvrtc_is_installed():
              # the streaming form as recorded (tuning._STREAM), with zero points and unpadded activations
              ({"NT": 8, "WARPS": 4, "KB": 1, **tuning._STREAM}, 1, 128, False, False),
              ({"NT": 2, "WARPS": 4, "KB": 4, **tuning._STREAM}, 8, 128, False, False),
-             ({"NT": 2, "WARPS": 4, "KB": 4, "STAGES": 3, "DYN": 1, "XONE": 1}, 5, 64, True, False)]
+             ({"NT": 2, "WARPS": 4, "KB": 4, "STAGES": 3, "DYN": 1, "XONE": 1}, 5, 64, True, False),
+             ({"NT": 4, "WARPS": 4, "KB": 2, **tuning._STREAM}, 8, 0, False, True)]
     for cfg, M, group, zp, fp8 in forms:
         mc = w4a16_cuda.macros(cfg, M, group, zp, fp8)
         prog = ctypes.c_void_p()

@@ -168,7 +168,18 @@ def mla_cands3(M: int, K: int, N: int) -> list[dict]:
 
 
 def fp8_cands(M: int, K: int, N: int) -> list[dict]:
-    """The e4m3 form (64-k blocks): whole K per warp or split over KWARP warps, and the persistent grid."""
+    """The e4m3 form (64-k blocks): whole K per warp or split over KWARP warps, and the persistent grid; from
+    round 8 its streaming form (64 KiB units of a whole head, or 32 KiB halves at two programs per SM)."""
+    if ROUND >= 8:
+        if M > 8:
+            return []
+        if K == 128:
+            sets = ((8, 4, 2, 2, 1, 1), (4, 4, 2, 2, 2, 1), (4, 8, 2, 2, 1, 1), (4, 4, 2, 3, 1, 1), (2, 8, 2, 2, 2, 1),
+                    (4, 4, 2, 2, 2, 0), (8, 4, 2, 3, 1, 1), (2, 4, 2, 4, 2, 1))
+        else:
+            sets = ((2, 4, 8, 2, 1, 1), (1, 4, 8, 2, 2, 1), (1, 8, 8, 2, 1, 1), (1, 4, 8, 3, 1, 1), (1, 2, 8, 4, 2, 1),
+                    (2, 4, 8, 3, 1, 1), (1, 8, 8, 3, 1, 1))
+        return [_stream(nt, w, kb, st, 0, 1, cps, 0, d) for nt, w, kb, st, cps, d in sets]
     if K == 128:
         sets = ((4, 2, 2, 1, 0), (2, 4, 2, 1, 0), (4, 1, 2, 1, 0), (2, 2, 2, 1, 0), (1, 4, 2, 1, 0), (8, 1, 2, 1, 0),
                 (4, 2, 2, 1, 6), (2, 4, 2, 1, 4), (2, 2, 2, 1, 8))

@@ -188,6 +188,16 @@ STACKED.update({
 #: TMA-fed Triton kernel's 23.75 (16 layers 40.80 vs 42.00, 32 layers 78.31 vs 80.03); elsewhere level or behind
 #: (W_UV M = 1 22.11 vs 21.82; at 32 layers W_UK M = 8 93.0 vs 89.4).
 STACKED[("fp8", 1, 128, 512)] = _cuda(1, 4, 2, fallback=STACKED[("fp8", 1, 128, 512)])
+#: The e4m3 streaming form (r12, --round 8, one run; bench/results/cuda_w4a16_sweep_h200_r12.json), 8 stacked
+#: layers, graph us against the recorded config in the same run (16, 32 layers): W_UK M = 1 19.85 vs 21.95 (the
+#: mma.sync form above; 35.83 vs 41.07, 66.53 vs 78.85); W_UV M = 1 20.35 vs 22.06 (asm; 34.34 vs 38.04, 64.60
+#: vs 69.85); W_UK M = 8 21.50 vs 26.81 (TMA-fed; 38.12 vs 46.58, 80.51 vs 87.93); W_UV M = 8 20.60 vs 24.90
+#: (35.82 vs 43.39, 78.05 vs 82.76). Half-head units at two programs per SM won every family (whole 64 KiB heads
+#: at one program per SM within 2-6 %). One layer keeps its configs (the streaming form 0.84-0.91x of them warm).
+for _key, (_nt, _kb) in {("fp8", 1, 128, 512): (4, 2), ("fp8", 8, 128, 512): (4, 2),
+                         ("fp8", 1, 512, 128): (1, 8), ("fp8", 8, 512, 128): (1, 8)}.items():
+    _fb = STACKED.get(_key, TABLE[_key])
+    STACKED[_key] = _cuda(_nt, 4, _kb, fallback=_fb.get("fallback", _fb), **_STREAM)
 #: Decode GEMMs (H = 1), r1-r3, graph us, CUDA kernel vs the Triton config it replaces (and tinygemm):
 #: 4096x4096 M = 8 8.64-8.82 vs 9.48-9.82, M = 16 10.26-10.39 vs 10.43-10.55; 8192x8192 M = 8 21.45-22.25 vs
 #: 22.93-23.12; 7168x2048 M = 1 7.49-7.55 vs 7.62-7.68 (tinygemm 7.51-7.54), M = 8 8.76-8.82 vs 9.58-9.93,

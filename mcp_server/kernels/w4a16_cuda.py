@@ -72,7 +72,7 @@ def macros(cfg: dict, M: int, group: int, zero_point: bool, fp8: bool = False) -
             "ZP": int(zero_point), "WARPS": int(cfg.get("WARPS", 4)), "SPLIT": int(cfg.get("SPLIT", 1)),
             "MINB": int(cfg.get("MINB", 0)), "KWARP": int(cfg.get("KWARP", 1)), "PF": int(bool(cfg.get("PROGS"))),
             "FP8": int(fp8), "STREAM": int(bool(cfg.get("STAGES"))), "STAGES": int(cfg.get("STAGES", 0)),
-            "PADW": int(cfg.get("PADW", 0)), "EVF": int(cfg.get("EVF", 0)), "DYN": int(cfg.get("DYN", 0)), "XONE": int(cfg.get("XONE", 0))}
+            **{k: int(cfg.get(k, 0)) for k in ("PADW", "EVF", "DYN", "XONE")}}
 
 
 def _a128(b: int) -> int:
@@ -84,13 +84,12 @@ def stream_plan(mc: dict, cfg: dict, H: int, M: int, K: int, N: int, group: int,
     each a producer warp and ``WARPS`` consumer warps over a ring of ``STAGES`` slots, one work unit (a head's
     16*NT*WARPS rows, all of K) per slot. The slot layout is the kernel's (``SLOT``): words (rows padded by
     ``PADW`` words when set), scales, zero points, activations (8*MT rows of K + 8)."""
-    if mc["FP8"]:
-        raise CudaKernelUnavailable("the streaming form (STAGES) is INT4 only")
     if mc["SPLIT"] != 1 or mc["KWARP"] != 1 or mc["PF"]:
         raise CudaKernelUnavailable("the streaming form (STAGES) takes no SPLIT, KWARP or PROGS")
-    if K != PACK_K * mc["KB"]:
-        raise CudaKernelUnavailable(f"K={K} != KB*{PACK_K}={PACK_K * mc['KB']} (a unit holds all of K)")
-    if group > K or K % group:
+    bk = 64 if mc["FP8"] else PACK_K
+    if K != bk * mc["KB"]:
+        raise CudaKernelUnavailable(f"K={K} != KB*{bk}={bk * mc['KB']} (a unit holds all of K)")
+    if not mc["FP8"] and (group > K or K % group):
         raise CudaKernelUnavailable(f"group={group} does not divide K={K}")
     if M > 8 * mc["MT"]:
         raise CudaKernelUnavailable(f"M={M} > 8*MT={8 * mc['MT']} (a unit holds all of M)")
@@ -98,7 +97,8 @@ def stream_plan(mc: dict, cfg: dict, H: int, M: int, K: int, N: int, group: int,
         raise CudaKernelUnavailable(f"PADW={mc['PADW']} is not a multiple of 4 words (16-byte rows)")
     rows = 16 * mc["NT"] * mc["WARPS"]
     kw = mc["KB"] * 16
-    slot = (_a128(rows * (kw + mc["PADW"]) * 4) + _a128(K // group * rows * 2) * (1 + mc["ZP"])
+    scales = rows * 4 if mc["FP8"] else K // group * rows * 2        # per-channel fp32, or bf16 per group
+    slot = (_a128(rows * (kw + mc["PADW"]) * 4) + _a128(scales) * (1 + mc["ZP"])
             + _a128(8 * mc["MT"] * (K + (0 if mc["XONE"] else 8)) * 2))
     smem = _a128(16 * mc["STAGES"]) + mc["STAGES"] * slot
     if smem > 227 * 1024:

@@ -43,15 +43,15 @@ __device__ __forceinline__ u32 e4m3x2(u32 wa, u32 wb, u32 sel) {
     asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.rn.f16x2.e4m3x2 %0, lo; }" : "=r"(r) : "r"(t));
     return r;
 }
-// eight bf16 -> eight f16 (the FP8 form multiplies in f16, as the Triton W8A16 kernel)
+// bf16x2 -> f16x2 (the FP8 form multiplies in f16, as the Triton W8A16 kernel)
+__device__ __forceinline__ u32 bf16x2_to_f16(u32 v) {
+    const float lo = __uint_as_float(v << 16), hi = __uint_as_float(v & 0xFFFF0000u);
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
 __device__ __forceinline__ uint4 bf16x8_to_f16(uint4 v) {
-    u32* p = (u32*)&v;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float lo = __uint_as_float(p[i] << 16), hi = __uint_as_float(p[i] & 0xFFFF0000u);
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(p[i]) : "f"(hi), "f"(lo));
-    }
-    return v;
+    return make_uint4(bf16x2_to_f16(v.x), bf16x2_to_f16(v.y), bf16x2_to_f16(v.z), bf16x2_to_f16(v.w));
 }
 __device__ __forceinline__ float ldcg(const float* p) {
     float v; asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p)); return v;
@@ -149,6 +149,10 @@ __device__ __forceinline__ void tile_mma_fp8(float (&acc)[NT][MT][4], const u32 
             for (int mt = 0; mt < MT; ++mt) {
                 const int col = kofs + kb * 64 + 16 * (jp + (q >> 1)) + 8 * (q & 1);
                 ldsm4(b[mt], xs_base + 2u * (u32)((mt * 8 + r8) * SK + col));
+#if STREAM
+#pragma unroll
+                for (int i = 0; i < 4; ++i) b[mt][i] = bf16x2_to_f16(b[mt][i]);    // the slot holds x as bf16
+#endif
             }
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
@@ -283,10 +287,17 @@ __device__ __forceinline__ void store_out(const float (&acc)[NT][MT][4], u16* ou
 #define R (16 * NT * WARPS)                     // rows of a unit
 #define KW (KB * 16)                            // packed words per row
 #define RS (KW + PADW)                          // words per row in the slot (PADW > 0: one copy per row)
-#define NGS (KB * 128 / GROUP)                  // groups along K
 #define A128(b) (((b) + 127) / 128 * 128)
 #define W_BYTES A128(R * RS * 4)
+#if FP8
+#define NGS 1                                   // per-channel fp32 scales: R floats
+#define S_BYTES A128(R * 4)
+#define S_ROW (R * 4)
+#else
+#define NGS (KB * 128 / GROUP)                  // groups along K
 #define S_BYTES A128(NGS * R * 2)
+#define S_ROW (R * 2)
+#endif
 #define X_OFF (W_BYTES + S_BYTES * (1 + ZP))
 #define SLOT (X_OFF + A128(8 * MT * SK * 2))
 #define BARS A128(16 * STAGES)
@@ -344,7 +355,7 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
 #if EVF
         asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 #endif
-        const u32 tx = R * KW * 4 + NGS * R * 2 * (1 + ZP) + M * K * 2;
+        const u32 tx = R * KW * 4 + NGS * S_ROW * (1 + ZP) + M * K * 2;
         int u = blockIdx.x;
         for (int i = 0;; ++i) {
             const int s = i % STAGES;
@@ -368,6 +379,9 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
 #else
             if (lane == 0) bulk(dst, src, R * KW * 4, full, pol);
 #endif
+#if FP8
+            if (lane == 0) bulk(dst + W_BYTES, (const float*)sc + (size_t)h * N + r0, R * 4, full, pol);
+#else
             if (nsplit == 1) {      // the head's scales (and zero points) in one piece
                 if (lane == 0) bulk(dst + W_BYTES, sc + (size_t)h * NGS * N, NGS * R * 2, full, pol);
 #if ZP
@@ -381,6 +395,7 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
 #endif
                 }
             }
+#endif
 #if XONE
             if (lane == 2) bulk(dst + X_OFF, x + (size_t)h * M * K, M * K * 2, full, 0);
 #else
@@ -425,8 +440,12 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
             }
         }
         float acc[NT][MT][4];
+#if FP8
+        tile_mma_fp8(acc, w, smem_u32(slot + X_OFF), (const float*)(slot + W_BYTES), 0, n0, 0, R, lane);
+#else
         tile_mma(acc, w, smem_u32(slot + X_OFF), (const u16*)(slot + W_BYTES), (const u16*)(slot + W_BYTES + S_BYTES),
                  0, n0, 0, 0, NGS, R, lane);
+#endif
         __syncwarp();
         if (lane == 0) bar_arrive(bars + 8 * (STAGES + s));
         store_out(acc, out, h, r0 + n0, 0, M, N, lane);
