@@ -56,4 +56,4 @@ def test_demo_shows_the_kernel_compass_path_on_committed_h200_data():
     text = _flat(_run(demo.step_compass))
     assert "memory_bound" in text and "dram" in text            # the 16-layer BMM, cold
     assert "do not quantize" in text                              # the one-layer BMM, L2-resident
-    assert "2.385" in text and "accepted" in text and "reverted" in text  # the loop's two decisions
+    assert "2.917" in text and "accepted" in text and "reverted" in text  # the loop's two decisions

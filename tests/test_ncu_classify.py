@@ -217,3 +217,20 @@ def test_roofline_position_against_the_measured_h200_ceilings(fmt):
     assert k["gemm_bf16"].roofline.sources == {"bf16_tflops": "measured", "hbm_tb_s": "measured"}
     # warm, the L2-resident BMM reads almost nothing from DRAM: far right of the ridge, far below the roof
     assert k["bmm_l2"].roofline.fraction_of_roof < 0.1 and not k["bmm_l2"].roofline.memory_bound_side
+
+
+def test_a_grid_that_reaches_every_sm_is_not_called_small():
+    """Under one wave is not a small grid when the blocks reach every SM: the streaming INT4 kernel (264
+    persistent blocks on 132 SMs, 0.67 waves) and tinygemm (512 blocks, 0.97 waves) were told "the grid does
+    not fill the GPU: ... split-K/stream-K" before; cuBLAS's 128 blocks on 132 SMs still are
+    (persistent_grid_h200.details.csv: three kernels of the H200 profile in bench/results/stream_ncu_h200.csv)."""
+    c = classify_bottleneck(str(NCU / "persistent_grid_h200.details.csv"), cache_control="all")
+    k = {x.name.split("(")[0].split("<")[0].split()[-1].split("::")[-1][:14]: x.bottleneck for x in c.kernels}
+    assert set(k) == {"nvjet_sm90_tst", "tinygemm_m16n8", "w4a16_mma"}, set(k)
+    assert (k["nvjet_sm90_tst"].class_, k["nvjet_sm90_tst"].limiter) == ("latency_bound", "small_grid")
+    for name in ("w4a16_mma", "tinygemm_m16n8"):
+        b = k[name]
+        assert b.class_ == "latency_bound" and b.limiter != "small_grid", (name, b.limiter)
+        assert any("reach all 132 SMs" in e.reads for e in b.evidence), name
+        assert not any("does not fill the GPU" in a for a in b.advice), name
+    assert any("(2.0 per SM" in e.reads for e in k["w4a16_mma"].evidence)

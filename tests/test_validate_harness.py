@@ -160,12 +160,28 @@ def test_graphs_kept_only_when_launch_bound():
 
     h = Harness({"device": "cpu"}, io.StringIO())
 
-    def fake(per_graph, per_loop):
-        return lambda fn, argset, reps, graph: per_graph if graph is not None else per_loop
+    def base(): ...
+
+    def cand(): ...
+
+    def fake(per_graph, per_loop, cand_loop=None):
+        def batch(fn, argset, reps, graph):
+            if graph is not None:
+                return per_graph
+            return cand_loop if fn is cand and cand_loop is not None else per_loop
+        return batch
 
     graphs = [{"a": [("g1", []), ("g2", [])], "b": [("g3", []), ("g4", [])]}]
     h._batch = fake(2e-6, 6e-6)        # launch-bound: the loop is 3x slower
-    assert h._graphs_pay(None, [[()]], graphs)
+    assert h._graphs_pay(base, cand, [[()]], graphs)
     h._batch = fake(30e-6, 30.3e-6)    # GPU-bound: 1 % apart
-    assert not h._graphs_pay(None, [[()]], graphs)
-    assert h.result["graph_check"] == [{"graph_us": pytest.approx(30.0), "loop_us": pytest.approx(30.3)}]
+    assert not h._graphs_pay(base, cand, [[()]], graphs)
+    assert h.result["graph_check"] == [{"graph_us": pytest.approx(30.0), "loop_us": pytest.approx(30.3),
+                                        "candidate_graph_us": pytest.approx(30.0),
+                                        "candidate_loop_us": pytest.approx(30.3)}]
+    # the baseline GPU-bound but the candidate's host work outlasting its kernels (the H200 worked example after
+    # the streaming kernel: 184 us a call in a launch loop against the baseline's 66 us): graphs, or the loop
+    # times the candidate's host work
+    h._batch = fake(65e-6, 66e-6, cand_loop=184e-6)
+    assert h._graphs_pay(base, cand, [[()]], graphs)
+    assert h.result["graph_check"][0]["candidate_loop_us"] == pytest.approx(184.0)

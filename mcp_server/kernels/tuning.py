@@ -125,8 +125,9 @@ TABLE.update({
 #: 25.67 us; one layer warm 4.20 vs 4.30 us). INT4 W_UV at M = 1 keeps its issue-11 config although
 #: a 2-warp 64-wide tile measured 2.7 % faster (14.97 vs 15.38 us; one layer warm 3.78 vs 3.92): the
 #: kernel-compass worked example's one-layer revert decision sat near its 3 % gate. (Since 12-02 that
-#: example validates one layer over M = 1 and 64, reverted at 0.954x, so the margin no longer binds; the
-#: 2-warp tile was not re-measured at one layer, and stacked W_UV at M = 1 now runs the CUDA kernel.)
+#: example validates one layer over M = 1 and 64, reverted at 0.954x, 0.997x on a later re-run, so the
+#: margin no longer binds; the 2-warp tile was not re-measured at one layer, and stacked W_UV at M = 1 now
+#: runs the CUDA kernel.)
 _F8UV8 = {"variant": "asm", "BLOCK_N": 64, "SUB": 2, "num_warps": 2, "num_stages": 3}
 TABLE.update({("fp8", 8, 512, 128): dict(_F8UV8), ("fp8", 16, 512, 128): dict(_F8UV8)})
 

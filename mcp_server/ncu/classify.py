@@ -140,6 +140,13 @@ def _small_grid(k: KernelProfile, v: _Verdict, sm_count: Optional[int]) -> bool:
         v.ev("grid_size", grid, float(sms), f"{grid:.0f} blocks on {sms:.0f} SMs: the grid does not fill the GPU")
         return True
     if waves is not None and waves < 1.0 and waves != 0.0:
+        if grid is not None and sms and grid >= sms:
+            # every SM has blocks: under one wave only because an SM could hold more (a persistent grid of
+            # N blocks per SM, or a grid sized to the SMs), which is an occupancy question, not a small grid
+            v.ev("waves_per_sm", waves, 1.0,
+                 f"{waves:.2f} waves per SM, but the {grid:.0f} blocks reach all {sms:.0f} SMs "
+                 f"({grid / sms:.1f} per SM: a persistent-style grid, not a small one)")
+            return False
         v.ev("waves_per_sm", waves, 1.0, f"{waves:.2f} waves per SM: under one wave")
         return True
     if waves == 0.0 and grid is not None and grid <= 1:

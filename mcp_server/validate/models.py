@@ -88,8 +88,9 @@ class Timing(Model):
     elapsed_s: float = Field(description="wall time of the deciding rounds")
     sync_overhead_us: float = Field(0.0, description="empty timed region (subtracted from every batch)")
     graph_check: list[dict[str, float]] | None = Field(None, description=(
-        "per shape: per-call us replaying a CUDA graph and in a launch loop (graphs='auto' uses graphs "
-        "only when the loop is > 3 % slower)"))
+        "per shape: per-call us replaying a CUDA graph and in a launch loop, the baseline's (graph_us, loop_us) "
+        "and the candidate's (candidate_graph_us, candidate_loop_us); graphs='auto' uses graphs when either "
+        "side's loop is > 3 % slower"))
     per_shape: list[ShapeTiming] = Field(default_factory=list)
     other_cache: CacheTiming | None = Field(None, description="the other cache mode, fewer rounds; reported, "
                                                               "never decides")
