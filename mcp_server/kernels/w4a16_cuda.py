@@ -28,11 +28,22 @@ unpacked words feed ``mma.sync`` directly as the left operand, with no shared-me
 * **FP8 form** (``Fp8Weights``, shuffled layout, per-channel scales): 64-k blocks of 16 words, byte j of
   words 2t, 2t + 1, 2t + 8, 2t + 9 is chunk j; ``cvt.rn.f16x2.e4m3x2`` and f16 MMAs, the activations
   converted to f16 when staged, as the Triton W8A16 kernel does.
+* **Streaming form** (``STAGES`` set; sm_90, INT4 and FP8): a persistent grid of ``CPS`` programs per SM,
+  each one producer warp and ``WARPS`` consumer warps around a ring of ``STAGES`` shared-memory slots. A
+  work unit is one head's 16*NT*WARPS rows over all of K (packed words, scales, zero points, the head's
+  activation rows); the producer copies it into a free slot with ``cp.async.bulk`` (a few large copies:
+  the copy engine's issue rate, not DRAM, limited one copy per row, ``PADW``), the slot's mbarrier counts
+  the bytes, the consumers load their words out of it into the same registers as above, multiply, free the
+  slot and store. ``DYN``: units past the first wave are claimed from a counter in the split-K workspace
+  (the last program resets it), so a program that streams faster takes more; ``EVF`` marks the weights
+  evict-first in L2; ``XONE`` copies a head's activations in one piece (rows unpadded). The weight stream
+  then never waits for a unit's multiplies, which the one-pass grid's latency-bound waves did.
 
 Config keys (``tuning``): ``NT`` 16-row tiles per warp, ``MT`` 8-row m-tiles per program (from M when
 absent), ``KB`` K blocks per warp (128 k for INT4, 64 for FP8; K = KB * block * KWARP * SPLIT),
 ``WARPS``, ``KWARP`` (warps that split a program's K slice, summed through shared memory in a fixed
-order), ``SPLIT``, ``PROGS``, ``MINB`` (``__launch_bounds__`` minimum programs per SM; 0 = none). INT4
+order), ``SPLIT``, ``PROGS``, ``MINB`` (``__launch_bounds__`` minimum programs per SM; 0 = none); the
+streaming form's ``STAGES``, ``CPS``, ``DYN``, ``EVF``, ``PADW``, ``XONE``. INT4
 groups 32, 64 and multiples of 128, FP8 per-channel scales; anything else, or a torch without NVRTC
 kernel compilation, raises ``CudaKernelUnavailable``, and the launchers run the config's Triton
 ``fallback`` (``try_launch``).
@@ -147,9 +158,10 @@ def compiled(mc: dict):
     device's context: cached per process and device)."""
     import torch
 
-    cap = torch.cuda.get_device_capability()
-    key = (torch.cuda.current_device(), tuple(sorted(mc.items())))
+    dev = torch.cuda.current_device()
+    key = (dev, tuple(sorted(mc.items())))
     if key not in _KERNELS:
+        cap = torch.cuda.get_device_capability(dev)
         compile_kernel = getattr(torch.cuda, "_compile_kernel", None)
         if compile_kernel is None or cap < (8, 0):
             raise CudaKernelUnavailable(
