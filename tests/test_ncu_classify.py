@@ -219,13 +219,18 @@ def test_roofline_position_against_the_measured_h200_ceilings(fmt):
     assert k["bmm_l2"].roofline.fraction_of_roof < 0.1 and not k["bmm_l2"].roofline.memory_bound_side
 
 
-def test_a_grid_that_reaches_every_sm_is_not_called_small():
+def test_a_grid_that_reaches_every_sm_is_not_small_and_two_binaries_of_one_name_stay_apart():
     """Under one wave is not a small grid when the blocks reach every SM: the streaming INT4 kernel (264
     persistent blocks on 132 SMs, 0.67 waves) and tinygemm (512 blocks, 0.97 waves) were told "the grid does
     not fill the GPU: ... split-K/stream-K" before; cuBLAS's 128 blocks on 132 SMs still are
-    (persistent_grid_h200.details.csv: three kernels of the H200 profile in bench/results/stream_ncu_h200.csv)."""
+    (persistent_grid_h200.details.csv: four kernels of the H200 profile in bench/results/stream_ncu_h200.csv)."""
     c = classify_bottleneck(str(NCU / "persistent_grid_h200.details.csv"), cache_control="all")
-    k = {x.name.split("(")[0].split("<")[0].split()[-1].split("::")[-1][:14]: x.bottleneck for x in c.kernels}
+    # one name, grid and block, two binaries (the INT4 and FP8 forms: 96 and 64 registers): two kernels, not a mean
+    mma = sorted((x for x in c.kernels if x.name == "w4a16_mma"), key=lambda x: x.id)
+    assert [(x.id, x.launches, x.registers_per_thread) for x in mma] == [(5, 1, 96), (6, 1, 64)]
+    assert (mma[1].bottleneck.class_, mma[1].bottleneck.limiter) == ("memory_bound", "dram")   # FP8: DRAM 66.5 %
+    k = {x.name.split("(")[0].split("<")[0].split()[-1].split("::")[-1][:14]: x.bottleneck for x in c.kernels
+         if x.id != 6}
     assert set(k) == {"nvjet_sm90_tst", "tinygemm_m16n8", "w4a16_mma"}, set(k)
     assert (k["nvjet_sm90_tst"].class_, k["nvjet_sm90_tst"].limiter) == ("latency_bound", "small_grid")
     for name in ("w4a16_mma", "tinygemm_m16n8"):

@@ -16,7 +16,8 @@ CSV shapes handled (all seen from ncu 2025.3 on the H200, tests/fixtures/ncu):
 catalogue (aliases across ncu versions and architectures resolve to one canonical name; the
 names it does not know are listed in ``unrecognized_metrics``, never dropped silently).
 FP32 instruction counts and DRAM bytes recorded only as rates (SpeedOfLight's roofline) are
-turned into counts per launch. Launches are grouped per kernel (name, grid, block): launch count,
+turned into counts per launch. Launches are grouped per kernel (name, grid, block, NVTX range, registers
+and static shared memory: one name can be several binaries): launch count,
 duration stats, metrics averaged (rates weighted by duration) and the per-launch rows kept.
 Compressed inputs (``.xz``, ``.gz``) are read transparently.
 """
@@ -97,10 +98,13 @@ def _aggregate(launches: list[RawLaunch]) -> list[KernelProfile]:
         _counts_from_rates(la.metrics)
     groups: dict[tuple, list[RawLaunch]] = {}
     for la in launches:
-        groups.setdefault((la.name, la.grid, la.block, la.nvtx), []).append(la)
+        # registers and static shared memory belong to the binary: launches of one name, grid and block that
+        # differ in them are different kernels (NVRTC or Triton specializations), never averaged together
+        binary = (la.metrics.get("registers_per_thread"), la.metrics.get("shared_mem_static_bytes"))
+        groups.setdefault((la.name, la.grid, la.block, la.nvtx, binary), []).append(la)
     kernels: list[KernelProfile] = []
     all_canon = list(cat.CATALOGUE)
-    for (name, grid, block, _nvtx), ls in groups.items():
+    for (name, grid, block, _nvtx, _binary), ls in groups.items():
         durs = [la.metrics.get("duration_ns") for la in ls]
         dvals = [d for d in durs if d is not None]
         stats = DurationStats(total=sum(dvals), mean=statistics.fmean(dvals) if dvals else 0.0,
