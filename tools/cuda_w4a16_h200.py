@@ -31,6 +31,8 @@ ROUND = 1
 
 
 def mla_cands(M: int, K: int, N: int) -> list[dict]:
+    if ROUND >= 9:
+        return mla_cands9(M, K, N)
     if ROUND >= 7:
         return mla_cands7(M, K, N)
     if ROUND >= 6:
@@ -89,6 +91,23 @@ def _stream(nt: int, w: int, kb: int, stages: int, padw: int = 0, evf: int = 0, 
         if v:
             c[k] = v
     return c
+
+
+def mla_cands9(M: int, K: int, N: int) -> list[dict]:
+    """Round 9: the recorded streaming configs with and without ``SWZ`` (each lane of a half-warp reads its
+    row's 8-byte pieces in a rotated order, so rows of a multiple of 16 words stop sharing banks); W_UK at M = 8
+    with it beside the persistent mma.sync grid."""
+    if M > 8:
+        return []
+    ring = {"STAGES": 2, "EVF": 1, "CPS": 2, "DYN": 1}
+    if K == 128:
+        out = [dict(_stream(8, 4, 1, 2), **ring, SWZ=z) for z in (0, 1)]
+        if M > 1:
+            out += [dict(_stream(4, 8, 1, 3), EVF=1, SWZ=z) for z in (0, 1)]
+    else:
+        out = [dict(_stream(2, 4, 4, 2), **ring, SWZ=z) for z in (0, 1)]
+        out += [dict(_stream(1, 8, 4, 2), **ring, SWZ=1)]
+    return out
 
 
 def mla_cands7(M: int, K: int, N: int) -> list[dict]:
@@ -170,6 +189,11 @@ def mla_cands3(M: int, K: int, N: int) -> list[dict]:
 def fp8_cands(M: int, K: int, N: int) -> list[dict]:
     """The e4m3 form (64-k blocks): whole K per warp or split over KWARP warps, and the persistent grid; from
     round 8 its streaming form (64 KiB units of a whole head, or 32 KiB halves at two programs per SM)."""
+    if ROUND >= 9:         # the recorded streaming configs with and without SWZ
+        if M > 8:
+            return []
+        nt, kb = (4, 2) if K == 128 else (1, 8)
+        return [dict(_stream(nt, 4, kb, 2), EVF=1, CPS=2, DYN=1, SWZ=z) for z in (0, 1)]
     if ROUND >= 8:
         if M > 8:
             return []
@@ -310,7 +334,7 @@ def checks(res, save):
                 res["checks"].append(check(c, H, M, K, N))
             except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
                 res["checks"].append({"H": H, "M": M, "K": K, "N": N, "cfg": c, "error": repr(exc)[:400]})
-    base = _stream(2, 4, 4, 2, 0, 1, 2, 0, 1, 1) if ROUND >= 7 else _stream(1, 4, 4, 4, 8) if ROUND >= 5 else \
+    base = dict(_stream(2, 4, 4, 2, 0, 1, 2, 0, 1), SWZ=1) if ROUND >= 9 else _stream(2, 4, 4, 2, 0, 1, 2, 0, 1, 1) if ROUND >= 7 else _stream(1, 4, 4, 4, 8) if ROUND >= 5 else \
         {"variant": "cuda", "NT": 2, "KB": 1, "SPLIT": 1, "WARPS": 2, "KWARP": 4, "PROGS": 2} if ROUND >= 3 else \
         {"variant": "cuda", "NT": 2, "KB": 1, "SPLIT": 1, "WARPS": 2, "KWARP": 4} if ROUND >= 2 else \
         {"variant": "cuda", "NT": 1, "KB": 4, "SPLIT": 1, "WARPS": 4}

@@ -179,7 +179,7 @@ STACKED.update({
 #: the persistent mma.sync grid (the streaming form 14.78-14.81 vs 14.35-14.38, and 52.4-52.7 vs 50.6-50.7 at
 #: 32 layers). Smaller units (16 KiB), more slots, one copy per padded row (``PADW``: 3x slower, the copy
 #: engine's issue rate), one activation copy (``XONE``), three or four programs per SM: slower or level.
-_STREAM = {"STAGES": 2, "EVF": 1, "CPS": 2, "DYN": 1}
+_STREAM = {"STAGES": 2, "EVF": 1, "CPS": 2, "DYN": 1, "SWZ": 1}
 STACKED.update({
     ("int4", 1, 128, 512): _cuda(8, 4, 1, fallback=TABLE[("int4", 1, 128, 512)], **_STREAM),
     ("int4", 1, 512, 128): _cuda(2, 4, 4, fallback=TABLE[("int4", 1, 512, 128)], **_STREAM),

@@ -83,7 +83,7 @@ def macros(cfg: dict, M: int, group: int, zero_point: bool, fp8: bool = False) -
             "ZP": int(zero_point), "WARPS": int(cfg.get("WARPS", 4)), "SPLIT": int(cfg.get("SPLIT", 1)),
             "MINB": int(cfg.get("MINB", 0)), "KWARP": int(cfg.get("KWARP", 1)), "PF": int(bool(cfg.get("PROGS"))),
             "FP8": int(fp8), "STREAM": int(bool(cfg.get("STAGES"))), "STAGES": int(cfg.get("STAGES", 0)),
-            **{k: int(cfg.get(k, 0)) for k in ("PADW", "EVF", "DYN", "XONE")}}
+            **{k: int(cfg.get(k, 0)) for k in ("PADW", "EVF", "DYN", "XONE", "SWZ")}}
 
 
 def _a128(b: int) -> int:

@@ -1,6 +1,6 @@
 // kernelscope: INT4 W4A16 and FP8 W8A16 BMM (mma.sync, swap A/B), compiled at run time by NVRTC from
 // mcp_server/kernels/w4a16_cuda.py, which documents the design and passes the -D parameters:
-// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8 STREAM STAGES PADW EVF DYN XONE. No headers: NVRTC's built-in types only.
+// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8 STREAM STAGES PADW EVF DYN XONE SWZ. No headers: NVRTC's built-in types only.
 typedef unsigned int u32;
 typedef unsigned short u16;
 
@@ -431,10 +431,32 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
         for (int nt = 0; nt < NT; ++nt) {
             const u32* p0 = wsm + (n0 + nt * 16 + g) * RS + 2 * t;
             const u32* p1 = p0 + 8 * RS;
+            // a row's 8-byte pieces c = 2 kb + half sit 8 c words in. Rows of a multiple of 32 words (16) put
+            // every row's piece c in the same banks, so the 4 rows a half-warp reads conflict 4-way (2-way);
+            // SWZ: lane g loads piece j ^ sw in step j, so the half-warp's rows hit 4 distinct bank groups,
+            // then two selp stages put piece c back in slot c (sw is one or two bits)
+            const int sw = (SWZ && RS % 32 == 0 && KB >= 2) ? (g & 3) : (SWZ && RS % 32 == 16) ? ((g >> 1) & 1) : 0;
+            uint2 r0[2 * KB], r1[2 * KB];
+#pragma unroll
+            for (int j = 0; j < 2 * KB; ++j) {
+                r0[j] = *(const uint2*)(p0 + 8 * (j ^ sw));
+                r1[j] = *(const uint2*)(p1 + 8 * (j ^ sw));
+            }
+#if SWZ
+#pragma unroll
+            for (int b = 1; b <= 2 && b < 2 * KB; b <<= 1)
+#pragma unroll
+                for (int j = 0; j < 2 * KB; ++j)
+                    if (!(j & b)) {
+                        const bool f = sw & b;
+                        const uint2 a0 = r0[j], a1 = r0[j | b], c0 = r1[j], c1 = r1[j | b];
+                        r0[j] = f ? a1 : a0; r0[j | b] = f ? a0 : a1;
+                        r1[j] = f ? c1 : c0; r1[j | b] = f ? c0 : c1;
+                    }
+#endif
 #pragma unroll
             for (int kb = 0; kb < KB; ++kb) {
-                const uint2 a = *(const uint2*)(p0 + kb * 16), b = *(const uint2*)(p0 + kb * 16 + 8);
-                const uint2 c = *(const uint2*)(p1 + kb * 16), d = *(const uint2*)(p1 + kb * 16 + 8);
+                const uint2 a = r0[2 * kb], b = r0[2 * kb + 1], c = r1[2 * kb], d = r1[2 * kb + 1];
                 w[kb][nt][0] = a.x; w[kb][nt][1] = a.y; w[kb][nt][2] = b.x; w[kb][nt][3] = b.y;
                 w[kb][nt][4] = c.x; w[kb][nt][5] = c.y; w[kb][nt][6] = d.x; w[kb][nt][7] = d.y;
             }
