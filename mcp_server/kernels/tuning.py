@@ -179,7 +179,10 @@ STACKED.update({
 #: the persistent mma.sync grid (the streaming form 14.78-14.81 vs 14.35-14.38, and 52.4-52.7 vs 50.6-50.7 at
 #: 32 layers). Smaller units (16 KiB), more slots, one copy per padded row (``PADW``: 3x slower, the copy
 #: engine's issue rate), one activation copy (``XONE``), three or four programs per SM: slower or level.
-_STREAM = {"STAGES": 2, "EVF": 1, "CPS": 2, "DYN": 1, "SWZ": 1}
+#: r14 (--round 9): SWZ (rotated reads of a row's pieces, no shared-memory bank conflicts) measured slower on
+#: every INT4 family (W_UK M = 1 13.53 vs 13.08 us, W_UV M = 1 14.68 vs 13.65) and FP8 within +-4 % both ways
+#: in one run (W_UV M = 8 20.21 vs 21.09, M = 1 20.27 vs 19.42): left off.
+_STREAM = {"STAGES": 2, "EVF": 1, "CPS": 2, "DYN": 1}
 STACKED.update({
     ("int4", 1, 128, 512): _cuda(8, 4, 1, fallback=TABLE[("int4", 1, 128, 512)], **_STREAM),
     ("int4", 1, 512, 128): _cuda(2, 4, 4, fallback=TABLE[("int4", 1, 512, 128)], **_STREAM),
