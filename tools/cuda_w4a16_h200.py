@@ -31,20 +31,11 @@ ROUND = 1
 
 
 def mla_cands(M: int, K: int, N: int) -> list[dict]:
-    if ROUND >= 9:
-        return mla_cands9(M, K, N)
-    if ROUND >= 7:
-        return mla_cands7(M, K, N)
-    if ROUND >= 6:
-        return mla_cands6(M, K, N)
-    if ROUND >= 5:
-        return mla_cands5(M, K, N)
-    if ROUND >= 4:
-        return mla_cands4(M, K, N)
-    if ROUND >= 3:
-        return mla_cands3(M, K, N)
-    if ROUND >= 2:
-        return mla_cands2(M, K, N)
+    """The INT4 MLA candidates of --round (each round's set from its first round on; 8 is FP8 only)."""
+    for first, cands in ((9, mla_cands9), (7, mla_cands7), (6, mla_cands6), (5, mla_cands5), (4, mla_cands4),
+                         (3, mla_cands3), (2, mla_cands2)):
+        if ROUND >= first:
+            return cands(M, K, N)
     mts = (8, 4) if M > 16 else (None,)
     kbs = ((1, 1),) if K == 128 else ((4, 1), (2, 2)) if M > 16 else ((4, 1), (2, 2), (1, 4))
     if M > 16:
