@@ -112,8 +112,8 @@ def stream_plan(mc: dict, cfg: dict, H: int, M: int, K: int, N: int, group: int,
     slot = (_a128(rows * (kw + mc["PADW"]) * 4) + _a128(scales) * (1 + mc["ZP"])
             + _a128(8 * mc["MT"] * (K + (0 if mc["XONE"] else 8)) * 2))
     smem = _a128(16 * mc["STAGES"]) + mc["STAGES"] * slot
-    if smem > 227 * 1024:
-        raise CudaKernelUnavailable(f"{mc['STAGES']} slots of {slot} bytes exceed 227 KiB of shared memory")
+    if smem > 226 * 1024:       # 227 KiB a block on sm_90, less the kernel's static shared memory (under 1 KiB)
+        raise CudaKernelUnavailable(f"{mc['STAGES']} slots of {slot} bytes exceed 226 KiB of shared memory")
     units = H * (N // rows)
     return mc, (min(units, int(cfg.get("CPS", 1)) * sms), 1, 1), 32 * (mc["WARPS"] + 1), smem
 
@@ -195,16 +195,17 @@ def launch(x, w, out, cfg: dict):
     else:
         words, scales = w.qweight, w.scales
         zeros = w.zeros if w.zeros is not None else w.scales
-    if any(t.data_ptr() % 16 for t in (x, words, scales, zeros)):
-        raise CudaKernelUnavailable("x, the packed weights and their scales must be 16-byte aligned")
+    if x.data_ptr() % 16 or words.data_ptr() % 16:
+        raise CudaKernelUnavailable("x and the packed weights must be 16-byte aligned")
     mc, grid, threads, smem = plan(cfg, H, M, K, w.N, w.group, not fp8 and w.zeros is not None,
                                    sm_count(x.device), fp8)
+    if mc["STREAM"] and (scales.data_ptr() % 16 or zeros.data_ptr() % 16):   # bulk copies: 16-byte sources
+        raise CudaKernelUnavailable("the streaming form copies the scales in bulk: they must be 16-byte aligned")
     if (x.device.index or 0) != torch.cuda.current_device():     # the module and stream are the current device's
         raise CudaKernelUnavailable(f"x is on {x.device}, not the current CUDA device")
     kernel = compiled(mc)
     if smem >= 48 * 1024 and _SMEM_SET.get(id(kernel), 0) < smem:
-        # once per kernel and size: cuFuncSetAttribute on every call cost the H200 worked example ~120 us a
-        # launch outside CUDA graphs (184 us a call in a launch loop for a 22 us kernel)
+        # once per kernel and size (a driver call: not on every launch)
         kernel.set_shared_memory_config(smem)
         _SMEM_SET[id(kernel)] = smem
     ws, cnt = workspace(x.device, H * mc["SPLIT"] * M * w.N if mc["SPLIT"] > 1 else 1, max(2, H * grid[0]))
