@@ -177,7 +177,7 @@ STACKED.update({
 #: 13.86-14.01 vs 15.68-16.01 (21.82-22.14 vs 26.05-26.51; 37.84-38.53 vs 47.30-47.71); W_UV M = 8 (Triton
 #: before) 13.79-14.22 vs 17.36-17.66 (22.80-22.85 vs 29.47-29.95; 46.63-46.76 vs 53.10-53.29). W_UK M = 8 keeps
 #: the persistent mma.sync grid (the streaming form 14.78-14.81 vs 14.35-14.38, and 52.4-52.7 vs 50.6-50.7 at
-#: 32 layers). Smaller units (16 KiB), more slots, one copy per padded row (``PADW``: 3x slower, the copy
+#: 32 layers). Smaller units (16 KiB), more slots, one copy per padded row (``PADW``: 3-10x slower, the copy
 #: engine's issue rate), one activation copy (``XONE``), three or four programs per SM: slower or level.
 #: r14 (--round 9): SWZ (rotated reads of a row's pieces, no shared-memory bank conflicts) measured slower on
 #: every INT4 family (W_UK M = 1 13.53 vs 13.08 us, W_UV M = 1 14.68 vs 13.65) and FP8 within +-4 % both ways
