@@ -128,32 +128,42 @@ __device__ __forceinline__ void store_x(const uint4 (&v)[XV], u16* xs, int rows)
     }
 }
 
+// the warp's accumulators (or partial sums) to 0
+__device__ __forceinline__ void zero(float (&c)[NT][MT][4]) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) c[nt][mt][i] = 0.f;
+}
+
+// each m-tile's right operands (x in shared memory, rows of SK) for 16-k chunks j and j + 1 of the block at k0
+__device__ __forceinline__ void ldsm_x(u32 (&b)[MT][4], u32 xs_base, int k0, int j, int q, int r8) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        const int col = k0 + 16 * (j + (q >> 1)) + 8 * (q & 1);
+        ldsm4(b[mt], xs_base + 2u * (u32)((mt * 8 + r8) * SK + col));
+#if FP8 && STREAM
+#pragma unroll
+        for (int i = 0; i < 4; ++i) b[mt][i] = bf16x2_to_f16(b[mt][i]);    // the FP8 form's slot holds x as bf16
+#endif
+    }
+}
+
 #if FP8
 // the FP8 form: per 64-k block, chunk j (16 k) is byte j of words 2t, 2t+1, 2t+8, 2t+9 of rows g and g + 8;
 // f16 MMAs accumulate over the warp's K, one scale per output channel after the last block
 __device__ __forceinline__ void tile_mma_fp8(float (&acc)[NT][MT][4], const u32 (&w)[KB][NT][8], u32 xs_base,
                                              const float* sc, int h, int n0, int kofs, int N, int lane) {
     const int g = lane >> 2, q = lane >> 3, r8 = lane & 7;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[nt][mt][i] = 0.f;
+    zero(acc);
 #pragma unroll
     for (int kb = 0; kb < KB; ++kb) {
 #pragma unroll
         for (int jp = 0; jp < 4; jp += 2) {
             u32 b[MT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                const int col = kofs + kb * 64 + 16 * (jp + (q >> 1)) + 8 * (q & 1);
-                ldsm4(b[mt], xs_base + 2u * (u32)((mt * 8 + r8) * SK + col));
-#if STREAM
-#pragma unroll
-                for (int i = 0; i < 4; ++i) b[mt][i] = bf16x2_to_f16(b[mt][i]);    // the slot holds x as bf16
-#endif
-            }
+            ldsm_x(b, xs_base, kofs + kb * 64, jp, q, r8);
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
                 const u32* v = w[kb][nt];
@@ -184,12 +194,7 @@ __device__ __forceinline__ void tile_mma(float (&acc)[NT][MT][4], const u32 (&w)
                                          const u16* sc, const u16* zp, int h, int n0, int kg, int kofs, int NG,
                                          int N, int lane) {
     const int g = lane >> 2, q = lane >> 3, r8 = lane & 7;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[nt][mt][i] = 0.f;
+    zero(acc);
 #pragma unroll
     for (int kb = 0; kb < KB; ++kb) {
         // pairs: 0 (row g, k 2t..), 1 (row g+8, k 2t..), 2 (row g, k 2t+8..), 3 (row g+8, k 2t+8..)
@@ -221,21 +226,12 @@ __device__ __forceinline__ void tile_mma(float (&acc)[NT][MT][4], const u32 (&w)
 #endif
             }
             float part[NT][MT][4];
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) part[nt][mt][i] = 0.f;
+            zero(part);
 #pragma unroll
             for (int jp = 0; jp < CH; jp += 2) {
                 const int j = st * CH + jp;
                 u32 b[MT][4];       // chunk j (k lo, k hi), chunk j + 1 (k lo, k hi)
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    const int col = kofs + kb * 128 + 16 * (j + (q >> 1)) + 8 * (q & 1);
-                    ldsm4(b[mt], xs_base + 2u * (u32)((mt * 8 + r8) * SK + col));
-                }
+                ldsm_x(b, xs_base, kofs + kb * 128, j, q, r8);
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
