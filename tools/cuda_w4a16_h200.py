@@ -32,7 +32,7 @@ ROUND = 1
 
 def mla_cands(M: int, K: int, N: int) -> list[dict]:
     """The INT4 MLA candidates of --round (each round's set from its first round on; 8 is FP8 only)."""
-    for first, cands in ((9, mla_cands9), (7, mla_cands7), (6, mla_cands6), (5, mla_cands5), (4, mla_cands4),
+    for first, cands in ((10, mla_cands10), (9, mla_cands9), (7, mla_cands7), (6, mla_cands6), (5, mla_cands5), (4, mla_cands4),
                          (3, mla_cands3), (2, mla_cands2)):
         if ROUND >= first:
             return cands(M, K, N)
@@ -82,6 +82,28 @@ def _stream(nt: int, w: int, kb: int, stages: int, padw: int = 0, evf: int = 0, 
         if v:
             c[k] = v
     return c
+
+
+#: Round 10 (M = 64): the streaming form with all 64 rows of x in a slot (MT = 8), (NT, WARPS, KB, STAGES, CPS) per
+#: (format, K); the sets that fit the registers (no spills but NT 1 x 8 warps: 12-44 bytes, NVRTC offline) and
+#: 226 KiB of shared memory.
+_M64 = {("int4", 128): ((1, 4, 1, 3, 2), (1, 4, 1, 2, 3), (1, 8, 1, 2, 2), (1, 8, 1, 3, 2), (2, 4, 1, 2, 1),
+                        (2, 4, 1, 3, 1), (2, 4, 1, 4, 1), (1, 16, 1, 2, 1), (1, 16, 1, 3, 1)),
+        ("int4", 512): ((1, 8, 4, 2, 1), (1, 4, 4, 2, 1), (1, 2, 4, 2, 1)),
+        ("fp8", 128): ((1, 8, 2, 2, 2), (1, 8, 2, 3, 2), (1, 4, 2, 3, 2), (2, 4, 2, 2, 1), (2, 4, 2, 3, 1),
+                       (1, 16, 2, 2, 1)),
+        ("fp8", 512): ((1, 4, 8, 2, 1), (1, 2, 8, 2, 1))}
+
+
+def m64_cands(fmt: str, M: int, K: int, N: int) -> list[dict]:
+    if M <= 8:
+        return []
+    return [_stream(nt, w, kb, st, 0, 1, cps, 0, 1) for nt, w, kb, st, cps in _M64[(fmt, K)]]
+
+
+def mla_cands10(M: int, K: int, N: int) -> list[dict]:
+    """Round 10: the streaming form at M = 64 (``_M64``); M <= 8 keeps its recorded configs."""
+    return m64_cands("int4", M, K, N)
 
 
 def mla_cands9(M: int, K: int, N: int) -> list[dict]:
@@ -180,6 +202,8 @@ def mla_cands3(M: int, K: int, N: int) -> list[dict]:
 def fp8_cands(M: int, K: int, N: int) -> list[dict]:
     """The e4m3 form (64-k blocks): whole K per warp or split over KWARP warps, and the persistent grid; from
     round 8 its streaming form (64 KiB units of a whole head, or 32 KiB halves at two programs per SM)."""
+    if ROUND >= 10:
+        return m64_cands("fp8", M, K, N)
     if ROUND >= 9:         # the recorded streaming configs with and without SWZ
         if M > 8:
             return []
@@ -223,7 +247,7 @@ def check_fp8(cfg, H, M, K, N) -> dict:
 
 
 def fp8_part(res, save, deadline, batches):
-    for M in (1, 3, 8):
+    for M in ((40, 64) if ROUND >= 10 else (1, 3, 8)):
         for K, N in ((128, 512), (512, 128)):
             for c in fp8_cands(M, K, N):
                 try:
@@ -247,6 +271,31 @@ def fp8_part(res, save, deadline, batches):
         for H, cache in ((2048, "cold"), (4096, "cold"), (128, "warm"), (128, "cold")):
             if time.time() < deadline:
                 mla_family(res, H, M, K, N, cache, [c], save, "W_UK" if K == 128 else "W_UV", "fp8")
+
+
+def probe_part(res, save, deadline):
+    """Round 10: what the streaming kernels' time is made of, at 1 to 32 stacked layers (M = 1, cold): the
+    recorded config (``full``), the same grid copying every unit and multiplying nothing (``PROBE`` 2, ``copy``),
+    and launching and returning (``PROBE`` 1, ``empty``), cuBLAS BF16 beside; graph and CUPTI times."""
+    from mcp_server.kernels import bench, tuning
+
+    for fmt, K, N in (("int4", 128, 512), ("int4", 512, 128), ("fp8", 128, 512)):
+        cfg = {k: v for k, v in tuning.STACKED[(fmt, 1, K, N)].items() if k != "fallback"}
+        for H in (128, 256, 512, 1024, 2048, 4096):
+            if time.time() > deadline:
+                return
+            buf = bench.ShapeBuffers(H, 1, K, N, "cold")
+            fns = buf.int4_fns if fmt == "int4" else buf.fp8_fns
+            row = {"fmt": fmt, "H": H, "M": 1, "K": K, "N": N, "cfg": cfg}
+            for name, f in (("bf16", buf.bf16_fns()), ("full", fns(dict(cfg))), ("copy", fns(dict(cfg, PROBE=2))),
+                            ("empty", fns(dict(cfg, PROBE=1)))):
+                row[f"{name}_us"] = bench.time_launches(f)
+                row[f"{name}_cupti_us"] = bench.cupti_us(f)
+            print(f"[{time.time() - T0:.0f}s] probe {fmt} {K}x{N} H={H}: " + " ".join(
+                f"{n} {row[n + '_cupti_us']:.2f}" for n in ("bf16", "full", "copy", "empty")), flush=True)
+            res["probe"].append(row)
+            del buf
+            save()
 
 
 def decode_cands(M: int, K: int, N: int) -> list[dict]:
@@ -315,7 +364,8 @@ def check(cfg, H, M, K, N, group=128, zero_point=False) -> dict:
 
 def checks(res, save):
     hc = 512 if ROUND >= 3 else 16      # round 3: enough heads that the persistent programs loop
-    fams = [(hc, M, K, N) for M in ((1, 3, 8) if ROUND >= 2 else (1, 3, 8, 64)) for K, N in ((128, 512), (512, 128))]
+    ms = (40, 64) if ROUND >= 10 else (1, 3, 8) if ROUND >= 2 else (1, 3, 8, 64)
+    fams = [(hc, M, K, N) for M in ms for K, N in ((128, 512), (512, 128))]
     if ROUND < 5:
         fams += [(1, M, K, N) for M in (1, 8, 16) for K, N in ((4096, 4096), (7168, 2048), (2048, 7168))]
     for H, M, K, N in fams:
@@ -325,12 +375,12 @@ def checks(res, save):
                 res["checks"].append(check(c, H, M, K, N))
             except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
                 res["checks"].append({"H": H, "M": M, "K": K, "N": N, "cfg": c, "error": repr(exc)[:400]})
-    base = dict(_stream(2, 4, 4, 2, 0, 1, 2, 0, 1), SWZ=1) if ROUND >= 9 else _stream(2, 4, 4, 2, 0, 1, 2, 0, 1, 1) if ROUND >= 7 else _stream(1, 4, 4, 4, 8) if ROUND >= 5 else \
+    base = _stream(1, 8, 4, 2, 0, 1, 1, 0, 1) if ROUND >= 10 else dict(_stream(2, 4, 4, 2, 0, 1, 2, 0, 1), SWZ=1) if ROUND >= 9 else _stream(2, 4, 4, 2, 0, 1, 2, 0, 1, 1) if ROUND >= 7 else _stream(1, 4, 4, 4, 8) if ROUND >= 5 else \
         {"variant": "cuda", "NT": 2, "KB": 1, "SPLIT": 1, "WARPS": 2, "KWARP": 4, "PROGS": 2} if ROUND >= 3 else \
         {"variant": "cuda", "NT": 2, "KB": 1, "SPLIT": 1, "WARPS": 2, "KWARP": 4} if ROUND >= 2 else \
         {"variant": "cuda", "NT": 1, "KB": 4, "SPLIT": 1, "WARPS": 4}
     for group, zp in ((32, False), (64, True), (128, True), (256, False), (512, True)):
-        for M in ((1, 5, 8) if ROUND >= 5 else (1, 8, 64)):
+        for M in ((33, 64) if ROUND >= 10 else (1, 5, 8) if ROUND >= 5 else (1, 8, 64)):
             try:
                 res["checks"].append(check(base, 512 if ROUND >= 3 else 16, M, 512, 128, group, zp))
             except Exception as exc:  # noqa: BLE001
@@ -415,7 +465,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--budget-s", type=float, default=420)
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: fp8,checks,mla,stacks,decode")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: probe,fp8,checks,mla,stacks,decode")
     ap.add_argument("--round", type=int, default=1, help="candidate set: 1 first sweep, 2 KWARP and wider warps")
     ap.add_argument("--batches", default="1,8,64")
     a = ap.parse_args()
@@ -426,7 +476,7 @@ def main() -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     res: dict = {"device": bench.device_info(), "copy_tbps": bench.copy_tbps(), "checks": [], "mla": [],
-                 "decode": []}
+                 "decode": [], "probe": []}
 
     def save():
         (out / "cuda_sweep.json").write_text(json.dumps(res, indent=1, default=str))
@@ -434,6 +484,8 @@ def main() -> int:
     skip = set(a.skip.split(","))
     deadline = T0 + a.budget_s
     try:
+        if ROUND >= 10 and "probe" not in skip:
+            probe_part(res, save, deadline)
         if "fp8" not in skip:
             fp8_part(res, save, deadline, [int(v) for v in a.batches.split(",")])
         if "checks" not in skip:

@@ -43,7 +43,8 @@ Config keys (``tuning``): ``NT`` 16-row tiles per warp, ``MT`` 8-row m-tiles per
 absent), ``KB`` K blocks per warp (128 k for INT4, 64 for FP8; K = KB * block * KWARP * SPLIT),
 ``WARPS``, ``KWARP`` (warps that split a program's K slice, summed through shared memory in a fixed
 order), ``SPLIT``, ``PROGS``, ``MINB`` (``__launch_bounds__`` minimum programs per SM; 0 = none); the
-streaming form's ``STAGES``, ``CPS``, ``DYN``, ``EVF``, ``PADW``, ``XONE``. INT4
+streaming form's ``STAGES``, ``CPS``, ``DYN``, ``EVF``, ``PADW``, ``XONE``, ``SWZ``; ``PROBE`` (measurement only,
+its output is garbage: 1 launches the streaming grid and returns, 2 copies every unit and multiplies nothing). INT4
 groups 32, 64 and multiples of 128, FP8 per-channel scales; anything else, or a torch without NVRTC
 kernel compilation, raises ``CudaKernelUnavailable``, and the launchers run the config's Triton
 ``fallback`` (``try_launch``).
@@ -83,7 +84,7 @@ def macros(cfg: dict, M: int, group: int, zero_point: bool, fp8: bool = False) -
             "ZP": int(zero_point), "WARPS": int(cfg.get("WARPS", 4)), "SPLIT": int(cfg.get("SPLIT", 1)),
             "MINB": int(cfg.get("MINB", 0)), "KWARP": int(cfg.get("KWARP", 1)), "PF": int(bool(cfg.get("PROGS"))),
             "FP8": int(fp8), "STREAM": int(bool(cfg.get("STAGES"))), "STAGES": int(cfg.get("STAGES", 0)),
-            **{k: int(cfg.get(k, 0)) for k in ("PADW", "EVF", "DYN", "XONE", "SWZ")}}
+            **{k: int(cfg.get(k, 0)) for k in ("PADW", "EVF", "DYN", "XONE", "SWZ", "PROBE")}}
 
 
 def _a128(b: int) -> int:

@@ -1,6 +1,6 @@
 // kernelscope: INT4 W4A16 and FP8 W8A16 BMM (mma.sync, swap A/B), compiled at run time by NVRTC from
 // mcp_server/kernels/w4a16_cuda.py, which documents the design and passes the -D parameters:
-// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8 STREAM STAGES PADW EVF DYN XONE SWZ. No headers: NVRTC's built-in types only.
+// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8 STREAM STAGES PADW EVF DYN XONE SWZ PROBE. No headers: NVRTC's built-in types only.
 typedef unsigned int u32;
 typedef unsigned short u16;
 
@@ -343,6 +343,9 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+#if PROBE == 1
+    return;                 // measurement only: the launch of this grid and shared memory, nothing copied
+#endif
     // the unit in each slot (units or more: no more work); DYN: units past the first wave are claimed from a
     // counter (cnt[0]), so a program that streams faster takes more of them; the last program to finish resets it
     __shared__ int uid[STAGES];
@@ -419,6 +422,11 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
         bar_wait(bars + 8 * s, (i / STAGES) & 1);
         const int u = uid[s];
         if (u >= units) break;
+#if PROBE == 2
+        __syncwarp();           // measurement only: every byte copied, nothing multiplied or stored
+        if (lane == 0) bar_arrive(bars + 8 * (STAGES + s));
+        continue;
+#endif
         const int h = u / nsplit, r0 = (u % nsplit) * R;
         const unsigned char* slot = smem + BARS + s * SLOT;
         const u32* wsm = (const u32*)slot;
