@@ -36,14 +36,16 @@ unpacked words feed ``mma.sync`` directly as the left operand, with no shared-me
   the bytes, the consumers load their words out of it into the same registers as above, multiply, free the
   slot and store. ``DYN``: units past the first wave are claimed from a counter in the split-K workspace
   (the last program resets it), so a program that streams faster takes more; ``EVF`` marks the weights
-  evict-first in L2; ``XONE`` copies a head's activations in one piece (rows unpadded). The weight stream
+  evict-first in L2; ``XONE`` copies a head's activations in one piece (rows unpadded), ``XCA`` in 16-byte
+  ``cp.async`` pieces from all 32 producer lanes into the padded rows (their arrivals counted on the same
+  mbarrier), instead of one bulk copy per row. The weight stream
   then never waits for a unit's multiplies, which the one-pass grid's latency-bound waves did.
 
 Config keys (``tuning``): ``NT`` 16-row tiles per warp, ``MT`` 8-row m-tiles per program (from M when
 absent), ``KB`` K blocks per warp (128 k for INT4, 64 for FP8; K = KB * block * KWARP * SPLIT),
 ``WARPS``, ``KWARP`` (warps that split a program's K slice, summed through shared memory in a fixed
 order), ``SPLIT``, ``PROGS``, ``MINB`` (``__launch_bounds__`` minimum programs per SM; 0 = none); the
-streaming form's ``STAGES``, ``CPS``, ``DYN``, ``EVF``, ``PADW``, ``XONE``, ``SWZ``; ``PROBE`` (measurement only,
+streaming form's ``STAGES``, ``CPS``, ``DYN``, ``EVF``, ``PADW``, ``XONE``, ``XCA``, ``SWZ``; ``PROBE`` (measurement only,
 its output is garbage: 1 launches the streaming grid and returns, 2 copies every unit and multiplies nothing). INT4
 groups 32, 64 and multiples of 128, FP8 per-channel scales; anything else, or a torch without NVRTC
 kernel compilation, raises ``CudaKernelUnavailable``, and the launchers run the config's Triton
@@ -84,7 +86,7 @@ def macros(cfg: dict, M: int, group: int, zero_point: bool, fp8: bool = False) -
             "ZP": int(zero_point), "WARPS": int(cfg.get("WARPS", 4)), "SPLIT": int(cfg.get("SPLIT", 1)),
             "MINB": int(cfg.get("MINB", 0)), "KWARP": int(cfg.get("KWARP", 1)), "PF": int(bool(cfg.get("PROGS"))),
             "FP8": int(fp8), "STREAM": int(bool(cfg.get("STAGES"))), "STAGES": int(cfg.get("STAGES", 0)),
-            **{k: int(cfg.get(k, 0)) for k in ("PADW", "EVF", "DYN", "XONE", "SWZ", "PROBE")}}
+            **{k: int(cfg.get(k, 0)) for k in ("PADW", "EVF", "DYN", "XONE", "XCA", "SWZ", "PROBE")}}
 
 
 def _a128(b: int) -> int:
@@ -105,6 +107,8 @@ def stream_plan(mc: dict, cfg: dict, H: int, M: int, K: int, N: int, group: int,
         raise CudaKernelUnavailable(f"group={group} does not divide K={K}")
     if M > 8 * mc["MT"]:
         raise CudaKernelUnavailable(f"M={M} > 8*MT={8 * mc['MT']} (a unit holds all of M)")
+    if mc["XCA"] and mc["XONE"]:
+        raise CudaKernelUnavailable("XCA and XONE are two ways to copy x: set one")
     if mc["PADW"] % 4:
         raise CudaKernelUnavailable(f"PADW={mc['PADW']} is not a multiple of 4 words (16-byte rows)")
     rows = 16 * mc["NT"] * mc["WARPS"]

@@ -1,6 +1,6 @@
 // kernelscope: INT4 W4A16 and FP8 W8A16 BMM (mma.sync, swap A/B), compiled at run time by NVRTC from
 // mcp_server/kernels/w4a16_cuda.py, which documents the design and passes the -D parameters:
-// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8 STREAM STAGES PADW EVF DYN XONE SWZ PROBE. No headers: NVRTC's built-in types only.
+// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8 STREAM STAGES PADW EVF DYN XONE XCA SWZ PROBE. No headers: NVRTC's built-in types only.
 typedef unsigned int u32;
 typedef unsigned short u16;
 
@@ -326,6 +326,17 @@ __device__ __forceinline__ void bulk(u32 dst, const void* src, u32 bytes, u32 b,
 #endif
 }
 
+#if XCA
+// 16 bytes global -> shared by the generic async copy (L2 only); the thread's copies so far arrive on mbarrier b
+// when they land (noinc: b's expected count includes the 32 producer lanes)
+__device__ __forceinline__ void cp16(u32 dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_arrive(u32 b) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(b) : "memory");
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__((WARPS + 1) * 32)
 w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __restrict__ zp,
           const u16* __restrict__ x, u16* __restrict__ out, float* __restrict__ ws, int* __restrict__ cnt,
@@ -337,7 +348,7 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
     const int nsplit = N / R, units = H * nsplit;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
-            bar_init(bars + 8 * s, 1);
+            bar_init(bars + 8 * s, XCA ? 33 : 1);     // XCA: the 32 lanes' copies of x arrive too
             bar_init(bars + 8 * (STAGES + s), WARPS);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -354,7 +365,7 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
 #if EVF
         asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 #endif
-        const u32 tx = R * KW * 4 + NGS * S_ROW * (1 + ZP) + M * K * 2;
+        const u32 tx = R * KW * 4 + NGS * S_ROW * (1 + ZP) + (XCA ? 0 : M * K * 2);
         int u = blockIdx.x;
         for (int i = 0;; ++i) {
             const int s = i % STAGES;
@@ -367,6 +378,9 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
             if (lane == 0) uid[s] = u;
             if (u >= units) {
                 if (lane == 0) bar_arrive(full);
+#if XCA
+                bar_arrive(full);       // the arrivals each lane's copies of x would have made
+#endif
                 break;
             }
             const int h = u / nsplit, r0 = (u % nsplit) * R;
@@ -395,7 +409,15 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
                 }
             }
 #endif
-#if XONE
+#if XCA
+            // x in 16-byte pieces from all lanes into the padded rows: one bulk copy per row costs the copy
+            // engine more than the row's bytes at M = 64 (PADW's lesson)
+            for (int i = lane; i < M * (K / 8); i += 32) {
+                const int m = i / (K / 8), c = i % (K / 8);
+                cp16(dst + X_OFF + (u32)(m * SK + c * 8) * 2, x + ((size_t)h * M + m) * K + c * 8);
+            }
+            cp_arrive(full);
+#elif XONE
             if (lane == 2) bulk(dst + X_OFF, x + (size_t)h * M * K, M * K * 2, full, 0);
 #else
             for (int m = lane; m < M; m += 32)
