@@ -1,8 +1,8 @@
 """ncu target for tools/quant_tma_h200.py: one launch each between cudaProfilerStart/Stop (run ncu with
 --profile-from-start off), in the order printed on stderr ("ORDER [...]"): the decode GEMM 4096x4096
 at M = 1 (cuBLAS BF16, tinygemm where present, INT4 and FP8 as tuned and the sweep's winners), then
-the 8-layer MLA BMMs (W_UK and W_UV at M = 1, W_UK at M = 64: INT4 as tuned and the winner; FP8 W_UK
-M = 1 as tuned and the winner). Configs: --configs JSON ({"int4|M|K|N": cfg, ...}).
+the 8-layer MLA BMMs (W_UK and W_UV at M = 1 and 64: INT4 as tuned and the winner; FP8 W_UK at M = 1 and
+both at M = 64, as tuned and the winner). Configs: --configs JSON ({"int4|M|K|N": cfg, ...}).
 """
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def main():
         cfg = win.get(f"{fmt}|1|{K}|{N}")
         if cfg:
             runs.append((f"{fmt}_winner 4096x4096 M=1", buf, buf.fns(fmt, cfg)[0]))
-    for K, N, M, kinds in ((128, 512, 1, ("int4", "fp8")), (512, 128, 1, ("int4",)), (128, 512, 64, ("int4",))):
+    for K, N, M, kinds in ((128, 512, 1, ("int4", "fp8")), (512, 128, 1, ("int4",)), (128, 512, 64, ("int4", "fp8")),
+                           (512, 128, 64, ("int4", "fp8"))):
         sb = bench.ShapeBuffers(1024, M, K, N, "warm")
         for fmt in kinds:
             fn = sb.int4_fns if fmt == "int4" else sb.fp8_fns
