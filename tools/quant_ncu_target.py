@@ -2,7 +2,8 @@
 --profile-from-start off), in the order printed on stderr ("ORDER [...]"): the decode GEMM 4096x4096
 at M = 1 (cuBLAS BF16, tinygemm where present, INT4 and FP8 as tuned and the sweep's winners), then
 the 8-layer MLA BMMs (W_UK and W_UV at M = 1 and 64: INT4 as tuned and the winner; FP8 W_UK at M = 1 and
-both at M = 64, as tuned and the winner). Configs: --configs JSON ({"int4|M|K|N": cfg, ...}).
+both at M = 64, as tuned and the winner). Configs: --configs JSON ({"int4|M|K|N": cfg, ...}; a key
+"int4|M|K|N|label" adds a config of that shape, named by its label).
 """
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ def main():
             cfg = win.get(f"{fmt}|{M}|{K}|{N}")
             if cfg:
                 runs.append((f"{fmt}_winner mla8L {K}x{N} M={M}", sb, fn(cfg)[0]))
+            for key, c in win.items():       # "fmt|M|K|N|label": more configs of the shape, named by label
+                if key.startswith(f"{fmt}|{M}|{K}|{N}|"):
+                    runs.append((f"{fmt}_{key.rsplit('|', 1)[1]} mla8L {K}x{N} M={M}", sb, fn(c)[0]))
     for _n, _b, f in runs:
         f()
     torch.cuda.synchronize()
