@@ -267,7 +267,7 @@ def check_fp8(cfg, H, M, K, N) -> dict:
 
 
 def fp8_part(res, save, deadline, batches):
-    for M in ((40, 64) if ROUND >= 10 else (1, 3, 8)):
+    for M in ((40, 64) if ROUND == 10 else (1, 3, 8)):
         for K, N in ((128, 512), (512, 128)):
             for c in fp8_cands(M, K, N):
                 try:
@@ -384,7 +384,7 @@ def check(cfg, H, M, K, N, group=128, zero_point=False) -> dict:
 
 def checks(res, save):
     hc = 512 if ROUND >= 3 else 16      # round 3: enough heads that the persistent programs loop
-    ms = (40, 64) if ROUND >= 10 else (1, 3, 8) if ROUND >= 2 else (1, 3, 8, 64)
+    ms = (40, 64) if ROUND == 10 else (1, 3, 8) if ROUND >= 2 else (1, 3, 8, 64)
     fams = [(hc, M, K, N) for M in ms for K, N in ((128, 512), (512, 128))]
     if ROUND < 5:
         fams += [(1, M, K, N) for M in (1, 8, 16) for K, N in ((4096, 4096), (7168, 2048), (2048, 7168))]

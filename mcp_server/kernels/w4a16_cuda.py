@@ -38,7 +38,8 @@ unpacked words feed ``mma.sync`` directly as the left operand, with no shared-me
   (the last program resets it), so a program that streams faster takes more; ``EVF`` marks the weights
   evict-first in L2; ``XONE`` copies a head's activations in one piece (rows unpadded), ``XCA`` in 16-byte
   ``cp.async`` pieces from all 32 producer lanes into the padded rows (their arrivals counted on the same
-  mbarrier), instead of one bulk copy per row. The weight stream
+  mbarrier), instead of one bulk copy per row (measured slower at M = 64: 68.9 vs 39.7 us for INT4 W_UV,
+  bench/RESULTS.md, "fifth round"). The weight stream
   then never waits for a unit's multiplies, which the one-pass grid's latency-bound waves did.
 
 Config keys (``tuning``): ``NT`` 16-row tiles per warp, ``MT`` 8-row m-tiles per program (from M when
