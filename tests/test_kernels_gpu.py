@@ -168,6 +168,8 @@ def test_the_cuda_kernel_in_every_form_matches_the_reference_and_repeats():
         (300, 512, 128, (33, 64), {"NT": 1, "WARPS": 8, "KB": 4, "STAGES": 2, "DYN": 1}),
         (300, 128, 512, (1, 40, 64), {"NT": 1, "WARPS": 8, "KB": 1, "STAGES": 3, "CPS": 2, "DYN": 1, "XCA": 1}),
         (300, 512, 128, (5, 64), {"NT": 1, "WARPS": 4, "KB": 4, "STAGES": 2, "DYN": 1, "XCA": 1}),
+        (600, 128, 512, (1, 8), {"NT": 8, "WARPS": 4, "KB": 1, "STAGES": 2, "CPS": 2, "DYN": 1, "STAG": 1}),
+        (300, 512, 128, (1, 5), {"NT": 2, "WARPS": 4, "KB": 4, "STAGES": 3, "DYN": 1, "STAG": 1}),
     ]
     for H, K, N, Ms, cfg in forms:
         w = (torch.randn(H, K, N, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
@@ -215,7 +217,8 @@ def test_the_cuda_kernel_fp8_form_matches_the_reference_and_repeats():
              (300, 128, 512, (40, 64), {"NT": 1, "WARPS": 8, "KB": 2, "STAGES": 2, "CPS": 2, "DYN": 1}),
              (300, 512, 128, (64,), {"NT": 1, "WARPS": 4, "KB": 8, "STAGES": 2, "DYN": 1}),
              (300, 128, 512, (3, 64), {"NT": 2, "WARPS": 4, "KB": 2, "STAGES": 3, "DYN": 1, "XCA": 1}),
-             (300, 512, 128, (40, 64), {"NT": 1, "WARPS": 4, "KB": 8, "STAGES": 2, "DYN": 1, "XCA": 1})]
+             (300, 512, 128, (40, 64), {"NT": 1, "WARPS": 4, "KB": 8, "STAGES": 2, "DYN": 1, "XCA": 1}),
+             (600, 128, 512, (1, 8), {"NT": 4, "WARPS": 4, "KB": 2, "STAGES": 2, "CPS": 2, "DYN": 1, "STAG": 1})]
     for H, K, N, Ms, cfg in forms:
         fw = quant.quantize_fp8((torch.randn(H, K, N, device="cuda", generator=g) * 0.02).to(torch.bfloat16))
         deq = quant.dequantize_fp8(fw)

@@ -32,7 +32,7 @@ ROUND = 1
 
 def mla_cands(M: int, K: int, N: int) -> list[dict]:
     """The INT4 MLA candidates of --round (each round's set from its first round on; 8 is FP8 only)."""
-    for first, cands in ((11, mla_cands11), (10, mla_cands10), (9, mla_cands9), (7, mla_cands7), (6, mla_cands6), (5, mla_cands5), (4, mla_cands4),
+    for first, cands in ((12, mla_cands12), (11, mla_cands11), (10, mla_cands10), (9, mla_cands9), (7, mla_cands7), (6, mla_cands6), (5, mla_cands5), (4, mla_cands4),
                          (3, mla_cands3), (2, mla_cands2)):
         if ROUND >= first:
             return cands(M, K, N)
@@ -113,6 +113,23 @@ def stage3_cands(fmt: str, M: int, K: int, N: int) -> list[dict]:
         return []
     nt, kb = (8, 1) if fmt == "int4" else (4, 2)
     return [dict(_stream(nt, 4, kb, st), EVF=1, CPS=2, DYN=1) for st in (2, 3)]
+
+
+def stag_cands(fmt: str, M: int, K: int, N: int) -> list[dict]:
+    """Round 12: the recorded streaming config of each M <= 8 family with and without ``STAG`` (a program's second
+    unit copied once its first has landed)."""
+    from mcp_server.kernels import tuning
+
+    if M > 8:
+        return []
+    cfg = {k: v for k, v in tuning.STACKED[(fmt, 1 if M == 1 else 8, K, N)].items() if k != "fallback"}
+    if not cfg.get("STAGES"):        # INT4 W_UK at M = 8 keeps the mma.sync grid: the streaming config beside
+        cfg = {k: v for k, v in tuning.STACKED[(fmt, 1, K, N)].items() if k != "fallback"}
+    return [dict(cfg), dict(cfg, STAG=1)]
+
+
+def mla_cands12(M: int, K: int, N: int) -> list[dict]:
+    return stag_cands("int4", M, K, N)
 
 
 def mla_cands11(M: int, K: int, N: int) -> list[dict]:
@@ -220,6 +237,8 @@ def mla_cands3(M: int, K: int, N: int) -> list[dict]:
 def fp8_cands(M: int, K: int, N: int) -> list[dict]:
     """The e4m3 form (64-k blocks): whole K per warp or split over KWARP warps, and the persistent grid; from
     round 8 its streaming form (64 KiB units of a whole head, or 32 KiB halves at two programs per SM)."""
+    if ROUND >= 12:
+        return stag_cands("fp8", M, K, N)
     if ROUND >= 11:
         return stage3_cands("fp8", M, K, N)
     if ROUND >= 10:

@@ -39,14 +39,15 @@ unpacked words feed ``mma.sync`` directly as the left operand, with no shared-me
   evict-first in L2; ``XONE`` copies a head's activations in one piece (rows unpadded), ``XCA`` in 16-byte
   ``cp.async`` pieces from all 32 producer lanes into the padded rows (their arrivals counted on the same
   mbarrier), instead of one bulk copy per row (measured slower at M = 64: 68.9 vs 39.7 us for INT4 W_UV,
-  bench/RESULTS.md, "fifth round"). The weight stream
+  bench/RESULTS.md, "fifth round"). ``STAG``: the producer copies a program's second unit only once its
+  first has landed, so the slots do not fill and land together. The weight stream
   then never waits for a unit's multiplies, which the one-pass grid's latency-bound waves did.
 
 Config keys (``tuning``): ``NT`` 16-row tiles per warp, ``MT`` 8-row m-tiles per program (from M when
 absent), ``KB`` K blocks per warp (128 k for INT4, 64 for FP8; K = KB * block * KWARP * SPLIT),
 ``WARPS``, ``KWARP`` (warps that split a program's K slice, summed through shared memory in a fixed
 order), ``SPLIT``, ``PROGS``, ``MINB`` (``__launch_bounds__`` minimum programs per SM; 0 = none); the
-streaming form's ``STAGES``, ``CPS``, ``DYN``, ``EVF``, ``PADW``, ``XONE``, ``XCA``, ``SWZ``; ``PROBE`` (measurement only,
+streaming form's ``STAGES``, ``CPS``, ``DYN``, ``EVF``, ``PADW``, ``XONE``, ``XCA``, ``SWZ``, ``STAG``; ``PROBE`` (measurement only,
 its output is garbage: 1 launches the streaming grid and returns, 2 copies every unit and multiplies nothing). INT4
 groups 32, 64 and multiples of 128, FP8 per-channel scales; anything else, or a torch without NVRTC
 kernel compilation, raises ``CudaKernelUnavailable``, and the launchers run the config's Triton
@@ -87,7 +88,7 @@ def macros(cfg: dict, M: int, group: int, zero_point: bool, fp8: bool = False) -
             "ZP": int(zero_point), "WARPS": int(cfg.get("WARPS", 4)), "SPLIT": int(cfg.get("SPLIT", 1)),
             "MINB": int(cfg.get("MINB", 0)), "KWARP": int(cfg.get("KWARP", 1)), "PF": int(bool(cfg.get("PROGS"))),
             "FP8": int(fp8), "STREAM": int(bool(cfg.get("STAGES"))), "STAGES": int(cfg.get("STAGES", 0)),
-            **{k: int(cfg.get(k, 0)) for k in ("PADW", "EVF", "DYN", "XONE", "XCA", "SWZ", "PROBE")}}
+            **{k: int(cfg.get(k, 0)) for k in ("PADW", "EVF", "DYN", "XONE", "XCA", "SWZ", "STAG", "PROBE")}}
 
 
 def _a128(b: int) -> int:

@@ -1,6 +1,6 @@
 // kernelscope: INT4 W4A16 and FP8 W8A16 BMM (mma.sync, swap A/B), compiled at run time by NVRTC from
 // mcp_server/kernels/w4a16_cuda.py, which documents the design and passes the -D parameters:
-// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8 STREAM STAGES PADW EVF DYN XONE XCA SWZ PROBE. No headers: NVRTC's built-in types only.
+// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8 STREAM STAGES PADW EVF DYN XONE XCA SWZ STAG PROBE. No headers: NVRTC's built-in types only.
 typedef unsigned int u32;
 typedef unsigned short u16;
 
@@ -375,6 +375,11 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
             if (lane == 0 && u < units) next = gridDim.x + atomicAdd(cnt, 1);    // in flight during the wait
 #endif
             if (i >= STAGES) bar_wait(bars + 8 * (STAGES + s), ((i / STAGES) & 1) ^ 1);
+#if STAG
+            // staggered start: the second unit is copied once the first has landed, so a program's slots do not
+            // fill (and, at the end, land) together with their multiplies then run back to back
+            else if (i == 1) bar_wait(bars, 0);
+#endif
             if (lane == 0) uid[s] = u;
             if (u >= units) {
                 if (lane == 0) bar_arrive(full);
