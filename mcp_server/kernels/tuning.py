@@ -191,7 +191,8 @@ STACKED.update({
 #: r15 (--round 10, bench/results/cuda_w4a16_sweep_h200_r15.json): the streaming form at M = 64 lost to the
 #: Triton configs above, 8 stacked layers: INT4 W_UK 69.16 vs 45.88 us, FP8 W_UK 71.43 vs 56.12, FP8 W_UV 69.33 vs
 #: 52.04; INT4 W_UV 39.67 vs 41.69 (75.03 vs 77.52 at 16 layers, 149.61 vs 146.82 at 32): not recorded. r17 (--round
-#: 11): three slots at two programs per SM, slower or level on W_UK (INT4 M = 1 13.82 vs 12.93 us).
+#: 11): three slots at two programs per SM, slower or level on W_UK (INT4 M = 1 13.82 vs 12.93 us). r18 (--round 12):
+#: STAG slower on all eight M <= 8 streaming families, by 0.7-3.4 % (INT4 W_UK M = 1 13.67 vs 13.22 us).
 #: The e4m3 form of the CUDA kernel (r5, one run): FP8 W_UK at M = 1, 8 stacked layers 22.02 us against the
 #: TMA-fed Triton kernel's 23.75 (16 layers 40.80 vs 42.00, 32 layers 78.31 vs 80.03); elsewhere level or behind
 #: (W_UV M = 1 22.11 vs 21.82; at 32 layers W_UK M = 8 93.0 vs 89.4).

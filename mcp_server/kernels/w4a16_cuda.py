@@ -40,7 +40,8 @@ unpacked words feed ``mma.sync`` directly as the left operand, with no shared-me
   ``cp.async`` pieces from all 32 producer lanes into the padded rows (their arrivals counted on the same
   mbarrier), instead of one bulk copy per row (measured slower at M = 64: 68.9 vs 39.7 us for INT4 W_UV,
   bench/RESULTS.md, "fifth round"). ``STAG``: the producer copies a program's second unit only once its
-  first has landed, so the slots do not fill and land together. The weight stream
+  first has landed, so the slots do not fill and land together (measured 0.7-3.4 % slower, "fifth round").
+  The weight stream
   then never waits for a unit's multiplies, which the one-pass grid's latency-bound waves did.
 
 Config keys (``tuning``): ``NT`` 16-row tiles per warp, ``MT`` 8-row m-tiles per program (from M when
