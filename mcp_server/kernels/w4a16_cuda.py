@@ -49,7 +49,9 @@ absent), ``KB`` K blocks per warp (128 k for INT4, 64 for FP8; K = KB * block * 
 ``WARPS``, ``KWARP`` (warps that split a program's K slice, summed through shared memory in a fixed
 order), ``SPLIT``, ``PROGS``, ``MINB`` (``__launch_bounds__`` minimum programs per SM; 0 = none); the
 streaming form's ``STAGES``, ``CPS``, ``DYN``, ``EVF``, ``PADW``, ``XONE``, ``XCA``, ``SWZ``, ``STAG``; ``PROBE`` (measurement only,
-its output is garbage: 1 launches the streaming grid and returns, 2 copies every unit and multiplies nothing). INT4
+its output is garbage: 1 launches the streaming grid and returns, 2 copies every unit and multiplies nothing;
+3 is the full kernel recording its units' phases into ``probe_buf``, ``PCAP`` int64 slots, in the timeline probe
+format, ``tools/stream_timeline_h200.py``). INT4
 groups 32, 64 and multiples of 128, FP8 per-channel scales; anything else, or a torch without NVRTC
 kernel compilation, raises ``CudaKernelUnavailable``, and the launchers run the config's Triton
 ``fallback`` (``try_launch``).
@@ -89,7 +91,7 @@ def macros(cfg: dict, M: int, group: int, zero_point: bool, fp8: bool = False) -
             "ZP": int(zero_point), "WARPS": int(cfg.get("WARPS", 4)), "SPLIT": int(cfg.get("SPLIT", 1)),
             "MINB": int(cfg.get("MINB", 0)), "KWARP": int(cfg.get("KWARP", 1)), "PF": int(bool(cfg.get("PROGS"))),
             "FP8": int(fp8), "STREAM": int(bool(cfg.get("STAGES"))), "STAGES": int(cfg.get("STAGES", 0)),
-            **{k: int(cfg.get(k, 0)) for k in ("PADW", "EVF", "DYN", "XONE", "XCA", "SWZ", "STAG", "PROBE")}}
+            **{k: int(cfg.get(k, 0)) for k in ("PADW", "EVF", "DYN", "XONE", "XCA", "SWZ", "STAG", "PROBE", "PCAP")}}
 
 
 def _a128(b: int) -> int:
@@ -178,6 +180,8 @@ def compiled(mc: dict):
         if mc.get("STREAM") and cap < (9, 0):
             raise CudaKernelUnavailable(f"compute capability {cap} < 9.0 (the streaming form needs cp.async.bulk)")
         opts = [f"-D{k}={v}" for k, v in sorted(mc.items())] + ["-std=c++17"]
+        if mc.get("PROBE") == 3:        # the timeline probes' header
+            opts.append(f"-I{Path(__file__).resolve().parent.parent / 'timeline' / 'include'}")
         try:
             _KERNELS[key] = compile_kernel(source(), "w4a16_mma", nvcc_options=opts)
         except (RuntimeError, OSError) as exc:      # no NVRTC library, no CUDA include path
@@ -217,9 +221,20 @@ def launch(x, w, out, cfg: dict):
         kernel.set_shared_memory_config(smem)
         _SMEM_SET[id(kernel)] = smem
     ws, cnt = workspace(x.device, H * mc["SPLIT"] * M * w.N if mc["SPLIT"] > 1 else 1, max(2, H * grid[0]))
+    if mc["PROBE"] == 3:        # the timeline probe buffer takes the place of the (unused) split-K partials
+        ws = probe_buffer(cfg, mc, x.device)
     kernel(grid=grid, block=(threads, 1, 1), args=[words, scales, zeros, x, out, ws, cnt, M, K, w.N, H],
            shared_mem=smem)
     return kernel, out
+
+
+def probe_buffer(cfg: dict, mc: dict, device):
+    """``cfg["probe_buf"]``: an int64 tensor of ``PCAP`` slots on ``device`` (the streaming form's ``PROBE`` 3)."""
+    buf = cfg.get("probe_buf")
+    if not mc["STREAM"] or buf is None or buf.device != device or buf.numel() != mc["PCAP"] or buf.element_size() != 8:
+        raise CudaKernelUnavailable("PROBE = 3 (the streaming form's timeline probes) needs probe_buf: an int64 "
+                                    "tensor of PCAP slots on the input's device")
+    return buf
 
 
 def try_launch(x, w, out, cfg: dict):

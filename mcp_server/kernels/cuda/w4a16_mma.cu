@@ -1,8 +1,19 @@
 // kernelscope: INT4 W4A16 and FP8 W8A16 BMM (mma.sync, swap A/B), compiled at run time by NVRTC from
 // mcp_server/kernels/w4a16_cuda.py, which documents the design and passes the -D parameters:
-// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8 STREAM STAGES PADW EVF DYN XONE XCA SWZ STAG PROBE. No headers: NVRTC's built-in types only.
+// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8 STREAM STAGES PADW EVF DYN XONE XCA SWZ STAG PROBE PCAP. No headers (but the timeline probes' at PROBE = 3):
+// NVRTC's built-in types only.
 typedef unsigned int u32;
 typedef unsigned short u16;
+#if PROBE == 3
+// measurement only: the streaming form records its units' phases in the timeline probe format (w4a16_cuda passes
+// the include path, the buffer as ws and its length as PCAP); `kernelscope timeline analyze` decodes it
+#define KERNELSCOPE_PROBE 1
+#include "kernelscope_probe.cuh"
+#else
+#define KS_PROBE_INIT(buf, slots, ngroups, group, is_writer)
+#define KS_PROBE_BEGIN(event)
+#define KS_PROBE_END(event)
+#endif
 
 __device__ __forceinline__ void ldw2(const u32* p, u32& a, u32& b) {
     asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(a), "=r"(b) : "l"(p));
@@ -357,6 +368,9 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
 #if PROBE == 1
     return;                 // measurement only: the launch of this grid and shared memory, nothing copied
 #endif
+    // PROBE = 3: two writers a program, the first consumer warp (group 0: events 0 wait for a unit's bytes,
+    // 1 multiply, 2 store) and the producer (group 1: 3 wait for a free slot, 4 issue the copies)
+    KS_PROBE_INIT((unsigned long long*)ws, PCAP, 2, warp == WARPS ? 1 : 0, lane == 0 && (warp == 0 || warp == WARPS));
     // the unit in each slot (units or more: no more work); DYN: units past the first wave are claimed from a
     // counter (cnt[0]), so a program that streams faster takes more of them; the last program to finish resets it
     __shared__ int uid[STAGES];
@@ -374,7 +388,11 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
 #if DYN
             if (lane == 0 && u < units) next = gridDim.x + atomicAdd(cnt, 1);    // in flight during the wait
 #endif
-            if (i >= STAGES) bar_wait(bars + 8 * (STAGES + s), ((i / STAGES) & 1) ^ 1);
+            if (i >= STAGES) {
+                KS_PROBE_BEGIN(3);
+                bar_wait(bars + 8 * (STAGES + s), ((i / STAGES) & 1) ^ 1);
+                KS_PROBE_END(3);
+            }
 #if STAG
             // staggered start: the second unit is copied once the first has landed, so a program's slots do not
             // fill (and, at the end, land) together with their multiplies then run back to back
@@ -389,6 +407,7 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
                 break;
             }
             const int h = u / nsplit, r0 = (u % nsplit) * R;
+            KS_PROBE_BEGIN(4);
             if (lane == 0) bar_expect(full, tx);
             __syncwarp();
             const u32* src = qw + ((size_t)h * N + r0) * KW;
@@ -428,6 +447,7 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
             for (int m = lane; m < M; m += 32)
                 bulk(dst + X_OFF + m * SK * 2, x + ((size_t)h * M + m) * K, K * 2, full, 0);
 #endif
+            KS_PROBE_END(4);
 #if DYN
             u = __shfl_sync(0xffffffffu, next, 0);
 #else
@@ -446,7 +466,9 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
     const int g = lane >> 2, t = lane & 3, n0 = warp * NT * 16;
     for (int i = 0;; ++i) {
         const int s = i % STAGES;
+        KS_PROBE_BEGIN(0);
         bar_wait(bars + 8 * s, (i / STAGES) & 1);
+        KS_PROBE_END(0);
         const int u = uid[s];
         if (u >= units) break;
 #if PROBE == 2
@@ -455,6 +477,7 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
         continue;
 #endif
         const int h = u / nsplit, r0 = (u % nsplit) * R;
+        KS_PROBE_BEGIN(1);
         const unsigned char* slot = smem + BARS + s * SLOT;
         const u32* wsm = (const u32*)slot;
         u32 w[KB][NT][8];
@@ -500,8 +523,11 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
                  0, n0, 0, 0, NGS, R, lane);
 #endif
         __syncwarp();
+        KS_PROBE_END(1);
         if (lane == 0) bar_arrive(bars + 8 * (STAGES + s));
+        KS_PROBE_BEGIN(2);
         store_out(acc, out, h, r0 + n0, 0, M, N, lane);
+        KS_PROBE_END(2);
     }
 }
 #else

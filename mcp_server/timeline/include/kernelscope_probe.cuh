@@ -30,13 +30,20 @@
 // the decoder reports as an overflow warning.
 #pragma once
 
-#include <stdint.h>
 #if !defined(__CUDACC_RTC__)
+#include <stdint.h>
 #include <cuda_runtime.h>
 #endif
 
 namespace kernelscope {
 namespace probe {
+
+#if defined(__CUDACC_RTC__)
+// NVRTC has no <stdint.h> without the toolkit's include path: the two widths the probes use, inside this
+// namespace so that they cannot clash with a global definition the including program may have
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+#endif
 
 constexpr uint32_t kBegin = 0u;
 constexpr uint32_t kEnd = 1u;
