@@ -5,9 +5,14 @@ The recorded M = 1 streaming configs (``tuning.STACKED``) at 8 stacked layers (1
 ``PROBE`` = 3: two probe writers a program, the first consumer warp (events 0 ``wait`` for a unit's bytes,
 1 ``multiply``, 2 ``store``) and the producer warp (3 ``slot`` wait for a free slot, 4 ``issue`` the copies).
 Per family: kernel time with and without probes (CUPTI, the same cycling over cold weight sets), then one launch
-into a fresh buffer, saved as ``<family>.bin`` with ``stream.events`` and ``<family>.overhead.json`` beside it.
+into a fresh buffer, saved as ``<family>.bin`` with ``<family>.events`` and ``<family>.overhead.json`` beside it
+(the layout ``kernelscope timeline analyze <family>.bin`` reads). ``--summarize DIR`` (no GPU) prints, per family,
+when each program's first unit landed and how long a unit's multiply, store and wait for bytes took (the
+figures bench/RESULTS.md quotes); the analyzer's phase view assumes occurrences separated by grid-wide
+synchronisation, which this kernel (units claimed from a counter) does not have.
 
     PYTHONUNBUFFERED=1 python3 tools/stream_timeline_h200.py --out $OUT
+    python3 tools/stream_timeline_h200.py --summarize bench/results/stream_timeline_h200
 """
 from __future__ import annotations
 
@@ -23,7 +28,77 @@ EVENTS = ["wait", "multiply", "store", "slot", "issue"]
 FAMILIES = (("int4_wuk", "int4", 128, 512), ("int4_wuv", "int4", 512, 128), ("fp8_wuk", "fp8", 128, 512))
 
 
+def intervals(path: Path) -> list[list[dict]]:
+    """Per program, the consumer writer's (group 0) and the producer's (group 1) closed intervals in order:
+    {"event", "begin", "end"} in ns from the buffer's first record."""
+    import numpy as np
+
+    raw = np.fromfile(path, dtype="<u8")
+    nblocks, ngroups = int(raw[0] & 0xFFFFFFFF), int((raw[0] >> 32) & 0x7FFFFFFF)
+    recs = raw[1:]
+    n = len(recs) // (nblocks * ngroups)
+    rec = recs[: n * nblocks * ngroups].reshape(n, nblocks, ngroups)
+    t0 = int((rec[rec != 0] >> 32).min())
+    out = []
+    for blk in range(nblocks):
+        per = []
+        for grp in range(ngroups):
+            open_, done = {}, []
+            for r in rec[:, blk, grp]:
+                if not r:
+                    continue
+                t, tag = int(r >> 32) - t0, int(r & 0xFFFFFFFF)
+                ev, typ = (tag >> 2) & 0x3FF, tag & 3
+                if typ == 0:
+                    open_[ev] = t
+                elif typ == 1 and ev in open_:
+                    done.append({"event": EVENTS[ev], "begin": open_.pop(ev), "end": t})
+            per.append(done)
+        out.append(per)
+    return out
+
+
+def summarize(folder: Path) -> dict:
+    """Per family: medians (and ranges) of the first unit's landing, a unit's multiply, store and wait, the last
+    unit's landing and the program's end, over the programs of the one recorded launch, in us."""
+    import statistics
+
+    res = {}
+    for name, *_ in FAMILIES:
+        path = folder / f"{name}.bin"
+        if not path.exists():
+            continue
+        cols: dict[str, list[float]] = {k: [] for k in ("first_issue", "first_landed", "multiply", "store",
+                                                          "wait_between", "last_landed", "end", "units")}
+        for cons, prod in intervals(path):
+            w = [i for i in cons if i["event"] == "wait"]
+            m = [i for i in cons if i["event"] == "multiply"]
+            st = [i for i in cons if i["event"] == "store"]
+            iss = [i for i in prod if i["event"] == "issue"]
+            if not m or not iss:
+                continue
+            cols["first_issue"].append(iss[0]["begin"] / 1e3)
+            cols["first_landed"].append(w[0]["end"] / 1e3)
+            cols["multiply"] += [(i["end"] - i["begin"]) / 1e3 for i in m]
+            cols["store"] += [(i["end"] - i["begin"]) / 1e3 for i in st]
+            cols["wait_between"] += [(i["end"] - i["begin"]) / 1e3 for i in w[1:len(m)]]
+            cols["last_landed"].append(w[len(m) - 1]["end"] / 1e3)
+            cols["end"].append(max(i["end"] for i in cons) / 1e3)
+            cols["units"].append(len(m))
+        res[name] = {k: {"min": round(min(v), 3), "median": round(statistics.median(v), 3), "max": round(max(v), 3)}
+                     for k, v in cols.items() if v}
+    return res
+
+
 def main() -> int:
+    if "--summarize" in sys.argv:
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--summarize", required=True)
+        for name, row in summarize(Path(ap.parse_args().summarize)).items():
+            print(name)
+            for k, v in row.items():
+                print(f"  {k:13s} median {v['median']:7.3f}  ({v['min']:.3f} .. {v['max']:.3f})")
+        return 0
     import torch
 
     from mcp_server.kernels import bench, tuning, w4a16_cuda
@@ -35,7 +110,6 @@ def main() -> int:
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "stream.events").write_text("\n".join(EVENTS) + "\n")
     summary = {"device": bench.device_info(), "heads": a.heads, "families": {}}
     for name, fmt, K, N in FAMILIES:
         cfg = {k: v for k, v in tuning.STACKED[(fmt, 1, K, N)].items() if k != "fallback"}
@@ -56,6 +130,7 @@ def main() -> int:
         fns(dict(pcfg))[1]()                    # one launch on a weight set the timing runs did not end on
         torch.cuda.synchronize()
         (out / f"{name}.bin").write_bytes(pbuf.cpu().numpy().astype("<u8").tobytes())
+        (out / f"{name}.events").write_text("\n".join(EVENTS) + "\n")
         over = {"with_probes_us": with_p, "without_probes_us": without,
                 "with_median_us": sorted(with_p)[1], "without_median_us": sorted(without)[1],
                 "overhead_pct": round(100 * (sorted(with_p)[1] / sorted(without)[1] - 1), 3),
