@@ -143,6 +143,25 @@ def test_triton_buffer():
     assert all(len(p.occurrences) == 4 for p in res.phases)
     assert res.instants[0].name == "done" and res.instants[0].count == 264
     assert res.probe_overhead is not None and res.probe_overhead.samples == 30
+    # its programs loop over rows with no grid barrier: rowsum's occurrences overlap, so no start-skew verdict
+    assert [w.count for w in res.warnings if w.code == "unsynchronised"] == [1]
+    assert not any(v.kind == "start_skew" for v in res.verdicts)
+
+
+@pytest.mark.parametrize("name", ["int4_wuk", "int4_wuv", "fp8_wuk"])
+def test_a_persistent_kernel_claiming_work_reads_unsynchronised(name):
+    """The streaming BMM kernel's own buffers (units claimed from a counter, no grid barrier): every phase's
+    occurrences overlap, the answer says so and gives no start-skew verdict (which would blame a release after a
+    synchronisation that does not exist); the barrier-separated fixture kernel never reads this way."""
+    res = analyze_timeline(TL / "stream_h200" / f"{name}.bin")
+    assert [p.name for p in res.phases] == ["wait", "multiply", "store", "slot", "issue"]
+    warn = [w for w in res.warnings if w.code == "unsynchronised"]
+    assert len(warn) == 1 and warn[0].count >= 3, res.warnings        # W_UV's wait and issue overlap less
+    assert "multiply" in warn[0].message and "grid-wide" in warn[0].message
+    assert not any(v.kind == "start_skew" for v in res.verdicts)
+    assert res.decode.unmatched_begins == res.decode.unmatched_ends == res.decode.tag_mismatches == 0
+    for fx in ("balanced_probe.bin", "imbalanced_probe.bin"):
+        assert not any(w.code == "unsynchronised" for w in analyze_timeline(TL / fx, EVENTS).warnings)
 
 
 def test_compare_imbalanced_to_balanced():

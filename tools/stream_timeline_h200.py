@@ -12,7 +12,7 @@ figures bench/RESULTS.md quotes); the analyzer's phase view assumes occurrences 
 synchronisation, which this kernel (units claimed from a counter) does not have.
 
     PYTHONUNBUFFERED=1 python3 tools/stream_timeline_h200.py --out $OUT
-    python3 tools/stream_timeline_h200.py --summarize bench/results/stream_timeline_h200
+    python3 tools/stream_timeline_h200.py --summarize tests/fixtures/timeline/stream_h200
 """
 from __future__ import annotations
 

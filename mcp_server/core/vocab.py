@@ -113,6 +113,7 @@ class WarningCode(StrEnum):
     bad_type = "bad_type"  # records with event type 3 (not begin/end/instant)
     overhead_unreadable = "overhead_unreadable"  # the probe-overhead file could not be read
     perfetto_capped = "perfetto_capped"  # the Perfetto export kept only the earliest intervals
+    unsynchronised = "unsynchronised"  # a phase's k-th occurrences overlap the (k+1)-th: no grid-wide sync between
 
     # --- other packages append their members below, one block each, commented with the package ---
     # --- ncu ---

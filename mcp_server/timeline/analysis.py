@@ -126,9 +126,19 @@ def analyze_decoded(dec: Decoded, event_names=None, *, overhead: Optional[ProbeO
     phases: list[Phase] = []
     segments: list[CriticalSegment] = []
     sync: dict[str, tuple[int, int]] = {}
+    unsync: list[str] = []
     if len(iv):
         blk, occ = _occurrences(iv)
         sync = {names.get(int(e), f"event{int(e)}"): v for e, v in _sync_waits(blk).items()}
+        unsync = [names.get(int(e), f"event{int(e)}") for e in _unsynchronised(occ)]
+        if unsync:
+            warnings.append(Warning_(code=WarningCode.unsynchronised, count=len(unsync), message=(
+                f"{', '.join(unsync)}: occurrence k+1 begins on some blocks before occurrence k has ended on "
+                "others, so no grid-wide synchronisation separates them (a persistent kernel claiming work, "
+                "or programs that loop without a barrier). Per-occurrence start skew, wall and critical path "
+                "then compare unsynchronised work: read the per-block durations and the gaps between a "
+                "writer's intervals instead; no start_skew verdict is given (for any phase: a grid-wide "
+                "barrier between rounds would have separated these).")))
         nested_events = set(iv.loc[iv["depth"] > 1, "event"].unique().tolist())
         segments, crit_by_event = _critical_path(occ, nested_events, names)
         phases = _phases(blk, occ, _waits_after(iv), crit_by_event, nested_events, names)
@@ -145,8 +155,28 @@ def analyze_decoded(dec: Decoded, event_names=None, *, overhead: Optional[ProbeO
         span_ns=span_ns, phases=phases, critical_path=segments, verdicts=[], warnings=warnings,
         probe_overhead=overhead,
     )
-    res.verdicts = _verdicts(res, sync)
+    res.verdicts = _verdicts(res, sync, bool(unsync))
     return res
+
+
+#: consecutive occurrences overlap when the later one begins this share of the earlier one's wall before it ends
+UNSYNC_OVERLAP = 0.1
+
+
+def _unsynchronised(occ: pd.DataFrame) -> list[int]:
+    """Events whose consecutive occurrences overlap across blocks in most pairs: occurrence k + 1 begins on some
+    block at least ``UNSYNC_OVERLAP`` of occurrence k's wall before occurrence k ends on another. A kernel with
+    a grid-wide barrier between rounds never does this (its fixtures: every pair at least 0.6 walls apart)."""
+    out = []
+    for ev, g in occ.groupby(level=0, sort=True):
+        g = g.droplevel(0).sort_index()
+        if len(g) < 2:
+            continue
+        ends, begins, walls = g["end"].values[:-1], g["begin"].values[1:], g["wall"].values[:-1].clip(min=1)
+        hits = int(((ends - begins) >= UNSYNC_OVERLAP * walls).sum())
+        if 2 * hits > len(ends):
+            out.append(int(ev))
+    return out
 
 
 #: an occurrence reads as "ends at a barrier" when its begins spread over at least this share of its wall...
@@ -296,11 +326,14 @@ def _consistent(blk_ev: pd.DataFrame, last_blocks: list[int]) -> Optional[bool]:
     return bool((ratio >= IMBALANCE_RATIO).all())
 
 
-def _verdicts(res: TimelineAnalysis, sync: Optional[dict[str, tuple[int, int]]] = None) -> list[Verdict]:
-    """Every phase's verdicts, then the critical path's, ``balanced`` when no phase is imbalanced and the
-    probes' cost when measured; ranked by the time at stake."""
+def _verdicts(res: TimelineAnalysis, sync: Optional[dict[str, tuple[int, int]]] = None,
+              unsync: bool = False) -> list[Verdict]:
+    """Every phase's verdicts (no start skew when ``unsync``: no grid-wide synchronisation between rounds), then
+    the critical path's, ``balanced`` when no phase is imbalanced and the probes' cost when measured; ranked by
+    the time at stake."""
     span = max(res.span_ns, 1)
-    out: list[Verdict] = [v for p in res.phases for v in _phase_verdicts(p, span, sync)]
+    out: list[Verdict] = [v for p in res.phases for v in _phase_verdicts(p, span, sync)
+                          if not (unsync and v.kind == "start_skew")]
     if res.critical_path:
         crit = sorted(res.phases, key=lambda p: -p.critical_ns)
         total = sum(s.critical_ns for s in res.critical_path) or 1
