@@ -48,13 +48,12 @@ Config keys (``tuning``): ``NT`` 16-row tiles per warp, ``MT`` 8-row m-tiles per
 absent), ``KB`` K blocks per warp (128 k for INT4, 64 for FP8; K = KB * block * KWARP * SPLIT),
 ``WARPS``, ``KWARP`` (warps that split a program's K slice, summed through shared memory in a fixed
 order), ``SPLIT``, ``PROGS``, ``MINB`` (``__launch_bounds__`` minimum programs per SM; 0 = none); the
-streaming form's ``STAGES``, ``CPS``, ``DYN``, ``EVF``, ``PADW``, ``XONE``, ``XCA``, ``SWZ``, ``STAG``; ``PROBE`` (measurement only,
-its output is garbage: 1 launches the streaming grid and returns, 2 copies every unit and multiplies nothing;
-3 is the full kernel recording its units' phases into ``probe_buf``, ``PCAP`` int64 slots, in the timeline probe
-format, ``tools/stream_timeline_h200.py``). INT4
-groups 32, 64 and multiples of 128, FP8 per-channel scales; anything else, or a torch without NVRTC
-kernel compilation, raises ``CudaKernelUnavailable``, and the launchers run the config's Triton
-``fallback`` (``try_launch``).
+streaming form's ``STAGES``, ``CPS``, ``DYN``, ``EVF``, ``PADW``, ``XONE``, ``XCA``, ``SWZ``, ``STAG``;
+``PROBE`` (measurement only, its output is garbage: 1 launches the streaming grid and returns, 2 copies every
+unit and multiplies nothing; 3 is the full kernel recording its units' phases into ``probe_buf``, ``PCAP``
+int64 slots, in the timeline probe format, ``tools/stream_timeline_h200.py``). INT4 groups 32, 64 and
+multiples of 128, FP8 per-channel scales; anything else, or a torch without NVRTC kernel compilation, raises
+``CudaKernelUnavailable``, and the launchers run the config's Triton ``fallback`` (``try_launch``).
 """
 from __future__ import annotations
 
