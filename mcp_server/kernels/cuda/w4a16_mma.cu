@@ -1,7 +1,7 @@
 // kernelscope: INT4 W4A16 and FP8 W8A16 BMM (mma.sync, swap A/B), compiled at run time by NVRTC from
 // mcp_server/kernels/w4a16_cuda.py, which documents the design and passes the -D parameters:
-// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8 STREAM STAGES PADW EVF DYN XONE XCA SWZ STAG PROBE PCAP. No headers (but the timeline probes' at PROBE = 3):
-// NVRTC's built-in types only.
+// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8 STREAM STAGES PADW EVF DYN XONE XCA SWZ STAG PROBE PCAP.
+// No headers (but the timeline probes' at PROBE = 3): NVRTC's built-in types only.
 typedef unsigned int u32;
 typedef unsigned short u16;
 #if PROBE == 3
@@ -436,8 +436,8 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
 #if XCA
             // x in 16-byte pieces from all lanes into the padded rows: one bulk copy per row costs the copy
             // engine more than the row's bytes at M = 64 (PADW's lesson)
-            for (int i = lane; i < M * (K / 8); i += 32) {
-                const int m = i / (K / 8), c = i % (K / 8);
+            for (int j = lane; j < M * (K / 8); j += 32) {
+                const int m = j / (K / 8), c = j % (K / 8);
                 cp16(dst + X_OFF + (u32)(m * SK + c * 8) * 2, x + ((size_t)h * M + m) * K + c * 8);
             }
             cp_arrive(full);
