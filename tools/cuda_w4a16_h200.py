@@ -115,16 +115,22 @@ def stage3_cands(fmt: str, M: int, K: int, N: int) -> list[dict]:
     return [dict(_stream(nt, 4, kb, st), EVF=1, CPS=2, DYN=1) for st in (2, 3)]
 
 
+def recorded_stream(fmt: str, M: int, K: int, N: int) -> dict:
+    """The stacked family's recorded config (``tuning.STACKED``) without its Triton fallback."""
+    from mcp_server.kernels import tuning
+
+    return {k: v for k, v in tuning.STACKED[(fmt, M, K, N)].items() if k != "fallback"}
+
+
 def stag_cands(fmt: str, M: int, K: int, N: int) -> list[dict]:
     """Round 12: the recorded streaming config of each M <= 8 family with and without ``STAG`` (a program's second
     unit copied once its first has landed)."""
-    from mcp_server.kernels import tuning
 
     if M > 8:
         return []
-    cfg = {k: v for k, v in tuning.STACKED[(fmt, 1 if M == 1 else 8, K, N)].items() if k != "fallback"}
+    cfg = recorded_stream(fmt, 1 if M == 1 else 8, K, N)
     if not cfg.get("STAGES"):        # INT4 W_UK at M = 8 keeps the mma.sync grid: the streaming config beside
-        cfg = {k: v for k, v in tuning.STACKED[(fmt, 1, K, N)].items() if k != "fallback"}
+        cfg = recorded_stream(fmt, 1, K, N)
     return [dict(cfg), dict(cfg, STAG=1)]
 
 
@@ -316,10 +322,10 @@ def probe_part(res, save, deadline):
     """Round 10: what the streaming kernels' time is made of, at 1 to 32 stacked layers (M = 1, cold): the
     recorded config (``full``), the same grid copying every unit and multiplying nothing (``PROBE`` 2, ``copy``),
     and launching and returning (``PROBE`` 1, ``empty``), cuBLAS BF16 beside; graph and CUPTI times."""
-    from mcp_server.kernels import bench, tuning
+    from mcp_server.kernels import bench
 
     for fmt, K, N in (("int4", 128, 512), ("int4", 512, 128), ("fp8", 128, 512)):
-        cfg = {k: v for k, v in tuning.STACKED[(fmt, 1, K, N)].items() if k != "fallback"}
+        cfg = recorded_stream(fmt, 1, K, N)
         for H in (128, 512, 1024, 2048, 4096):
             if time.time() > deadline:
                 return

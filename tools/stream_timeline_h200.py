@@ -28,65 +28,48 @@ EVENTS = ["wait", "multiply", "store", "slot", "issue"]
 FAMILIES = (("int4_wuk", "int4", 128, 512), ("int4_wuv", "int4", 512, 128), ("fp8_wuk", "fp8", 128, 512))
 
 
-def intervals(path: Path) -> list[list[dict]]:
-    """Per program, the consumer writer's (group 0) and the producer's (group 1) closed intervals in order:
-    {"event", "begin", "end"} in ns from the buffer's first record."""
+def _lane_intervals(dec, block: int, group: int, event: str):
+    """(begins, ends) in us of one writer's intervals of ``event``, in occurrence order."""
     import numpy as np
 
-    raw = np.fromfile(path, dtype="<u8")
-    nblocks, ngroups = int(raw[0] & 0xFFFFFFFF), int((raw[0] >> 32) & 0x7FFFFFFF)
-    recs = raw[1:]
-    n = len(recs) // (nblocks * ngroups)
-    rec = recs[: n * nblocks * ngroups].reshape(n, nblocks, ngroups)
-    t0 = int((rec[rec != 0] >> 32).min())
-    out = []
-    for blk in range(nblocks):
-        per = []
-        for grp in range(ngroups):
-            open_, done = {}, []
-            for r in rec[:, blk, grp]:
-                if not r:
-                    continue
-                t, tag = int(r >> 32) - t0, int(r & 0xFFFFFFFF)
-                ev, typ = (tag >> 2) & 0x3FF, tag & 3
-                if typ == 0:
-                    open_[ev] = t
-                elif typ == 1 and ev in open_:
-                    done.append({"event": EVENTS[ev], "begin": open_.pop(ev), "end": t})
-            per.append(done)
-        out.append(per)
-    return out
+    sel = np.flatnonzero((dec.lane == block * dec.ngroups + group) & (dec.event == EVENTS.index(event)))
+    sel = sel[np.argsort(dec.occurrence[sel])]
+    return dec.begin[sel] / 1e3, dec.end[sel] / 1e3
 
 
 def summarize(folder: Path) -> dict:
     """Per family: medians (and ranges) of the first unit's landing, a unit's multiply, store and wait, the last
-    unit's landing and the program's end, over the programs of the one recorded launch, in us."""
+    unit's landing and the program's end, over the programs of the one recorded launch, in us (the buffers
+    decoded by the timeline package: ns from the earliest record)."""
     import statistics
+
+    from mcp_server.timeline.decode import decode_buffer
 
     res = {}
     for name, *_ in FAMILIES:
         path = folder / f"{name}.bin"
         if not path.exists():
             continue
+        dec = decode_buffer(path)
         cols: dict[str, list[float]] = {k: [] for k in ("first_issue", "first_landed", "multiply", "store",
                                                           "wait_between", "last_landed", "end", "units")}
-        for cons, prod in intervals(path):
-            w = [i for i in cons if i["event"] == "wait"]
-            m = [i for i in cons if i["event"] == "multiply"]
-            st = [i for i in cons if i["event"] == "store"]
-            iss = [i for i in prod if i["event"] == "issue"]
-            if not m or not iss:
+        for blk in range(dec.nblocks):
+            (w_b, w_end), (m_b, m_e), (s_b, s_e) = (_lane_intervals(dec, blk, 0, e) for e in ("wait", "multiply",
+                                                                                              "store"))
+            i_b = _lane_intervals(dec, blk, 1, "issue")[0]
+            n = len(m_b)
+            if not n or not len(i_b):
                 continue
-            cols["first_issue"].append(iss[0]["begin"] / 1e3)
-            cols["first_landed"].append(w[0]["end"] / 1e3)
-            cols["multiply"] += [(i["end"] - i["begin"]) / 1e3 for i in m]
-            cols["store"] += [(i["end"] - i["begin"]) / 1e3 for i in st]
-            cols["wait_between"] += [(i["end"] - i["begin"]) / 1e3 for i in w[1:len(m)]]
-            cols["last_landed"].append(w[len(m) - 1]["end"] / 1e3)
-            cols["end"].append(max(i["end"] for i in cons) / 1e3)
-            cols["units"].append(len(m))
-        res[name] = {k: {"min": round(min(v), 3), "median": round(statistics.median(v), 3), "max": round(max(v), 3)}
-                     for k, v in cols.items() if v}
+            cols["first_issue"].append(i_b[0])
+            cols["first_landed"].append(w_end[0])
+            cols["multiply"] += list(m_e - m_b)
+            cols["store"] += list(s_e - s_b)
+            cols["wait_between"] += list((w_end - w_b)[1:n])
+            cols["last_landed"].append(w_end[n - 1])
+            cols["end"].append(max(w_end.max(), m_e.max(), s_e.max()))
+            cols["units"].append(n)
+        res[name] = {k: {"min": round(float(min(v)), 3), "median": round(float(statistics.median(v)), 3),
+                         "max": round(float(max(v)), 3)} for k, v in cols.items() if v}
     return res
 
 
