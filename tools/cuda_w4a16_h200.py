@@ -125,7 +125,6 @@ def recorded_stream(fmt: str, M: int, K: int, N: int) -> dict:
 def stag_cands(fmt: str, M: int, K: int, N: int) -> list[dict]:
     """Round 12: the recorded streaming config of each M <= 8 family with and without ``STAG`` (a program's second
     unit copied once its first has landed)."""
-
     if M > 8:
         return []
     cfg = recorded_stream(fmt, 1 if M == 1 else 8, K, N)
