@@ -170,6 +170,14 @@ def test_the_cuda_kernel_in_every_form_matches_the_reference_and_repeats():
         (300, 512, 128, (5, 64), {"NT": 1, "WARPS": 4, "KB": 4, "STAGES": 2, "DYN": 1, "XCA": 1}),
         (600, 128, 512, (1, 8), {"NT": 8, "WARPS": 4, "KB": 1, "STAGES": 2, "CPS": 2, "DYN": 1, "STAG": 1}),
         (300, 512, 128, (1, 5), {"NT": 2, "WARPS": 4, "KB": 4, "STAGES": 3, "DYN": 1, "STAG": 1}),
+        # the unpack's shifts as IMADs (MHI) and 128 + z taken off after the MMA (SXC), streaming and not
+        (600, 128, 512, (1, 3, 8), {"NT": 8, "WARPS": 4, "KB": 1, "STAGES": 2, "CPS": 2, "DYN": 1, "MHI": 1, "SXC": 1}),
+        (300, 512, 128, (1, 5, 8), {"NT": 2, "WARPS": 4, "KB": 4, "STAGES": 2, "CPS": 2, "DYN": 1, "MHI": 1, "SXC": 1}),
+        (300, 512, 128, (1, 8), {"NT": 2, "WARPS": 4, "KB": 4, "STAGES": 2, "CPS": 2, "DYN": 1, "SXC": 1}),
+        (300, 512, 128, (1, 8), {"NT": 2, "WARPS": 4, "KB": 4, "STAGES": 2, "CPS": 2, "DYN": 1, "MHI": 1}),
+        (64, 128, 512, (1, 8, 16, 64), {"NT": 4, "WARPS": 2, "KB": 1, "MHI": 1, "SXC": 1}),
+        (600, 128, 512, (1, 8), {"NT": 4, "WARPS": 2, "KB": 1, "PROGS": 6, "MHI": 1, "SXC": 1}),
+        (2, 2048, 384, (1, 8, 16), {"NT": 1, "WARPS": 4, "KB": 2, "SPLIT": 8, "MHI": 1, "SXC": 1}),
     ]
     for H, K, N, Ms, cfg in forms:
         w = (torch.randn(H, K, N, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
@@ -178,6 +186,8 @@ def test_the_cuda_kernel_in_every_form_matches_the_reference_and_repeats():
             deq = quant.dequantize_int4(qw)
             for M in Ms:
                 x = torch.randn(H, M, K, device="cuda", generator=g).to(torch.bfloat16)
+                if cfg.get("SXC") and M % 2:    # all-positive x: SXC's offset (128 + z) * sum(x) is then largest
+                    x = (x.float().abs() + 2).to(torch.bfloat16)
                 out = torch.full((H, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
                 o = w4a16_bmm(x, qw, out=out, config={"variant": "cuda", **cfg}).clone()
                 again = w4a16_bmm(x, qw, config={"variant": "cuda", **cfg})

@@ -281,7 +281,12 @@ def test_the_cuda_source_ships_and_builds_offline_where_nvrtc_is_installed():
              ({"NT": 2, "WARPS": 4, "KB": 4, "STAGES": 3, "DYN": 1, "XONE": 1}, 5, 64, True, False),
              ({"NT": 4, "WARPS": 4, "KB": 2, **tuning._STREAM}, 8, 0, False, True),
              ({"NT": 2, "WARPS": 4, "KB": 4, **tuning._STREAM, "SWZ": 1}, 1, 128, False, False),
-             ({"NT": 8, "WARPS": 4, "KB": 1, **tuning._STREAM, "SWZ": 1}, 8, 64, True, False)]
+             ({"NT": 8, "WARPS": 4, "KB": 1, **tuning._STREAM, "SWZ": 1}, 8, 64, True, False),
+             # the unpack's options (MHI: shifts as IMADs; SXC: 128 + z off after the MMA), streaming and not
+             ({"NT": 8, "WARPS": 4, "KB": 1, **tuning._STREAM, "MHI": 1, "SXC": 1}, 1, 32, True, False),
+             ({"NT": 2, "WARPS": 4, "KB": 4, **tuning._STREAM, "MHI": 1, "SXC": 1}, 8, 64, True, False),
+             ({"NT": 4, "WARPS": 2, "KB": 1, "PROGS": 6, "MHI": 1, "SXC": 1}, 8, 128, False, False),
+             ({"NT": 1, "WARPS": 4, "KB": 4, "SPLIT": 8, "MHI": 1}, 16, 128, False, False)]
     for cfg, M, group, zp, fp8 in forms:
         mc = w4a16_cuda.macros(cfg, M, group, zp, fp8)
         prog = ctypes.c_void_p()

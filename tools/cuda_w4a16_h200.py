@@ -32,7 +32,7 @@ ROUND = 1
 
 def mla_cands(M: int, K: int, N: int) -> list[dict]:
     """The INT4 MLA candidates of --round (each round's set from its first round on; 8 is FP8 only)."""
-    for first, cands in ((12, mla_cands12), (11, mla_cands11), (10, mla_cands10), (9, mla_cands9), (7, mla_cands7), (6, mla_cands6), (5, mla_cands5), (4, mla_cands4),
+    for first, cands in ((13, mla_cands13), (12, mla_cands12), (11, mla_cands11), (10, mla_cands10), (9, mla_cands9), (7, mla_cands7), (6, mla_cands6), (5, mla_cands5), (4, mla_cands4),
                          (3, mla_cands3), (2, mla_cands2)):
         if ROUND >= first:
             return cands(M, K, N)
@@ -131,6 +131,27 @@ def stag_cands(fmt: str, M: int, K: int, N: int) -> list[dict]:
     if not cfg.get("STAGES"):        # INT4 W_UK at M = 8 keeps the mma.sync grid: the streaming config beside
         cfg = recorded_stream(fmt, 1, K, N)
     return [dict(cfg), dict(cfg, STAG=1)]
+
+
+#: Round 13: the unpack's two options, off and on (``MHI``: shifts as IMADs; ``SXC``: 128 + z taken off after the MMA).
+_UNPACK = ({}, {"MHI": 1}, {"SXC": 1}, {"MHI": 1, "SXC": 1})
+
+
+def unpack_cands(M: int, K: int, N: int) -> list[dict]:
+    """Round 13: the recorded config of each INT4 M <= 8 family (INT4 W_UK at M = 8: its mma.sync grid and the
+    streaming config beside) with and without ``MHI`` and ``SXC``, after round 10's timeline: the consumer warps,
+    not the copies, set the pace, and their unpack issues 2 ALU instructions per MMA register (prmt, shift, lop3)
+    on a pipe of 16 lanes."""
+    if M > 8:
+        return []
+    cfgs = [recorded_stream("int4", 1 if M == 1 else 8, K, N)]
+    if not cfgs[0].get("STAGES"):
+        cfgs.append(recorded_stream("int4", 1, K, N))
+    return [dict(c, **o) for c in cfgs for o in _UNPACK]
+
+
+def mla_cands13(M: int, K: int, N: int) -> list[dict]:
+    return unpack_cands(M, K, N)
 
 
 def mla_cands12(M: int, K: int, N: int) -> list[dict]:
@@ -343,6 +364,11 @@ def probe_part(res, save, deadline):
 
 
 def decode_cands(M: int, K: int, N: int) -> list[dict]:
+    if ROUND >= 13:     # the recorded CUDA config (none where Triton's is recorded) with the unpack's options
+        from mcp_server.kernels import tuning
+
+        rec = {k: v for k, v in tuning.config_for("int4", M, K, N, 1).items() if k != "fallback"}
+        return [dict(rec, **o) for o in _UNPACK] if rec.get("variant") == "cuda" else []
     blocks = K // 128
     out = []
     for kb in (1, 2, 4, 8):
@@ -390,18 +416,19 @@ def real_weights(H, K, N, group=128, zero_point=False, seed=0):
     return quant.quantize_int4(w, group=group, zero_point=zero_point), g
 
 
-def check(cfg, H, M, K, N, group=128, zero_point=False) -> dict:
+def check(cfg, H, M, K, N, group=128, zero_point=False, xpos=False) -> dict:
     import torch
 
     from mcp_server.kernels import quant, tuning
     from mcp_server.kernels.w4a16 import w4a16_bmm
 
     qw, g = real_weights(H, K, N, group, zero_point)
-    x = torch.randn(H, M, K, device="cuda", generator=g).to(torch.bfloat16)
+    x = torch.randn(H, M, K, device="cuda", generator=g)
+    x = (x.abs() + 2 if xpos else x).to(torch.bfloat16)         # xpos: all positive (SXC's offset is then largest)
     ref = x.float() @ quant.dequantize_int4(qw)
     tri = w4a16_bmm(x, qw, config=tuning.heuristic("int4", M, K, N, H) if group != 128 or zero_point
                     else tuning.config_for("int4", M, K, N, H))
-    return {"H": H, "M": M, "K": K, "N": N, "group": group, "zero_point": zero_point, "cfg": cfg,
+    return {"H": H, "M": M, "K": K, "N": N, "group": group, "zero_point": zero_point, "cfg": cfg, "xpos": xpos,
             **judge(lambda out: w4a16_bmm(x, qw, out=out, config=dict(cfg)), ref, (H, M, N)),
             "triton_err": rel(tri, ref)}
 
@@ -410,23 +437,25 @@ def checks(res, save):
     hc = 512 if ROUND >= 3 else 16      # round 3: enough heads that the persistent programs loop
     ms = (40, 64) if ROUND == 10 else (1, 3, 8) if ROUND >= 2 else (1, 3, 8, 64)
     fams = [(hc, M, K, N) for M in ms for K, N in ((128, 512), (512, 128))]
-    if ROUND < 5:
+    if ROUND < 5 or ROUND >= 13:
         fams += [(1, M, K, N) for M in (1, 8, 16) for K, N in ((4096, 4096), (7168, 2048), (2048, 7168))]
     for H, M, K, N in fams:
         cands = mla_cands(M, K, N) if H > 1 else decode_cands(M, K, N)
         for c in cands:
-            try:
-                res["checks"].append(check(c, H, M, K, N))
-            except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
-                res["checks"].append({"H": H, "M": M, "K": K, "N": N, "cfg": c, "error": repr(exc)[:400]})
-    base = dict(_stream(1, 8, 4, 2, 0, 1, 1, 0, 1), XCA=1) if ROUND >= 10 else dict(_stream(2, 4, 4, 2, 0, 1, 2, 0, 1), SWZ=1) if ROUND >= 9 else _stream(2, 4, 4, 2, 0, 1, 2, 0, 1, 1) if ROUND >= 7 else _stream(1, 4, 4, 4, 8) if ROUND >= 5 else \
+            for xpos in (False, True) if c.get("SXC") else (False,):
+                try:
+                    res["checks"].append(check(c, H, M, K, N, xpos=xpos))
+                except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
+                    res["checks"].append({"H": H, "M": M, "K": K, "N": N, "cfg": c, "error": repr(exc)[:400]})
+    base = dict(recorded_stream("int4", 8, 512, 128), MHI=1, SXC=1) if ROUND >= 13 else \
+        dict(_stream(1, 8, 4, 2, 0, 1, 1, 0, 1), XCA=1) if ROUND >= 10 else dict(_stream(2, 4, 4, 2, 0, 1, 2, 0, 1), SWZ=1) if ROUND >= 9 else _stream(2, 4, 4, 2, 0, 1, 2, 0, 1, 1) if ROUND >= 7 else _stream(1, 4, 4, 4, 8) if ROUND >= 5 else \
         {"variant": "cuda", "NT": 2, "KB": 1, "SPLIT": 1, "WARPS": 2, "KWARP": 4, "PROGS": 2} if ROUND >= 3 else \
         {"variant": "cuda", "NT": 2, "KB": 1, "SPLIT": 1, "WARPS": 2, "KWARP": 4} if ROUND >= 2 else \
         {"variant": "cuda", "NT": 1, "KB": 4, "SPLIT": 1, "WARPS": 4}
     for group, zp in ((32, False), (64, True), (128, True), (256, False), (512, True)):
         for M in ((33, 64) if ROUND >= 10 else (1, 5, 8) if ROUND >= 5 else (1, 8, 64)):
             try:
-                res["checks"].append(check(base, 512 if ROUND >= 3 else 16, M, 512, 128, group, zp))
+                res["checks"].append(check(base, 512 if ROUND >= 3 else 16, M, 512, 128, group, zp, ROUND >= 13))
             except Exception as exc:  # noqa: BLE001
                 res["checks"].append({"M": M, "group": group, "zero_point": zp, "cfg": base, "error": repr(exc)[:400]})
     bad = [c for c in res["checks"] if "error" in c or not (c["err"] < 4e-3 and c["same_bits"])]
@@ -550,7 +579,8 @@ def main() -> int:
                 for H, cache in ((2048, "cold"), (4096, "cold"), (128, "warm"), (128, "cold")):
                     if time.time() > deadline:
                         break
-                    mla_family(res, H, M, K, N, cache, [c], save, lab)
+                    # round 13: every candidate at every depth (the options change the fixed cost and the slope)
+                    mla_family(res, H, M, K, N, cache, mla_cands(M, K, N) if ROUND >= 13 else [c], save, lab)
         if "decode" not in skip:
             for K, N in ((4096, 4096), (8192, 8192), (7168, 2048), (2048, 7168)):
                 for M in (1, 8, 16):

@@ -43,12 +43,21 @@ unpacked words feed ``mma.sync`` directly as the left operand, with no shared-me
   first has landed, so the slots do not fill and land together (measured 0.7-3.4 % slower, "fifth round").
   The weight stream
   then never waits for a unit's multiplies, which the one-pass grid's latency-bound waves did.
+* **Unpack options** (INT4, every form): the unpack's ``prmt``, shift and ``lop3`` all issue to the ALU pipe
+  (16 lanes: two cycles a warp instruction), two per MMA register, while the FMA pipes take only the
+  ``fma.rn.bf16x2``. ``MHI`` does the shifts as ``mul.hi.u32`` by 2^(32 - s), an IMAD on the FMA-heavy pipe
+  (a zero read from a kernel argument keeps ptxas from turning it back into a shift). ``SXC`` drops the
+  ``fma.rn.bf16x2``: the weights enter the MMA as 128 + q and each group's (128 + z) * sum(x) comes off the
+  fp32 partial sums, the column sums of x from one more MMA per 16-k chunk and m-tile with an all-ones left
+  operand ((128 + q) * x is exact in fp32; the offset costs a few bits of the fp32 sum, not of the result's
+  bf16).
 
 Config keys (``tuning``): ``NT`` 16-row tiles per warp, ``MT`` 8-row m-tiles per program (from M when
 absent), ``KB`` K blocks per warp (128 k for INT4, 64 for FP8; K = KB * block * KWARP * SPLIT),
 ``WARPS``, ``KWARP`` (warps that split a program's K slice, summed through shared memory in a fixed
 order), ``SPLIT``, ``PROGS``, ``MINB`` (``__launch_bounds__`` minimum programs per SM; 0 = none); the
-streaming form's ``STAGES``, ``CPS``, ``DYN``, ``EVF``, ``PADW``, ``XONE``, ``XCA``, ``SWZ``, ``STAG``;
+streaming form's ``STAGES``, ``CPS``, ``DYN``, ``EVF``, ``PADW``, ``XONE``, ``XCA``, ``SWZ``, ``STAG``; the
+unpack's ``MHI`` and ``SXC`` (INT4, 0 or 1);
 ``PROBE`` (measurement only, its output is garbage: 1 launches the streaming grid and returns, 2 copies every
 unit and multiplies nothing; 3 is the full kernel recording its units' phases into ``probe_buf``, ``PCAP``
 int64 slots, in the timeline probe format, ``tools/stream_timeline_h200.py``). INT4 groups 32, 64 and
@@ -90,7 +99,8 @@ def macros(cfg: dict, M: int, group: int, zero_point: bool, fp8: bool = False) -
             "ZP": int(zero_point), "WARPS": int(cfg.get("WARPS", 4)), "SPLIT": int(cfg.get("SPLIT", 1)),
             "MINB": int(cfg.get("MINB", 0)), "KWARP": int(cfg.get("KWARP", 1)), "PF": int(bool(cfg.get("PROGS"))),
             "FP8": int(fp8), "STREAM": int(bool(cfg.get("STAGES"))), "STAGES": int(cfg.get("STAGES", 0)),
-            **{k: int(cfg.get(k, 0)) for k in ("PADW", "EVF", "DYN", "XONE", "XCA", "SWZ", "STAG", "PROBE", "PCAP")}}
+            **{k: int(cfg.get(k, 0)) for k in ("PADW", "EVF", "DYN", "XONE", "XCA", "SWZ", "STAG", "PROBE", "PCAP",
+                                                 "MHI", "SXC")}}
 
 
 def _a128(b: int) -> int:

@@ -1,6 +1,6 @@
 // kernelscope: INT4 W4A16 and FP8 W8A16 BMM (mma.sync, swap A/B), compiled at run time by NVRTC from
 // mcp_server/kernels/w4a16_cuda.py, which documents the design and passes the -D parameters:
-// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8 STREAM STAGES PADW EVF DYN XONE XCA SWZ STAG PROBE PCAP.
+// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8 STREAM STAGES PADW EVF DYN XONE XCA SWZ STAG PROBE PCAP MHI SXC.
 // No headers (but the timeline probes' at PROBE = 3): NVRTC's built-in types only.
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -25,12 +25,30 @@ __device__ __forceinline__ u16 f2bf(float f) {
 __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
     u32 r; asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel)); return r;
 }
-// two codes (low nibbles of each half) -> bf16x2 (128 + q) - (128 + z) = q - z: exact
-__device__ __forceinline__ u32 dq(u32 v, u32 off) {
-    u32 t, r;
+// two codes (low nibbles of each half) -> bf16x2 128 + q: exact
+__device__ __forceinline__ u32 dq128(u32 v) {
+    u32 t;
     asm("lop3.b32 %0, %1, 0x000F000F, 0x43004300, 0xea;" : "=r"(t) : "r"(v));
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(t), "r"(0x3F803F80u), "r"(off));
+    return t;
+}
+// two codes -> bf16x2 (128 + q) - (128 + z) = q - z: exact
+__device__ __forceinline__ u32 dq(u32 v, u32 off) {
+    u32 r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(dq128(v)), "r"(0x3F803F80u), "r"(off));
     return r;
+}
+// v >> sh (sh a multiple of 4, known at compile time). The unpack's prmt, shifts and lop3 all issue to the ALU pipe
+// (16 lanes: two cycles a warp instruction) while the FMA pipes idle; MHI: the shift as mul.hi.u32 by 2^(32 - sh),
+// an IMAD on the FMA-heavy pipe. zr is 0, from a kernel argument ptxas cannot see, so it keeps the multiply a multiply.
+__device__ __forceinline__ u32 nib(u32 v, int sh, u32 zr) {
+#if MHI
+    if (sh == 0) return v;
+    u32 r;
+    asm("mul.hi.u32 %0, %1, %2;" : "=r"(r) : "r"(v), "r"((1u << (32 - sh)) | zr));
+    return r;
+#else
+    return v >> sh;
+#endif
 }
 __device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -140,9 +158,10 @@ __device__ __forceinline__ void store_x(const uint4 (&v)[XV], u16* xs, int rows)
 }
 
 // the warp's accumulators (or partial sums) to 0
-__device__ __forceinline__ void zero(float (&c)[NT][MT][4]) {
+template <int T>
+__device__ __forceinline__ void zero(float (&c)[T][MT][4]) {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int nt = 0; nt < T; ++nt)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -201,9 +220,12 @@ __device__ __forceinline__ void tile_mma_fp8(float (&acc)[NT][MT][4], const u32 
 #endif
 
 // the warp's tiles times x (in shared memory) over its KB blocks, scaled per group, into acc
+// SXC: the weights enter the MMA as 128 + q (lop3 alone, no fma.rn.bf16x2 on the FMA pipes) and each group's
+// (128 + z) * sum(x) is taken off the fp32 partial sums: one more MMA a 16-k chunk and m-tile (all-ones left
+// operand: every row of its result is the chunk's column sums of x). (128 + q) * x is exact in fp32.
 __device__ __forceinline__ void tile_mma(float (&acc)[NT][MT][4], const u32 (&w)[KB][NT][8], u32 xs_base,
                                          const u16* sc, const u16* zp, int h, int n0, int kg, int kofs, int NG,
-                                         int N, int lane) {
+                                         int N, int lane, u32 zr) {
     const int g = lane >> 2, q = lane >> 3, r8 = lane & 7;
     zero(acc);
 #pragma unroll
@@ -223,13 +245,22 @@ __device__ __forceinline__ void tile_mma(float (&acc)[NT][MT][4], const u32 (&w)
         for (int st = 0; st < STEPS; ++st) {
             const int gi = (kg + kb * 128 + st * GS) / GROUP;
             float s0[NT], s1[NT];
-            u32 o0[NT], o1[NT];
+#if SXC
+            float o0[NT], o1[NT];                   // 128 + z of rows g and g + 8
+#else
+            u32 o0[NT], o1[NT];                     // bf16x2 -(128 + z)
+#endif
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
                 const size_t si = ((size_t)h * NG + gi) * N + n0 + nt * 16 + g;
                 s0[nt] = bf2f(sc[si]);
                 s1[nt] = bf2f(sc[si + 8]);
-#if ZP
+#if SXC && ZP
+                o0[nt] = 128.f + bf2f(zp[si]);
+                o1[nt] = 128.f + bf2f(zp[si + 8]);
+#elif SXC
+                o0[nt] = o1[nt] = 136.f;
+#elif ZP
                 o0[nt] = zoff(zp[si]);
                 o1[nt] = zoff(zp[si + 8]);
 #else
@@ -238,11 +269,22 @@ __device__ __forceinline__ void tile_mma(float (&acc)[NT][MT][4], const u32 (&w)
             }
             float part[NT][MT][4];
             zero(part);
+#if SXC
+            float sx[1][MT][4];                     // column sums of x over the group (m = 2t, 2t + 1)
+            zero(sx);
+            const u32 ones[4] = {0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u};
+#endif
 #pragma unroll
             for (int jp = 0; jp < CH; jp += 2) {
                 const int j = st * CH + jp;
                 u32 b[MT][4];       // chunk j (k lo, k hi), chunk j + 1 (k lo, k hi)
                 ldsm_x(b, xs_base, kofs + kb * 128, j, q, r8);
+#if SXC
+#pragma unroll
+                for (int jj = 0; jj < 2; ++jj)
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) mma(sx[0][mt], ones, b[mt][2 * jj], b[mt][2 * jj + 1]);
+#endif
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -250,8 +292,14 @@ __device__ __forceinline__ void tile_mma(float (&acc)[NT][MT][4], const u32 (&w)
                         const int jn = j + jj, sh = 4 * (jn & 3);
                         u32 a[4];
 #pragma unroll
-                        for (int p = 0; p < 4; ++p)
-                            a[p] = dq((jn < 4 ? lo[nt][p] : hi[nt][p]) >> sh, (p & 1) ? o1[nt] : o0[nt]);
+                        for (int p = 0; p < 4; ++p) {
+                            const u32 v = nib(jn < 4 ? lo[nt][p] : hi[nt][p], sh, zr);
+#if SXC
+                            a[p] = dq128(v);
+#else
+                            a[p] = dq(v, (p & 1) ? o1[nt] : o0[nt]);
+#endif
+                        }
 #pragma unroll
                         for (int mt = 0; mt < MT; ++mt) mma(part[nt][mt], a, b[mt][2 * jj], b[mt][2 * jj + 1]);
                     }
@@ -261,10 +309,17 @@ __device__ __forceinline__ void tile_mma(float (&acc)[NT][MT][4], const u32 (&w)
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
+#if SXC
+                    acc[nt][mt][0] += s0[nt] * (part[nt][mt][0] - o0[nt] * sx[0][mt][0]);
+                    acc[nt][mt][1] += s0[nt] * (part[nt][mt][1] - o0[nt] * sx[0][mt][1]);
+                    acc[nt][mt][2] += s1[nt] * (part[nt][mt][2] - o1[nt] * sx[0][mt][0]);
+                    acc[nt][mt][3] += s1[nt] * (part[nt][mt][3] - o1[nt] * sx[0][mt][1]);
+#else
                     acc[nt][mt][0] += s0[nt] * part[nt][mt][0];
                     acc[nt][mt][1] += s0[nt] * part[nt][mt][1];
                     acc[nt][mt][2] += s1[nt] * part[nt][mt][2];
                     acc[nt][mt][3] += s1[nt] * part[nt][mt][3];
+#endif
                 }
         }
     }
@@ -348,7 +403,14 @@ __device__ __forceinline__ void cp_arrive(u32 b) {
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__((WARPS + 1) * 32)
+#if SXC
+// one program per SM, stated: ptxas then fits NT = 8's registers in 127 without the 8-byte spill its default
+// allocation (128) made
+#define SBOUNDS __launch_bounds__((WARPS + 1) * 32, 1)
+#else
+#define SBOUNDS __launch_bounds__((WARPS + 1) * 32)
+#endif
+extern "C" __global__ void SBOUNDS
 w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __restrict__ zp,
           const u16* __restrict__ x, u16* __restrict__ out, float* __restrict__ ws, int* __restrict__ cnt,
           int M, int K, int N, int H)
@@ -520,7 +582,7 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
         tile_mma_fp8(acc, w, smem_u32(slot + X_OFF), (const float*)(slot + W_BYTES), 0, n0, 0, R, lane);
 #else
         tile_mma(acc, w, smem_u32(slot + X_OFF), (const u16*)(slot + W_BYTES), (const u16*)(slot + W_BYTES + S_BYTES),
-                 0, n0, 0, 0, NGS, R, lane);
+                 0, n0, 0, 0, NGS, R, lane, (u32)K >> 31);
 #endif
         __syncwarp();
         KS_PROBE_END(1);
@@ -587,7 +649,7 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
 #if FP8
         tile_mma_fp8(acc, w, xs_base, (const float*)sc, h, n0, kofs, N, lane);
 #else
-        tile_mma(acc, w, xs_base, sc, zp, h, n0, kbeg + kofs, kofs, NG, N, lane);
+        tile_mma(acc, w, xs_base, sc, zp, h, n0, kbeg + kofs, kofs, NG, N, lane, (u32)K >> 31);
 #endif
 #if KWARP > 1
         // the KWARP warps of a tile sum their parts of K through shared memory, in a fixed order
