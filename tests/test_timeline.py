@@ -146,6 +146,11 @@ def test_triton_buffer():
     # its programs loop over rows with no grid barrier: rowsum's occurrences overlap, so no start-skew verdict
     assert [w.count for w in res.warnings if w.code == "unsynchronised"] == [1]
     assert not any(v.kind == "start_skew" for v in res.verdicts)
+    # nor do its imbalance verdicts send the reader to a synchronisation that is not there
+    imb = [v.message for v in res.verdicts if v.kind in ("imbalance", "fixed_straggler", "moving_straggler")]
+    assert imb and all("following synchronisation" not in m and "no grid-wide synchronisation" in m for m in imb)
+    sync = analyze_timeline(TL / "imbalanced_probe.bin", EVENTS).verdicts
+    assert any("following synchronisation" in v.message for v in sync if v.kind != "data_quality")
 
 
 @pytest.mark.parametrize("name", ["int4_wuk", "int4_wuv", "fp8_wuk"])

@@ -332,7 +332,7 @@ def _verdicts(res: TimelineAnalysis, sync: Optional[dict[str, tuple[int, int]]] 
     the critical path's, ``balanced`` when no phase is imbalanced and the probes' cost when measured; ranked by
     the time at stake."""
     span = max(res.span_ns, 1)
-    out: list[Verdict] = [v for p in res.phases for v in _phase_verdicts(p, span, sync)
+    out: list[Verdict] = [v for p in res.phases for v in _phase_verdicts(p, span, sync, unsync)
                           if not (unsync and v.kind == "start_skew")]
     if res.critical_path:
         crit = sorted(res.phases, key=lambda p: -p.critical_ns)
@@ -359,9 +359,11 @@ def _verdicts(res: TimelineAnalysis, sync: Optional[dict[str, tuple[int, int]]] 
     return out
 
 
-def _phase_verdicts(p: Phase, span: int, sync: Optional[dict[str, tuple[int, int]]]) -> list[Verdict]:
+def _phase_verdicts(p: Phase, span: int, sync: Optional[dict[str, tuple[int, int]]],
+                    unsync: bool = False) -> list[Verdict]:
     """A synchronisation wait inside the phase (``sync``: per phase, occurrences with one), else its
-    imbalance, its start skew and the wait after it."""
+    imbalance, its start skew and the wait after it (``unsync``: no grid-wide synchronisation between rounds, so
+    the wait after a phase is not read as one)."""
     k = len(p.occurrences)
     if sync and p.name in sync:
         hits, n = sync[p.name]
@@ -375,7 +377,7 @@ def _phase_verdicts(p: Phase, span: int, sync: Optional[dict[str, tuple[int, int
     share = p.imbalance_at_stake_ns / span
     imbalanced = p.imbalance >= IMBALANCE_RATIO and share >= MIN_SPAN_SHARE
     if imbalanced:
-        out.append(_imbalance_verdict(p, share))
+        out.append(_imbalance_verdict(p, share, unsync))
     if p.total_wall_ns > 0:
         sk = p.skew_at_stake_ns
         if sk / p.total_wall_ns >= SKEW_SHARE and sk / span >= MIN_SPAN_SHARE:
@@ -389,12 +391,13 @@ def _phase_verdicts(p: Phase, span: int, sync: Optional[dict[str, tuple[int, int
         out.append(Verdict(kind="barrier_wait", phase=p.name, at_stake_ns=round(wait_total, 1), message=(
             f"after {p.name}, a writer waits on average {_fmt_ns(p.wait_after_mean_ns)} (max "
             f"{_fmt_ns(p.wait_after_max_ns)}) before its next phase begins, {_fmt_ns(wait_total)} per run "
-            "summed over occurrences, while the blocks are balanced within the phase: barrier/release cost, "
-            "start skew, or work outside the probes.")))
+            "summed over occurrences, while the blocks are balanced within the phase: "
+            + ("waiting for its next piece of work (no grid-wide synchronisation here), or work outside the probes."
+               if unsync else "barrier/release cost, start skew, or work outside the probes."))))
     return out
 
 
-def _imbalance_verdict(p: Phase, share: float) -> Verdict:
+def _imbalance_verdict(p: Phase, share: float, unsync: bool = False) -> Verdict:
     """An imbalanced phase: a fixed straggler, several equally slow blocks, or a moving straggler."""
     k = len(p.occurrences)
     worst = max(p.occurrences, key=lambda o: o.imbalance)
@@ -405,7 +408,9 @@ def _imbalance_verdict(p: Phase, share: float) -> Verdict:
             f"{_fmt_ns(p.block_mean_ns)}. Up to {_fmt_ns(p.imbalance_at_stake_ns)} per run at stake "
             f"(sum of slowest - mean over {k} occurrence(s), {100 * share:.1f}% of the span).")
     if p.wait_after_mean_ns > 0:
-        base += (f" Meanwhile the other writers wait {_fmt_ns(p.wait_after_mean_ns)} on average at the "
+        base += (f" A writer waits {_fmt_ns(p.wait_after_mean_ns)} on average before its next phase begins "
+                 "(no grid-wide synchronisation: it is not waiting for the slowest block)." if unsync else
+                 f" Meanwhile the other writers wait {_fmt_ns(p.wait_after_mean_ns)} on average at the "
                  "following synchronisation.")
     top_mean = p.slowest_block_mean_ns[0] if p.slowest_block_mean_ns else 0.0
     peers = [b for b, v in zip(p.slowest_blocks, p.slowest_block_mean_ns) if v >= 0.95 * top_mean]
