@@ -178,6 +178,13 @@ def test_the_cuda_kernel_in_every_form_matches_the_reference_and_repeats():
         (64, 128, 512, (1, 8, 16, 64), {"NT": 4, "WARPS": 2, "KB": 1, "MHI": 1, "SXC": 1}),
         (600, 128, 512, (1, 8), {"NT": 4, "WARPS": 2, "KB": 1, "PROGS": 6, "MHI": 1, "SXC": 1}),
         (2, 2048, 384, (1, 8, 16), {"NT": 1, "WARPS": 4, "KB": 2, "SPLIT": 8, "MHI": 1, "SXC": 1}),
+        # the slot freed before the multiply (ERL; groups under 128 run without it), with and without SXC
+        (600, 128, 512, (1, 3, 8), {"NT": 8, "WARPS": 4, "KB": 1, "STAGES": 2, "CPS": 2, "DYN": 1, "ERL": 1}),
+        (300, 512, 128, (1, 5, 8), {"NT": 2, "WARPS": 4, "KB": 4, "STAGES": 2, "CPS": 2, "DYN": 1, "ERL": 1, "SXC": 1}),
+        # one consumer group per slot (CG): the end mark reaches every group; static and claimed units
+        (600, 128, 512, (1, 3, 8), {"NT": 8, "WARPS": 4, "KB": 1, "STAGES": 2, "CPS": 2, "DYN": 1, "CG": 2}),
+        (300, 512, 128, (1, 5, 8), {"NT": 2, "WARPS": 4, "KB": 4, "STAGES": 2, "CPS": 2, "DYN": 1, "CG": 2, "SXC": 1}),
+        (100, 512, 128, (1, 8), {"NT": 1, "WARPS": 4, "KB": 4, "STAGES": 4, "CG": 2}),
     ]
     for H, K, N, Ms, cfg in forms:
         w = (torch.randn(H, K, N, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
@@ -186,7 +193,7 @@ def test_the_cuda_kernel_in_every_form_matches_the_reference_and_repeats():
             deq = quant.dequantize_int4(qw)
             for M in Ms:
                 x = torch.randn(H, M, K, device="cuda", generator=g).to(torch.bfloat16)
-                if cfg.get("SXC") and M % 2:    # all-positive x: SXC's offset (128 + z) * sum(x) is then largest
+                if (cfg.get("SXC") or cfg.get("ERL")) and M % 2:    # all positive: SXC's (128 + z) * sum(x) largest
                     x = (x.float().abs() + 2).to(torch.bfloat16)
                 out = torch.full((H, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
                 o = w4a16_bmm(x, qw, out=out, config={"variant": "cuda", **cfg}).clone()

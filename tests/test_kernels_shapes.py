@@ -286,7 +286,14 @@ def test_the_cuda_source_ships_and_builds_offline_where_nvrtc_is_installed():
              ({"NT": 8, "WARPS": 4, "KB": 1, **tuning._STREAM, "MHI": 1, "SXC": 1}, 1, 32, True, False),
              ({"NT": 2, "WARPS": 4, "KB": 4, **tuning._STREAM, "MHI": 1, "SXC": 1}, 8, 64, True, False),
              ({"NT": 4, "WARPS": 2, "KB": 1, "PROGS": 6, "MHI": 1, "SXC": 1}, 8, 128, False, False),
-             ({"NT": 1, "WARPS": 4, "KB": 4, "SPLIT": 8, "MHI": 1}, 16, 128, False, False)]
+             ({"NT": 1, "WARPS": 4, "KB": 4, "SPLIT": 8, "MHI": 1}, 16, 128, False, False),
+             # the slot freed before the multiply (ERL), as recorded and with zero points
+             ({"NT": 8, "WARPS": 4, "KB": 1, **tuning._STREAM, "ERL": 1, "SXC": 1}, 1, 128, False, False),
+             ({"NT": 2, "WARPS": 4, "KB": 4, **tuning._STREAM, "ERL": 1, "SXC": 1}, 8, 256, True, False),
+             ({"NT": 2, "WARPS": 4, "KB": 4, **tuning._STREAM, "ERL": 1}, 8, 128, True, False),
+             # one consumer group per slot (CG)
+             ({"NT": 8, "WARPS": 4, "KB": 1, **tuning._STREAM, "CG": 2}, 1, 128, True, False),
+             ({"NT": 2, "WARPS": 4, "KB": 4, **tuning._STREAM, "CG": 2, "SXC": 1}, 8, 64, False, False)]
     for cfg, M, group, zp, fp8 in forms:
         mc = w4a16_cuda.macros(cfg, M, group, zp, fp8)
         prog = ctypes.c_void_p()

@@ -32,7 +32,7 @@ ROUND = 1
 
 def mla_cands(M: int, K: int, N: int) -> list[dict]:
     """The INT4 MLA candidates of --round (each round's set from its first round on; 8 is FP8 only)."""
-    for first, cands in ((13, mla_cands13), (12, mla_cands12), (11, mla_cands11), (10, mla_cands10), (9, mla_cands9), (7, mla_cands7), (6, mla_cands6), (5, mla_cands5), (4, mla_cands4),
+    for first, cands in ((15, mla_cands15), (14, mla_cands14), (13, mla_cands13), (12, mla_cands12), (11, mla_cands11), (10, mla_cands10), (9, mla_cands9), (7, mla_cands7), (6, mla_cands6), (5, mla_cands5), (4, mla_cands4),
                          (3, mla_cands3), (2, mla_cands2)):
         if ROUND >= first:
             return cands(M, K, N)
@@ -148,6 +148,46 @@ def unpack_cands(M: int, K: int, N: int) -> list[dict]:
     if not cfgs[0].get("STAGES"):
         cfgs.append(recorded_stream("int4", 1, K, N))
     return [dict(c, **o) for c in cfgs for o in _UNPACK]
+
+
+def release_cands(M: int, K: int, N: int) -> list[dict]:
+    """Round 14: each INT4 M <= 8 family's streaming config (its recorded one less ``ERL``, ``SXC`` and ``MHI``; W_UK
+    at M = 8 the M = 1 one beside its mma.sync grid) as it was, with ``ERL`` (the slot freed once a consumer warp
+    holds x's fragments and the scales, before its multiply) and with ``ERL`` and ``SXC``, after round 13: 20 %
+    fewer consumer instructions (``SXC``) took 0-3.4 % off, so the multiplies' cost is the slot they hold."""
+    if M > 8:
+        return []
+    strip = lambda c: {k: v for k, v in c.items() if k not in ("ERL", "SXC", "MHI")}  # noqa: E731
+    rec = strip(recorded_stream("int4", 1 if M == 1 else 8, K, N))
+    out = [rec]
+    if not rec.get("STAGES"):
+        rec = strip(recorded_stream("int4", 1, K, N))
+        out.append(rec)
+    return out + [dict(rec, ERL=1), dict(rec, ERL=1, SXC=1)]
+
+
+def group_cands(M: int, K: int, N: int) -> list[dict]:
+    """Round 15: each INT4 M <= 8 family's streaming config (as round 14: W_UK at M = 8 beside its mma.sync grid)
+    with one consumer group per slot (``CG`` 2), with and without ``SXC``, after round 14's timeline: the last units
+    of a program land 7-12 us into the launch and its two slots' units are multiplied in turn, so a program's
+    tail is up to two units' multiplies."""
+    if M > 8:
+        return []
+    strip = lambda c: {k: v for k, v in c.items() if k not in ("ERL", "SXC", "MHI", "CG")}  # noqa: E731
+    rec = strip(recorded_stream("int4", 1 if M == 1 else 8, K, N))
+    out = [rec]
+    if not rec.get("STAGES"):
+        rec = strip(recorded_stream("int4", 1, K, N))
+        out.append(rec)
+    return out + [dict(rec, CG=2), dict(rec, CG=2, SXC=1)]
+
+
+def mla_cands15(M: int, K: int, N: int) -> list[dict]:
+    return group_cands(M, K, N)
+
+
+def mla_cands14(M: int, K: int, N: int) -> list[dict]:
+    return release_cands(M, K, N)
 
 
 def mla_cands13(M: int, K: int, N: int) -> list[dict]:
@@ -364,7 +404,7 @@ def probe_part(res, save, deadline):
 
 
 def decode_cands(M: int, K: int, N: int) -> list[dict]:
-    if ROUND >= 13:     # the recorded CUDA config (none where Triton's is recorded) with the unpack's options
+    if ROUND == 13:     # the recorded CUDA config (none where Triton's is recorded) with the unpack's options
         from mcp_server.kernels import tuning
 
         rec = {k: v for k, v in tuning.config_for("int4", M, K, N, 1).items() if k != "fallback"}
@@ -437,17 +477,19 @@ def checks(res, save):
     hc = 512 if ROUND >= 3 else 16      # round 3: enough heads that the persistent programs loop
     ms = (40, 64) if ROUND == 10 else (1, 3, 8) if ROUND >= 2 else (1, 3, 8, 64)
     fams = [(hc, M, K, N) for M in ms for K, N in ((128, 512), (512, 128))]
-    if ROUND < 5 or ROUND >= 13:
+    if ROUND < 5 or ROUND == 13:
         fams += [(1, M, K, N) for M in (1, 8, 16) for K, N in ((4096, 4096), (7168, 2048), (2048, 7168))]
     for H, M, K, N in fams:
         cands = mla_cands(M, K, N) if H > 1 else decode_cands(M, K, N)
         for c in cands:
-            for xpos in (False, True) if c.get("SXC") else (False,):
+            for xpos in (False, True) if c.get("SXC") or c.get("ERL") else (False,):
                 try:
                     res["checks"].append(check(c, H, M, K, N, xpos=xpos))
                 except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
                     res["checks"].append({"H": H, "M": M, "K": K, "N": N, "cfg": c, "error": repr(exc)[:400]})
-    base = dict(recorded_stream("int4", 8, 512, 128), MHI=1, SXC=1) if ROUND >= 13 else \
+    base = dict(recorded_stream("int4", 8, 512, 128), CG=2, SXC=1) if ROUND >= 15 else \
+        dict(recorded_stream("int4", 8, 512, 128), ERL=1, SXC=1) if ROUND >= 14 else \
+        dict(recorded_stream("int4", 8, 512, 128), MHI=1, SXC=1) if ROUND >= 13 else \
         dict(_stream(1, 8, 4, 2, 0, 1, 1, 0, 1), XCA=1) if ROUND >= 10 else dict(_stream(2, 4, 4, 2, 0, 1, 2, 0, 1), SWZ=1) if ROUND >= 9 else _stream(2, 4, 4, 2, 0, 1, 2, 0, 1, 1) if ROUND >= 7 else _stream(1, 4, 4, 4, 8) if ROUND >= 5 else \
         {"variant": "cuda", "NT": 2, "KB": 1, "SPLIT": 1, "WARPS": 2, "KWARP": 4, "PROGS": 2} if ROUND >= 3 else \
         {"variant": "cuda", "NT": 2, "KB": 1, "SPLIT": 1, "WARPS": 2, "KWARP": 4} if ROUND >= 2 else \

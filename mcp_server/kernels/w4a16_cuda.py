@@ -100,7 +100,9 @@ def macros(cfg: dict, M: int, group: int, zero_point: bool, fp8: bool = False) -
             "MINB": int(cfg.get("MINB", 0)), "KWARP": int(cfg.get("KWARP", 1)), "PF": int(bool(cfg.get("PROGS"))),
             "FP8": int(fp8), "STREAM": int(bool(cfg.get("STAGES"))), "STAGES": int(cfg.get("STAGES", 0)),
             **{k: int(cfg.get(k, 0)) for k in ("PADW", "EVF", "DYN", "XONE", "XCA", "SWZ", "STAG", "PROBE", "PCAP",
-                                                 "MHI", "SXC")}}
+                                                 "MHI", "SXC", "CG")},
+            # early release: the INT4 streaming form with groups of 128+ (smaller groups: too many scales to hold)
+            "ERL": int(bool(cfg.get("ERL")) and bool(cfg.get("STAGES")) and not fp8 and group >= PACK_K)}
 
 
 def _a128(b: int) -> int:
@@ -125,6 +127,9 @@ def stream_plan(mc: dict, cfg: dict, H: int, M: int, K: int, N: int, group: int,
         raise CudaKernelUnavailable("XCA and XONE are two ways to copy x: set one")
     if mc["PADW"] % 4:
         raise CudaKernelUnavailable(f"PADW={mc['PADW']} is not a multiple of 4 words (16-byte rows)")
+    groups = max(1, mc["CG"])
+    if mc["STAGES"] % groups:
+        raise CudaKernelUnavailable(f"CG={groups} consumer groups do not divide STAGES={mc['STAGES']} slots")
     rows = 16 * mc["NT"] * mc["WARPS"]
     kw = mc["KB"] * 16
     scales = rows * 4 if mc["FP8"] else K // group * rows * 2        # per-channel fp32, or bf16 per group
@@ -134,7 +139,7 @@ def stream_plan(mc: dict, cfg: dict, H: int, M: int, K: int, N: int, group: int,
     if smem > 226 * 1024:       # 227 KiB a block on sm_90, less the kernel's static shared memory (under 1 KiB)
         raise CudaKernelUnavailable(f"{mc['STAGES']} slots of {slot} bytes exceed 226 KiB of shared memory")
     units = H * (N // rows)
-    return mc, (min(units, int(cfg.get("CPS", 1)) * sms), 1, 1), 32 * (mc["WARPS"] + 1), smem
+    return mc, (min(units, int(cfg.get("CPS", 1)) * sms), 1, 1), 32 * (mc["WARPS"] * groups + 1), smem
 
 
 def plan(cfg: dict, H: int, M: int, K: int, N: int, group: int, zero_point: bool,

@@ -1,6 +1,7 @@
 // kernelscope: INT4 W4A16 and FP8 W8A16 BMM (mma.sync, swap A/B), compiled at run time by NVRTC from
 // mcp_server/kernels/w4a16_cuda.py, which documents the design and passes the -D parameters:
-// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8 STREAM STAGES PADW EVF DYN XONE XCA SWZ STAG PROBE PCAP MHI SXC.
+// NT MT KB KWARP WARPS SPLIT PF MINB GROUP ZP FP8 STREAM STAGES PADW EVF DYN XONE XCA SWZ STAG PROBE PCAP MHI SXC
+// ERL CG.
 // No headers (but the timeline probes' at PROBE = 3): NVRTC's built-in types only.
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -220,12 +221,63 @@ __device__ __forceinline__ void tile_mma_fp8(float (&acc)[NT][MT][4], const u32 
 #endif
 
 // the warp's tiles times x (in shared memory) over its KB blocks, scaled per group, into acc
+#if SXC
+typedef float OFS;          // 128 + z
+#else
+typedef u32 OFS;            // bf16x2 -(128 + z)
+#endif
+// the scales and zero-point offsets at si (a tile's row g in group gi: ((h * NG + gi) * N + row) and 8 rows on
+__device__ __forceinline__ void scales_of(float& s0, float& s1, OFS& o0, OFS& o1, const u16* sc, const u16* zp,
+                                          size_t si) {
+    s0 = bf2f(sc[si]);
+    s1 = bf2f(sc[si + 8]);
+#if SXC && ZP
+    o0 = 128.f + bf2f(zp[si]);
+    o1 = 128.f + bf2f(zp[si + 8]);
+#elif SXC
+    o0 = o1 = 136.f;
+#elif ZP
+    o0 = zoff(zp[si]);
+    o1 = zoff(zp[si + 8]);
+#else
+    o0 = o1 = 0xC308C308u;     // -136 = -(128 + 8)
+#endif
+}
+
+// ERL (the streaming form, groups of 128+): what tile_mma reads besides the words, read out of the slot into
+// registers first (side_load), so the slot is freed before the multiply; without ERL tile_mma reads shared memory
+struct Side {
+#if ERL
+    u32 xb[KB][4][MT][4];           // x's right operands, chunks 2p and 2p + 1 of block kb
+    float s[KB][STEPS][NT][2];
+    OFS o[KB][STEPS][NT][2];
+#endif
+};
+
+#if ERL
+__device__ __forceinline__ void side_load(Side& d, u32 xs_base, const u16* sc, const u16* zp, int n0, int NG, int N,
+                                          int lane) {
+    const int g = lane >> 2, q = lane >> 3, r8 = lane & 7;
+#pragma unroll
+    for (int kb = 0; kb < KB; ++kb) {
+#pragma unroll
+        for (int p = 0; p < 4; ++p) ldsm_x(d.xb[kb][p], xs_base, kb * 128, 2 * p, q, r8);
+#pragma unroll
+        for (int st = 0; st < STEPS; ++st)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+                scales_of(d.s[kb][st][nt][0], d.s[kb][st][nt][1], d.o[kb][st][nt][0], d.o[kb][st][nt][1], sc, zp,
+                          (size_t)((kb * 128 + st * GS) / GROUP) * N + n0 + nt * 16 + g);
+    }
+}
+#endif
+
 // SXC: the weights enter the MMA as 128 + q (lop3 alone, no fma.rn.bf16x2 on the FMA pipes) and each group's
 // (128 + z) * sum(x) is taken off the fp32 partial sums: one more MMA a 16-k chunk and m-tile (all-ones left
 // operand: every row of its result is the chunk's column sums of x). (128 + q) * x is exact in fp32.
 __device__ __forceinline__ void tile_mma(float (&acc)[NT][MT][4], const u32 (&w)[KB][NT][8], u32 xs_base,
                                          const u16* sc, const u16* zp, int h, int n0, int kg, int kofs, int NG,
-                                         int N, int lane, u32 zr) {
+                                         int N, int lane, u32 zr, const Side& side) {
     const int g = lane >> 2, q = lane >> 3, r8 = lane & 7;
     zero(acc);
 #pragma unroll
@@ -243,28 +295,16 @@ __device__ __forceinline__ void tile_mma(float (&acc)[NT][MT][4], const u32 (&w)
         }
 #pragma unroll
         for (int st = 0; st < STEPS; ++st) {
-            const int gi = (kg + kb * 128 + st * GS) / GROUP;
             float s0[NT], s1[NT];
-#if SXC
-            float o0[NT], o1[NT];                   // 128 + z of rows g and g + 8
-#else
-            u32 o0[NT], o1[NT];                     // bf16x2 -(128 + z)
-#endif
+            OFS o0[NT], o1[NT];
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
-                const size_t si = ((size_t)h * NG + gi) * N + n0 + nt * 16 + g;
-                s0[nt] = bf2f(sc[si]);
-                s1[nt] = bf2f(sc[si + 8]);
-#if SXC && ZP
-                o0[nt] = 128.f + bf2f(zp[si]);
-                o1[nt] = 128.f + bf2f(zp[si + 8]);
-#elif SXC
-                o0[nt] = o1[nt] = 136.f;
-#elif ZP
-                o0[nt] = zoff(zp[si]);
-                o1[nt] = zoff(zp[si + 8]);
+#if ERL
+                s0[nt] = side.s[kb][st][nt][0]; s1[nt] = side.s[kb][st][nt][1];
+                o0[nt] = side.o[kb][st][nt][0]; o1[nt] = side.o[kb][st][nt][1];
 #else
-                o0[nt] = o1[nt] = 0xC308C308u;     // -136 = -(128 + 8)
+                scales_of(s0[nt], s1[nt], o0[nt], o1[nt], sc, zp,
+                          ((size_t)h * NG + (kg + kb * 128 + st * GS) / GROUP) * N + n0 + nt * 16 + g);
 #endif
             }
             float part[NT][MT][4];
@@ -278,7 +318,14 @@ __device__ __forceinline__ void tile_mma(float (&acc)[NT][MT][4], const u32 (&w)
             for (int jp = 0; jp < CH; jp += 2) {
                 const int j = st * CH + jp;
                 u32 b[MT][4];       // chunk j (k lo, k hi), chunk j + 1 (k lo, k hi)
+#if ERL
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) b[mt][i] = side.xb[kb][j / 2][mt][i];
+#else
                 ldsm_x(b, xs_base, kofs + kb * 128, j, q, r8);
+#endif
 #if SXC
 #pragma unroll
                 for (int jj = 0; jj < 2; ++jj)
@@ -403,12 +450,23 @@ __device__ __forceinline__ void cp_arrive(u32 b) {
 }
 #endif
 
-#if SXC
+// CG consumer groups of WARPS warps (0: one), group g taking the units of slots g, g + CG, ...: with CG = STAGES each
+// slot has its own warps, so units that land together are multiplied together (the last ones too), not in turn
+#if CG > 1
+#define NCG CG
+#else
+#define NCG 1
+#endif
+#define CW (WARPS * NCG)                        // consumer warps; the producer is warp CW
+#if ERL
+// two programs per SM (the recorded CPS): up to 204 registers for the words, x's fragments and scales held at once
+#define SBOUNDS __launch_bounds__((CW + 1) * 32, 2)
+#elif SXC
 // one program per SM, stated: ptxas then fits NT = 8's registers in 127 without the 8-byte spill its default
 // allocation (128) made
-#define SBOUNDS __launch_bounds__((WARPS + 1) * 32, 1)
+#define SBOUNDS __launch_bounds__((CW + 1) * 32, 1)
 #else
-#define SBOUNDS __launch_bounds__((WARPS + 1) * 32)
+#define SBOUNDS __launch_bounds__((CW + 1) * 32)
 #endif
 extern "C" __global__ void SBOUNDS
 w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __restrict__ zp,
@@ -432,17 +490,20 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
 #endif
     // PROBE = 3: two writers a program, the first consumer warp (group 0: events 0 wait for a unit's bytes,
     // 1 multiply, 2 store) and the producer (group 1: 3 wait for a free slot, 4 issue the copies)
-    KS_PROBE_INIT((unsigned long long*)ws, PCAP, 2, warp == WARPS ? 1 : 0, lane == 0 && (warp == 0 || warp == WARPS));
+    KS_PROBE_INIT((unsigned long long*)ws, PCAP, 2, warp == CW ? 1 : 0, lane == 0 && (warp == 0 || warp == CW));
     // the unit in each slot (units or more: no more work); DYN: units past the first wave are claimed from a
     // counter (cnt[0]), so a program that streams faster takes more of them; the last program to finish resets it
     __shared__ int uid[STAGES];
-    if (warp == WARPS) {        // the producer
+    if (warp == CW) {           // the producer
         unsigned long long pol = 0;
 #if EVF
         asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 #endif
         const u32 tx = R * KW * 4 + NGS * S_ROW * (1 + ZP) + (XCA ? 0 : M * K * 2);
         int u = blockIdx.x;
+#if NCG > 1
+        int ends = 0;
+#endif
         for (int i = 0;; ++i) {
             const int s = i % STAGES;
             const u32 full = bars + 8 * s, dst = slots + s * SLOT;
@@ -465,6 +526,9 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
                 if (lane == 0) bar_arrive(full);
 #if XCA
                 bar_arrive(full);       // the arrivals each lane's copies of x would have made
+#endif
+#if NCG > 1
+                if (++ends < NCG) continue;     // the next consumer group's slot gets the end mark too
 #endif
                 break;
             }
@@ -525,8 +589,13 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
 #endif
         return;
     }
+#if NCG > 1
+    const int g = lane >> 2, t = lane & 3, n0 = (warp % WARPS) * NT * 16;
+    for (int i = warp / WARPS;; i += NCG) {
+#else
     const int g = lane >> 2, t = lane & 3, n0 = warp * NT * 16;
     for (int i = 0;; ++i) {
+#endif
         const int s = i % STAGES;
         KS_PROBE_BEGIN(0);
         bar_wait(bars + 8 * s, (i / STAGES) & 1);
@@ -577,16 +646,27 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
                 w[kb][nt][4] = c.x; w[kb][nt][5] = c.y; w[kb][nt][6] = d.x; w[kb][nt][7] = d.y;
             }
         }
+        Side side;
+#if ERL
+        // early release: x's fragments, the scales and zero points in registers too, and the slot is the producer's
+        // again before the multiply (the mbarrier arrive orders these shared-memory reads before its next copy)
+        side_load(side, smem_u32(slot + X_OFF), (const u16*)(slot + W_BYTES), (const u16*)(slot + W_BYTES + S_BYTES),
+                  n0, NGS, R, lane);
+        __syncwarp();
+        if (lane == 0) bar_arrive(bars + 8 * (STAGES + s));
+#endif
         float acc[NT][MT][4];
 #if FP8
         tile_mma_fp8(acc, w, smem_u32(slot + X_OFF), (const float*)(slot + W_BYTES), 0, n0, 0, R, lane);
 #else
         tile_mma(acc, w, smem_u32(slot + X_OFF), (const u16*)(slot + W_BYTES), (const u16*)(slot + W_BYTES + S_BYTES),
-                 0, n0, 0, 0, NGS, R, lane, (u32)K >> 31);
+                 0, n0, 0, 0, NGS, R, lane, (u32)K >> 31, side);
 #endif
         __syncwarp();
         KS_PROBE_END(1);
+#if !ERL
         if (lane == 0) bar_arrive(bars + 8 * (STAGES + s));
+#endif
         KS_PROBE_BEGIN(2);
         store_out(acc, out, h, r0 + n0, 0, M, N, lane);
         KS_PROBE_END(2);
@@ -649,7 +729,7 @@ w4a16_mma(const u32* __restrict__ qw, const u16* __restrict__ sc, const u16* __r
 #if FP8
         tile_mma_fp8(acc, w, xs_base, (const float*)sc, h, n0, kofs, N, lane);
 #else
-        tile_mma(acc, w, xs_base, sc, zp, h, n0, kbeg + kofs, kofs, NG, N, lane, (u32)K >> 31);
+        tile_mma(acc, w, xs_base, sc, zp, h, n0, kbeg + kofs, kofs, NG, N, lane, (u32)K >> 31, Side());
 #endif
 #if KWARP > 1
         // the KWARP warps of a tile sum their parts of K through shared memory, in a fixed order
