@@ -182,6 +182,10 @@ STACKED.update({
 #: r14 (--round 9): SWZ (rotated reads of a row's pieces, no shared-memory bank conflicts) measured slower on
 #: every INT4 family (W_UK M = 1 13.53 vs 13.08 us, W_UV M = 1 14.68 vs 13.65) and FP8 within +-4 % both ways
 #: in one run (W_UV M = 8 20.21 vs 21.09, M = 1 20.27 vs 19.42): left off.
+#: r20, r21 (--round 13, 14; bench/results/cuda_w4a16_sweep_h200_r20.json, _r21.json), against the same configs
+#: without the option over the 15 stacked rows of a run: the unpack's shifts as IMADs (``MHI``) +0.3..+17.8 %;
+#: 128 + z taken off after the MMA (``SXC``) -3.4..+1.1 %; the slot freed before the multiply (``ERL``)
+#: -2.1..+0.3 %, within the run-to-run spread: none recorded.
 _STREAM = {"STAGES": 2, "EVF": 1, "CPS": 2, "DYN": 1}
 STACKED.update({
     ("int4", 1, 128, 512): _cuda(8, 4, 1, fallback=TABLE[("int4", 1, 128, 512)], **_STREAM),

@@ -51,13 +51,18 @@ unpacked words feed ``mma.sync`` directly as the left operand, with no shared-me
   fp32 partial sums, the column sums of x from one more MMA per 16-k chunk and m-tile with an all-ones left
   operand ((128 + q) * x is exact in fp32; the offset costs a few bits of the fp32 sum, not of the result's
   bf16).
+* **Slot options** (the INT4 streaming form): ``ERL`` reads x's fragments, the scales and the zero points
+  into registers with the words and frees the slot before the multiply (groups of 128 and more; smaller
+  groups run without it). ``CG`` runs CG consumer groups of ``WARPS`` warps, group g taking the units of
+  slots g, g + CG, ... (CG divides ``STAGES``), so units that land together are multiplied together; the
+  producer puts the end mark in every group's next slot.
 
 Config keys (``tuning``): ``NT`` 16-row tiles per warp, ``MT`` 8-row m-tiles per program (from M when
 absent), ``KB`` K blocks per warp (128 k for INT4, 64 for FP8; K = KB * block * KWARP * SPLIT),
 ``WARPS``, ``KWARP`` (warps that split a program's K slice, summed through shared memory in a fixed
 order), ``SPLIT``, ``PROGS``, ``MINB`` (``__launch_bounds__`` minimum programs per SM; 0 = none); the
 streaming form's ``STAGES``, ``CPS``, ``DYN``, ``EVF``, ``PADW``, ``XONE``, ``XCA``, ``SWZ``, ``STAG``; the
-unpack's ``MHI`` and ``SXC`` (INT4, 0 or 1);
+unpack's ``MHI`` and ``SXC`` and the slot's ``ERL`` (INT4, 0 or 1) and ``CG`` (consumer groups);
 ``PROBE`` (measurement only, its output is garbage: 1 launches the streaming grid and returns, 2 copies every
 unit and multiplies nothing; 3 is the full kernel recording its units' phases into ``probe_buf``, ``PCAP``
 int64 slots, in the timeline probe format, ``tools/stream_timeline_h200.py``). INT4 groups 32, 64 and
