@@ -150,6 +150,18 @@ def unpack_cands(M: int, K: int, N: int) -> list[dict]:
     return [dict(c, **o) for c in cfgs for o in _UNPACK]
 
 
+def plain_streams(M: int, K: int, N: int) -> list[dict]:
+    """The INT4 family's recorded config less the options rounds 13-15 try (``MHI``, ``SXC``, ``ERL``, ``CG``); W_UK
+    at M = 8 keeps its mma.sync grid, so the M = 1 streaming config follows it: the last entry is a streaming one."""
+    def plain(c: dict) -> dict:
+        return {k: v for k, v in c.items() if k not in ("MHI", "SXC", "ERL", "CG")}
+
+    out = [plain(recorded_stream("int4", 1 if M == 1 else 8, K, N))]
+    if not out[0].get("STAGES"):
+        out.append(plain(recorded_stream("int4", 1, K, N)))
+    return out
+
+
 def release_cands(M: int, K: int, N: int) -> list[dict]:
     """Round 14: each INT4 M <= 8 family's streaming config (its recorded one less ``ERL``, ``SXC`` and ``MHI``; W_UK
     at M = 8 the M = 1 one beside its mma.sync grid) as it was, with ``ERL`` (the slot freed once a consumer warp
@@ -157,13 +169,8 @@ def release_cands(M: int, K: int, N: int) -> list[dict]:
     fewer consumer instructions (``SXC``) took 0-3.4 % off, so the multiplies' cost is the slot they hold."""
     if M > 8:
         return []
-    strip = lambda c: {k: v for k, v in c.items() if k not in ("ERL", "SXC", "MHI")}  # noqa: E731
-    rec = strip(recorded_stream("int4", 1 if M == 1 else 8, K, N))
-    out = [rec]
-    if not rec.get("STAGES"):
-        rec = strip(recorded_stream("int4", 1, K, N))
-        out.append(rec)
-    return out + [dict(rec, ERL=1), dict(rec, ERL=1, SXC=1)]
+    out = plain_streams(M, K, N)
+    return out + [dict(out[-1], ERL=1), dict(out[-1], ERL=1, SXC=1)]
 
 
 def group_cands(M: int, K: int, N: int) -> list[dict]:
@@ -173,13 +180,8 @@ def group_cands(M: int, K: int, N: int) -> list[dict]:
     tail is up to two units' multiplies."""
     if M > 8:
         return []
-    strip = lambda c: {k: v for k, v in c.items() if k not in ("ERL", "SXC", "MHI", "CG")}  # noqa: E731
-    rec = strip(recorded_stream("int4", 1 if M == 1 else 8, K, N))
-    out = [rec]
-    if not rec.get("STAGES"):
-        rec = strip(recorded_stream("int4", 1, K, N))
-        out.append(rec)
-    return out + [dict(rec, CG=2), dict(rec, CG=2, SXC=1)]
+    out = plain_streams(M, K, N)
+    return out + [dict(out[-1], CG=2), dict(out[-1], CG=2, SXC=1)]
 
 
 def mla_cands15(M: int, K: int, N: int) -> list[dict]:
