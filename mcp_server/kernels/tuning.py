@@ -185,7 +185,8 @@ STACKED.update({
 #: r20, r21 (--round 13, 14; bench/results/cuda_w4a16_sweep_h200_r20.json, _r21.json), against the same configs
 #: without the option over the 15 stacked rows of a run: the unpack's shifts as IMADs (``MHI``) +0.3..+17.8 %;
 #: 128 + z taken off after the MMA (``SXC``) -3.4..+1.1 %; the slot freed before the multiply (``ERL``)
-#: -2.1..+0.3 %, within the run-to-run spread: none recorded.
+#: -2.1..+0.3 %, within the run-to-run spread; r23 (--round 15): one consumer group per slot (``CG`` 2)
+#: +0.8..+9.0 %: none recorded.
 _STREAM = {"STAGES": 2, "EVF": 1, "CPS": 2, "DYN": 1}
 STACKED.update({
     ("int4", 1, 128, 512): _cuda(8, 4, 1, fallback=TABLE[("int4", 1, 128, 512)], **_STREAM),
