@@ -256,6 +256,26 @@ def test_the_cuda_kernel_plans_its_grid_and_refuses_what_it_cannot_run():
     assert [g for g in (16, 32, 64, 96, 128, 256, 384) if supports_group(g)] == [32, 64, 128, 256, 384]
 
 
+def test_the_cuda_kernel_options_gate_and_are_all_named_in_the_source():
+    """ERL runs only where its registers hold the unit's scales (the INT4 streaming form, groups of 128+); CG consumer
+    groups must divide the slots and add their warps to the block; every compile-time parameter is listed in the
+    source's header."""
+    from mcp_server.kernels.w4a16_cuda import CudaKernelUnavailable, macros, plan, source
+
+    st = {"NT": 2, "WARPS": 4, "KB": 4, "STAGES": 2, "CPS": 2, "DYN": 1}
+    assert macros(dict(st, ERL=1), 8, 128, False)["ERL"] == 1
+    assert macros(dict(st, ERL=1), 8, 256, True)["ERL"] == 1
+    assert macros(dict(st, ERL=1), 8, 64, True)["ERL"] == 0                    # 16 groups: too many to hold
+    assert macros(dict(st, ERL=1, KB=8), 8, 0, False, fp8=True)["ERL"] == 0     # the e4m3 form has no ERL path
+    assert macros({"NT": 1, "WARPS": 4, "KB": 4, "SPLIT": 8, "ERL": 1}, 8, 128, False)["ERL"] == 0
+    assert plan(dict(st, CG=2), 300, 8, 512, 128, 128, False)[2] == 32 * (2 * 4 + 1)
+    assert plan(st, 300, 8, 512, 128, 128, False)[2] == 32 * 5
+    with pytest.raises(CudaKernelUnavailable, match="CG=3"):
+        plan(dict(st, CG=3), 300, 8, 512, 128, 128, False)
+    header = source().split("No headers")[0]
+    assert all(k in header.split() or f"{k}." in header.split() for k in macros(st, 8, 128, False)), header
+
+
 def test_the_cuda_source_ships_and_builds_offline_where_nvrtc_is_installed():
     """The kernel's CUDA C++ is package data (``kernels/cuda/w4a16_mma.cu``); where the NVRTC library of the
     ``nvidia-cuda-nvrtc-cu12`` wheel is installed (no GPU needed), every form compiles for sm_90 with no spills."""

@@ -50,12 +50,14 @@ unpacked words feed ``mma.sync`` directly as the left operand, with no shared-me
   ``fma.rn.bf16x2``: the weights enter the MMA as 128 + q and each group's (128 + z) * sum(x) comes off the
   fp32 partial sums, the column sums of x from one more MMA per 16-k chunk and m-tile with an all-ones left
   operand ((128 + q) * x is exact in fp32; the offset costs a few bits of the fp32 sum, not of the result's
-  bf16).
+  bf16). Measured (bench/RESULTS.md, "sixth round"): ``MHI`` 0-18 % slower, ``SXC`` within the run-to-run
+  spread; neither recorded.
 * **Slot options** (the INT4 streaming form): ``ERL`` reads x's fragments, the scales and the zero points
   into registers with the words and frees the slot before the multiply (groups of 128 and more; smaller
   groups run without it). ``CG`` runs CG consumer groups of ``WARPS`` warps, group g taking the units of
   slots g, g + CG, ... (CG divides ``STAGES``), so units that land together are multiplied together; the
-  producer puts the end mark in every group's next slot.
+  producer puts the end mark in every group's next slot. Measured: ``ERL`` level, ``CG`` 1-9 % slower; neither
+  recorded.
 
 Config keys (``tuning``): ``NT`` 16-row tiles per warp, ``MT`` 8-row m-tiles per program (from M when
 absent), ``KB`` K blocks per warp (128 k for INT4, 64 for FP8; K = KB * block * KWARP * SPLIT),

@@ -38,9 +38,9 @@ __device__ __forceinline__ u32 dq(u32 v, u32 off) {
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(dq128(v)), "r"(0x3F803F80u), "r"(off));
     return r;
 }
-// v >> sh (sh a multiple of 4, known at compile time). The unpack's prmt, shifts and lop3 all issue to the ALU pipe
-// (16 lanes: two cycles a warp instruction) while the FMA pipes idle; MHI: the shift as mul.hi.u32 by 2^(32 - sh),
-// an IMAD on the FMA-heavy pipe. zr is 0, from a kernel argument ptxas cannot see, so it keeps the multiply a multiply.
+// v >> sh (sh a multiple of 4, known at compile time). The unpack's prmt, shifts and lop3 all issue to the ALU pipe;
+// MHI: the shift as mul.hi.u32 by 2^(32 - sh), an IMAD on the FMA-heavy pipe (measured 0-18 % slower: RESULTS.md,
+// "sixth round"). zr is 0, from a kernel argument ptxas cannot see, so it keeps the multiply a multiply.
 __device__ __forceinline__ u32 nib(u32 v, int sh, u32 zr) {
 #if MHI
     if (sh == 0) return v;
@@ -220,13 +220,12 @@ __device__ __forceinline__ void tile_mma_fp8(float (&acc)[NT][MT][4], const u32 
 }
 #endif
 
-// the warp's tiles times x (in shared memory) over its KB blocks, scaled per group, into acc
 #if SXC
 typedef float OFS;          // 128 + z
 #else
 typedef u32 OFS;            // bf16x2 -(128 + z)
 #endif
-// the scales and zero-point offsets at si (a tile's row g in group gi: ((h * NG + gi) * N + row) and 8 rows on
+// the scales and zero-point offsets of rows si and si + 8 (si = (h * NG + gi) * N + row: a tile's row g, group gi)
 __device__ __forceinline__ void scales_of(float& s0, float& s1, OFS& o0, OFS& o1, const u16* sc, const u16* zp,
                                           size_t si) {
     s0 = bf2f(sc[si]);
@@ -272,6 +271,7 @@ __device__ __forceinline__ void side_load(Side& d, u32 xs_base, const u16* sc, c
 }
 #endif
 
+// the warp's tiles times x (in shared memory) over its KB blocks, scaled per group, into acc.
 // SXC: the weights enter the MMA as 128 + q (lop3 alone, no fma.rn.bf16x2 on the FMA pipes) and each group's
 // (128 + z) * sum(x) is taken off the fp32 partial sums: one more MMA a 16-k chunk and m-tile (all-ones left
 // operand: every row of its result is the chunk's column sums of x). (128 + q) * x is exact in fp32.
@@ -459,7 +459,7 @@ __device__ __forceinline__ void cp_arrive(u32 b) {
 #endif
 #define CW (WARPS * NCG)                        // consumer warps; the producer is warp CW
 #if ERL
-// two programs per SM (the recorded CPS): up to 204 registers for the words, x's fragments and scales held at once
+// two programs per SM (CPS 2): up to 204 registers for the words, x's fragments and scales held at once
 #define SBOUNDS __launch_bounds__((CW + 1) * 32, 2)
 #elif SXC
 // one program per SM, stated: ptxas then fits NT = 8's registers in 127 without the 8-byte spill its default
