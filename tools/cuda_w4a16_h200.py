@@ -32,7 +32,7 @@ ROUND = 1
 
 def mla_cands(M: int, K: int, N: int) -> list[dict]:
     """The INT4 MLA candidates of --round (each round's set from its first round on; 8 is FP8 only)."""
-    for first, cands in ((15, mla_cands15), (14, mla_cands14), (13, mla_cands13), (12, mla_cands12), (11, mla_cands11), (10, mla_cands10), (9, mla_cands9), (7, mla_cands7), (6, mla_cands6), (5, mla_cands5), (4, mla_cands4),
+    for first, cands in ((15, group_cands), (14, release_cands), (13, unpack_cands), (12, mla_cands12), (11, mla_cands11), (10, mla_cands10), (9, mla_cands9), (7, mla_cands7), (6, mla_cands6), (5, mla_cands5), (4, mla_cands4),
                          (3, mla_cands3), (2, mla_cands2)):
         if ROUND >= first:
             return cands(M, K, N)
@@ -142,12 +142,7 @@ def unpack_cands(M: int, K: int, N: int) -> list[dict]:
     streaming config beside) with and without ``MHI`` and ``SXC``, after round 10's timeline: the consumer warps,
     not the copies, set the pace, and their unpack issues 2 ALU instructions per MMA register (prmt, shift, lop3)
     on a pipe of 16 lanes."""
-    if M > 8:
-        return []
-    cfgs = [recorded_stream("int4", 1 if M == 1 else 8, K, N)]
-    if not cfgs[0].get("STAGES"):
-        cfgs.append(recorded_stream("int4", 1, K, N))
-    return [dict(c, **o) for c in cfgs for o in _UNPACK]
+    return [] if M > 8 else [dict(c, **o) for c in plain_streams(M, K, N) for o in _UNPACK]
 
 
 def plain_streams(M: int, K: int, N: int) -> list[dict]:
@@ -182,18 +177,6 @@ def group_cands(M: int, K: int, N: int) -> list[dict]:
         return []
     out = plain_streams(M, K, N)
     return out + [dict(out[-1], CG=2), dict(out[-1], CG=2, SXC=1)]
-
-
-def mla_cands15(M: int, K: int, N: int) -> list[dict]:
-    return group_cands(M, K, N)
-
-
-def mla_cands14(M: int, K: int, N: int) -> list[dict]:
-    return release_cands(M, K, N)
-
-
-def mla_cands13(M: int, K: int, N: int) -> list[dict]:
-    return unpack_cands(M, K, N)
 
 
 def mla_cands12(M: int, K: int, N: int) -> list[dict]:
